@@ -1,0 +1,26 @@
+# Installs the libraries, headers, programs and a CMake package so that out-of-tree projects can
+# `find_package(libtrain)` and link `train::train`.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(_train_targets train_base train_launcher)
+if(TARGET trainctl)
+  list(APPEND _train_targets trainctl)
+endif()
+if(TRAIN_WITH_TORCH)
+  list(APPEND _train_targets train_datasets train_models train train_program)
+endif()
+install(TARGETS ${_train_targets} EXPORT libtrainTargets
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+foreach(_dir libtrain launcher datasets models)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/${_dir}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+endforeach()
+install(EXPORT libtrainTargets NAMESPACE train:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/libtrain)
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/libtrainConfig.cmake.in
+  ${CMAKE_BINARY_DIR}/libtrainConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/libtrain)
+write_basic_package_version_file(${CMAKE_BINARY_DIR}/libtrainConfigVersion.cmake COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_BINARY_DIR}/libtrainConfig.cmake ${CMAKE_BINARY_DIR}/libtrainConfigVersion.cmake
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/libtrain)

@@ -1,0 +1,39 @@
+// In-memory datasets: the whole split decoded once into one image tensor and one label tensor.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+
+namespace train::datasets {
+
+/// A whole dataset split held in memory.
+struct TensorDataset {
+  at::Tensor images;  ///< float32 [N, C, H, W], normalized
+  at::Tensor labels;  ///< int64 [N], in [0, num_classes)
+  int64_t num_classes = 10;
+  std::string name;   ///< e.g. "fashion-mnist/train"
+
+  int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
+};
+
+/// Which split of a dataset to load.
+enum class Split { train, test };
+
+/// Options shared by the loaders.
+struct LoadOptions {
+  /// Keep only the first `limit` samples (0: all). A limit above the split's size keeps all.
+  int64_t limit = 0;
+};
+
+/// Loads a dataset by name: "mnist", "fashion-mnist" (IDX files) or "cifar10" (binary batches)
+/// from `dir`. Throws train::DataError for a missing or malformed file and train::ConfigError for
+/// an unknown name.
+TensorDataset load_dataset(const std::string& name, const std::string& dir, Split split,
+                           const LoadOptions& options = {});
+
+/// Folder where Debian's dataset-fashion-mnist package puts its files, or "" if absent.
+std::string default_fashion_mnist_dir();
+
+}  // namespace train::datasets

@@ -1,0 +1,32 @@
+// Dataset lookup by name, shared by the train program and user code.
+#include "train/datasets/dataset.h"
+
+#include "train/datasets/cifar10.h"
+#include "train/datasets/idx.h"
+#include "train/error.h"
+
+#include <filesystem>
+
+namespace train::datasets {
+
+TensorDataset load_dataset(const std::string& name, const std::string& dir, Split split,
+                           const LoadOptions& options) {
+  if (options.limit < 0) {
+    throw ConfigError("sample limit: expected 0 (all) or a positive count, found " +
+                          std::to_string(options.limit) + ".",
+                      "pass --limit-train-samples/--limit-test-samples N with N >= 1.");
+  }
+  if (name == "mnist" || name == "fashion-mnist") return load_idx(dir, split, options, name);
+  if (name == "cifar10") return load_cifar10(dir, split, options);
+  throw ConfigError("--dataset: expected one of mnist, fashion-mnist, cifar10, found '" + name +
+                        "'.",
+                    "MNIST-format data (including Fashion-MNIST) uses mnist or fashion-mnist.");
+}
+
+std::string default_fashion_mnist_dir() {
+  const char* kDir = "/usr/share/datasets/fashion-mnist";
+  std::error_code ec;
+  return std::filesystem::is_directory(kDir, ec) ? kDir : "";
+}
+
+}  // namespace train::datasets

@@ -1,0 +1,507 @@
+// Resolution of rank, world size, node layout and rendezvous address from torchrun-style or SLURM
+// variables, with the consistency checks described in docs/environment.md.
+#include "train/launcher/env.h"
+
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "train/error.h"
+#include "train/launcher/hostlist.h"
+#include "train/log.h"
+
+extern char** environ;
+
+namespace train {
+namespace {
+
+constexpr char kTorchrunHint[] =
+    "RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK and GROUP_WORLD_SIZE are set by "
+    "torchrun or `trainctl local`; check the launch script, or unset them so that the SLURM "
+    "variables (or a single process) apply.";
+constexpr char kSlurmHint[] =
+    "SLURM sets the SLURM_* variables for every task that srun starts: launch the program with "
+    "`srun` inside the allocation, and don't export SLURM_* values by hand (a saved environment "
+    "can carry stale values from another job).";
+constexpr char kMasterHint[] =
+    "MASTER_ADDR and MASTER_PORT override the derived rendezvous: unset them to get the defaults, "
+    "or set them to the host of rank 0 and a free port in 1024-65535.";
+
+/// Lowest MASTER_PORT accepted: ports below need root to listen on.
+constexpr int kMinMasterPort = 1024;
+constexpr int kMaxPort = 65535;
+/// Job ids that differ by less than this never share a derived port.
+constexpr std::uint64_t kPortJobWindow = 2500;
+/// Steps of one job that get distinct derived ports.
+constexpr std::uint64_t kPortStepSlots = 16;
+static_assert(kPortJobWindow * kPortStepSlots == static_cast<std::uint64_t>(kSlurmPortSpan),
+              "derived ports must exactly fill the span");
+
+/// Read access to the environment; an empty value counts as unset (`export VAR=` clears it).
+class Vars {
+ public:
+  explicit Vars(const EnvMap& env) : env_(env) {}
+
+  bool has(const std::string& name) const { return get(name) != nullptr; }
+
+  const std::string* get(const std::string& name) const {
+    const auto it = env_.find(name);
+    return it == env_.end() || it->second.empty() ? nullptr : &it->second;
+  }
+
+  /// The first of `names` that is set, or "" when none is.
+  std::string first_set(std::initializer_list<const char*> names) const {
+    for (const char* name : names) {
+      if (has(name)) return name;
+    }
+    return "";
+  }
+
+ private:
+  const EnvMap& env_;
+};
+
+/// A number and the variable(s) it came from, so that messages can say where a value was read.
+struct Sourced {
+  int value = 0;
+  std::string from;
+};
+
+/// Parses a decimal integer >= min (0 or 1); no sign, no spaces, below 2^31.
+int parse_int(const std::string& name, const std::string& value, int min, const char* hint) {
+  const std::string expected = min > 0 ? "a positive integer" : "a non-negative integer";
+  if (value.empty()) {
+    throw ConfigError(name + "='': expected " + expected + ", found an empty value.", hint);
+  }
+  std::int64_t parsed = 0;
+  for (const char c : value) {
+    if (c < '0' || c > '9') {
+      throw ConfigError(name + "='" + value + "': expected " + expected + " (decimal digits only).", hint);
+    }
+    parsed = parsed * 10 + (c - '0');
+    if (parsed > std::numeric_limits<int>::max()) {
+      throw ConfigError(name + "='" + value + "': expected " + expected + " below 2^31.", hint);
+    }
+  }
+  if (parsed < min) {
+    throw ConfigError(name + "='" + value + "': expected " + expected + ".", hint);
+  }
+  return static_cast<int>(parsed);
+}
+
+std::uint64_t parse_u64(const std::string& name, const std::string& value, const char* hint) {
+  std::uint64_t parsed = 0;
+  for (const char c : value) {
+    const std::uint64_t digit = static_cast<std::uint64_t>(c - '0');
+    if (c < '0' || c > '9' || parsed > (std::numeric_limits<std::uint64_t>::max() - digit) / 10) {
+      throw ConfigError(name + "='" + value + "': expected a non-negative decimal integer.", hint);
+    }
+    parsed = parsed * 10 + digit;
+  }
+  if (value.empty()) {
+    throw ConfigError(name + "='': expected a non-negative decimal integer, found an empty value.", hint);
+  }
+  return parsed;
+}
+
+int parse_port(const std::string& name, const std::string& value) {
+  bool digits = !value.empty() && value.size() <= 5;
+  for (const char c : value) digits = digits && c >= '0' && c <= '9';
+  const int port = digits ? std::stoi(value) : -1;
+  if (port < kMinMasterPort || port > kMaxPort) {
+    throw ConfigError(name + "='" + value + "': expected a TCP port in " + std::to_string(kMinMasterPort) +
+                          "-" + std::to_string(kMaxPort) + ".",
+                      kMasterHint);
+  }
+  return port;
+}
+
+std::string parse_addr(const std::string& name, const std::string& value) {
+  for (const char c : value) {
+    if (static_cast<unsigned char>(c) <= ' ' || c == '/') {
+      throw ConfigError(name + "='" + value +
+                            "': expected a host name or IP address (no scheme, path or spaces).",
+                        kMasterHint);
+    }
+  }
+  return value;
+}
+
+Sourced get_int(const Vars& vars, const std::string& name, int min, const char* hint) {
+  return {parse_int(name, *vars.get(name), min, hint), name + "=" + *vars.get(name)};
+}
+
+/// Applies MASTER_ADDR / MASTER_PORT when set.
+void apply_master_overrides(const Vars& vars, DistEnv& out) {
+  if (const std::string* addr = vars.get("MASTER_ADDR")) out.master_addr = parse_addr("MASTER_ADDR", *addr);
+  if (const std::string* port = vars.get("MASTER_PORT")) out.master_port = parse_port("MASTER_PORT", *port);
+}
+
+std::string job_id_of(const Vars& vars) {
+  for (const char* name : {"SLURM_JOB_ID", "SLURM_JOBID"}) {
+    if (const std::string* id = vars.get(name)) return *id;
+  }
+  return "";
+}
+
+/// The checks every source shares; `what` names the variables for each quantity.
+struct Names {
+  std::string rank, world, local_rank, local_world, node_rank, num_nodes;
+};
+
+void check_layout(const DistEnv& e, const Names& n, const char* hint) {
+  auto fail = [&](const std::string& message) { throw ConfigError(message, hint); };
+  if (e.rank >= e.world_size) {
+    fail(n.rank + ": expected a rank below the world size " + std::to_string(e.world_size) + " (" +
+         n.world + "), found " + std::to_string(e.rank) + ".");
+  }
+  if (e.local_world_size > e.world_size) {
+    fail(n.local_world + ": expected at most the world size " + std::to_string(e.world_size) + " (" +
+         n.world + ") tasks on one node, found " + std::to_string(e.local_world_size) + ".");
+  }
+  if (e.local_rank >= e.local_world_size) {
+    fail(n.local_rank + ": expected a local rank below the " + std::to_string(e.local_world_size) +
+         " tasks on this node (" + n.local_world + "), found " + std::to_string(e.local_rank) + ".");
+  }
+  if (e.num_nodes > e.world_size) {
+    fail(n.num_nodes + ": expected at most one node per task, found " + std::to_string(e.num_nodes) +
+         " nodes for a world size of " + std::to_string(e.world_size) + " (" + n.world + ").");
+  }
+  if (e.node_rank >= e.num_nodes) {
+    fail(n.node_rank + ": expected a node rank below the number of nodes " + std::to_string(e.num_nodes) +
+         " (" + n.num_nodes + "), found " + std::to_string(e.node_rank) + ".");
+  }
+}
+
+DistEnv resolve_torchrun(const Vars& vars, DistEnv out) {
+  out.source = EnvSource::torchrun;
+  const Sourced rank = get_int(vars, "RANK", 0, kTorchrunHint);
+  const Sourced world = get_int(vars, "WORLD_SIZE", 1, kTorchrunHint);
+  out.rank = rank.value;
+  out.world_size = world.value;
+
+  Sourced nodes{0, ""};
+  if (vars.has("GROUP_WORLD_SIZE")) nodes = get_int(vars, "GROUP_WORLD_SIZE", 1, kTorchrunHint);
+
+  Sourced local_world;
+  if (vars.has("LOCAL_WORLD_SIZE")) {
+    local_world = get_int(vars, "LOCAL_WORLD_SIZE", 1, kTorchrunHint);
+  } else if (nodes.value > 0 && world.value % nodes.value == 0) {
+    local_world = {world.value / nodes.value, world.from + " / " + nodes.from};
+  } else {
+    local_world = {world.value, world.from + " (LOCAL_WORLD_SIZE unset: one node)"};
+  }
+  out.local_world_size = local_world.value;
+
+  Sourced local_rank;
+  if (vars.has("LOCAL_RANK")) {
+    local_rank = get_int(vars, "LOCAL_RANK", 0, kTorchrunHint);
+  } else {
+    local_rank = {rank.value % local_world.value, "RANK mod local world size (LOCAL_RANK unset)"};
+  }
+  out.local_rank = local_rank.value;
+
+  out.num_nodes = nodes.value > 0 ? nodes.value
+                                  : (world.value + local_world.value - 1) / local_world.value;
+  if (nodes.from.empty()) nodes.from = "WORLD_SIZE / LOCAL_WORLD_SIZE";
+
+  Sourced node_rank;
+  if (vars.has("GROUP_RANK")) {
+    node_rank = get_int(vars, "GROUP_RANK", 0, kTorchrunHint);
+  } else {
+    node_rank = {rank.value / local_world.value, "RANK / LOCAL_WORLD_SIZE (GROUP_RANK unset)"};
+  }
+  out.node_rank = node_rank.value;
+
+  check_layout(out, {rank.from, world.from, local_rank.from, local_world.from, node_rank.from, nodes.from},
+               kTorchrunHint);
+
+  apply_master_overrides(vars, out);
+  if (!vars.has("MASTER_ADDR") && out.num_nodes > 1) {
+    throw ConfigError("MASTER_ADDR: expected the host of rank 0 for a job across " +
+                          std::to_string(out.num_nodes) + " nodes (" + world.from + "), found it unset.",
+                      "export MASTER_ADDR=<host of rank 0> on every node (torchrun sets it from "
+                      "--rdzv-endpoint / --master-addr).");
+  }
+  out.job_id = job_id_of(vars);
+  return out;
+}
+
+/// Expands tasks-per-node notation and checks it covers exactly `num_nodes` nodes.
+std::vector<int> tasks_per_node_for(const std::string& name, const std::string& value, int num_nodes,
+                                    const std::string& nodes_from) {
+  std::vector<int> counts = parse_tasks_per_node(name, value);
+  if (static_cast<int>(counts.size()) != num_nodes) {
+    throw ConfigError(name + "='" + value + "': expected task counts for " + std::to_string(num_nodes) +
+                          " nodes (" + nodes_from + "), found " + std::to_string(counts.size()) + ".",
+                      kSlurmHint);
+  }
+  return counts;
+}
+
+DistEnv resolve_slurm(const Vars& vars, DistEnv out) {
+  out.source = EnvSource::slurm;
+  out.job_id = job_id_of(vars);
+  const Sourced rank = get_int(vars, "SLURM_PROCID", 0, kSlurmHint);
+  out.rank = rank.value;
+
+  // Node list and node count: a step (srun) has its own, possibly smaller than the job's.
+  const std::string list_var = vars.first_set({"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"});
+  if (!list_var.empty()) {
+    try {
+      out.nodes = hostlist_expand(*vars.get(list_var));
+    } catch (const ConfigError& e) {
+      throw ConfigError(list_var + ": " + e.message(), e.hint());
+    }
+  }
+  const std::string count_var =
+      vars.first_set({"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"});
+  Sourced nodes;
+  if (!count_var.empty()) {
+    nodes = get_int(vars, count_var, 1, kSlurmHint);
+    if (!out.nodes.empty() && static_cast<int>(out.nodes.size()) != nodes.value) {
+      throw ConfigError(nodes.from + ": expected the number of hosts in " + list_var + "='" +
+                            *vars.get(list_var) + "' (" + std::to_string(out.nodes.size()) +
+                            "), found " + std::to_string(nodes.value) + ".",
+                        std::string("step-level (SLURM_STEP_*) and job-level variables seem mixed. ") +
+                            kSlurmHint);
+    }
+  } else if (!out.nodes.empty()) {
+    nodes = {static_cast<int>(out.nodes.size()), "the hosts in " + list_var};
+  } else {
+    nodes = {1, "no SLURM node count or node list set"};
+  }
+  out.num_nodes = nodes.value;
+
+  // Tasks on each node, when SLURM says so.
+  const std::string tpn_var = vars.first_set({"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"});
+  std::vector<int> tasks_per_node;
+  if (!tpn_var.empty()) {
+    tasks_per_node = tasks_per_node_for(tpn_var, *vars.get(tpn_var), nodes.value, nodes.from);
+  }
+  // --ntasks-per-node as requested: one count for every node (or, rarely, a per-node list).
+  std::vector<int> requested_per_node;
+  if (vars.has("SLURM_NTASKS_PER_NODE")) {
+    const std::string& value = *vars.get("SLURM_NTASKS_PER_NODE");
+    requested_per_node = parse_tasks_per_node("SLURM_NTASKS_PER_NODE", value);
+    if (requested_per_node.size() == 1) {
+      requested_per_node.assign(static_cast<std::size_t>(nodes.value), requested_per_node[0]);
+    } else {
+      requested_per_node = tasks_per_node_for("SLURM_NTASKS_PER_NODE", value, nodes.value, nodes.from);
+    }
+  }
+  auto sum = [](const std::vector<int>& counts) {
+    std::int64_t total = 0;
+    for (const int c : counts) total += c;
+    return total;
+  };
+
+  // World size: the step's task count, the job's, or what the per-node counts add up to.
+  const std::string world_var = vars.first_set({"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"});
+  Sourced world;
+  if (!world_var.empty()) {
+    world = get_int(vars, world_var, 1, kSlurmHint);
+  } else if (!tasks_per_node.empty()) {
+    world = {static_cast<int>(sum(tasks_per_node)), tpn_var + "=" + *vars.get(tpn_var)};
+  } else if (!requested_per_node.empty()) {
+    world = {static_cast<int>(sum(requested_per_node)),
+             "SLURM_NTASKS_PER_NODE=" + *vars.get("SLURM_NTASKS_PER_NODE") + " x " + nodes.from};
+  } else {
+    throw ConfigError(
+        "SLURM_PROCID=" + *vars.get("SLURM_PROCID") +
+            ": expected the number of tasks in SLURM_STEP_NUM_TASKS, SLURM_NTASKS, "
+            "SLURM_TASKS_PER_NODE or SLURM_NTASKS_PER_NODE, found none of them set.",
+        kSlurmHint);
+  }
+  out.world_size = world.value;
+  if (!tasks_per_node.empty() && sum(tasks_per_node) != world.value) {
+    throw ConfigError(world.from + ": expected the sum of " + tpn_var + "='" + *vars.get(tpn_var) + "' (" +
+                          std::to_string(sum(tasks_per_node)) + " tasks), found " +
+                          std::to_string(world.value) + ".",
+                      std::string("step-level (SLURM_STEP_*) and job-level variables seem mixed. ") +
+                          kSlurmHint);
+  }
+
+  // This node's index in the step.
+  Sourced node_rank;
+  if (vars.has("SLURM_NODEID")) {
+    node_rank = get_int(vars, "SLURM_NODEID", 0, kSlurmHint);
+  } else if (nodes.value == 1) {
+    node_rank = {0, "a single node (SLURM_NODEID unset)"};
+  } else {
+    int found = -1;
+    for (std::size_t i = 0; i < out.nodes.size() && found < 0; ++i) {
+      if (out.nodes[i] == out.host) found = static_cast<int>(i);
+    }
+    if (found < 0) {
+      throw ConfigError("SLURM_NODEID: expected this node's index among " + std::to_string(nodes.value) +
+                            " nodes, found it unset and host '" + out.host + "' not in " +
+                            (list_var.empty() ? std::string("any SLURM node list") : list_var) + ".",
+                        kSlurmHint);
+    }
+    node_rank = {found, "the position of host '" + out.host + "' in " + list_var};
+  }
+  out.node_rank = node_rank.value;
+  if (node_rank.value >= nodes.value) {  // checked here already: it indexes the per-node counts
+    throw ConfigError(node_rank.from + ": expected a node index below the number of nodes " +
+                          std::to_string(nodes.value) + " (" + nodes.from + "), found " +
+                          std::to_string(node_rank.value) + ".",
+                      kSlurmHint);
+  }
+
+  // Tasks on this node.
+  Sourced local_world;
+  if (!tasks_per_node.empty()) {
+    local_world = {tasks_per_node[static_cast<std::size_t>(node_rank.value)],
+                   tpn_var + "='" + *vars.get(tpn_var) + "' for node " + std::to_string(node_rank.value)};
+  } else if (!requested_per_node.empty()) {
+    local_world = {requested_per_node[static_cast<std::size_t>(node_rank.value)],
+                   "SLURM_NTASKS_PER_NODE=" + *vars.get("SLURM_NTASKS_PER_NODE")};
+  } else if (world.value % nodes.value == 0) {
+    local_world = {world.value / nodes.value, world.from + " / " + nodes.from};
+  } else {
+    throw ConfigError("SLURM_TASKS_PER_NODE: expected the tasks on each node, found it unset and " +
+                          world.from + " not divisible by " + nodes.from + ".",
+                      kSlurmHint);
+  }
+  out.local_world_size = local_world.value;
+
+  Sourced local_rank;
+  if (vars.has("SLURM_LOCALID")) {
+    local_rank = get_int(vars, "SLURM_LOCALID", 0, kSlurmHint);
+  } else if (local_world.value == 1) {
+    local_rank = {0, "one task on this node (SLURM_LOCALID unset)"};
+  } else {
+    throw ConfigError("SLURM_LOCALID: expected this task's index on its node (" +
+                          std::to_string(local_world.value) + " tasks, " + local_world.from +
+                          "), found it unset.",
+                      kSlurmHint);
+  }
+  out.local_rank = local_rank.value;
+
+  check_layout(out, {rank.from, world.from, local_rank.from, local_world.from, node_rank.from, nodes.from},
+               kSlurmHint);
+
+  // Rendezvous: the first host of the step, on a port derived from the job and step ids.
+  if (!out.nodes.empty()) {
+    out.master_addr = out.nodes.front();
+  } else if (out.num_nodes > 1 && !vars.has("MASTER_ADDR")) {
+    throw ConfigError("MASTER_ADDR: expected it set, or a SLURM node list to take the first host from, "
+                      "for a job across " + std::to_string(out.num_nodes) + " nodes; found neither.",
+                      "SLURM sets SLURM_JOB_NODELIST in every job; otherwise export MASTER_ADDR=<host "
+                      "of rank 0>.");
+  }
+  if (!vars.has("MASTER_PORT") && !out.job_id.empty()) {
+    const std::string job_var = vars.has("SLURM_JOB_ID") ? "SLURM_JOB_ID" : "SLURM_JOBID";
+    const std::string step_var = vars.first_set({"SLURM_STEP_ID", "SLURM_STEPID"});
+    parse_u64(job_var, out.job_id, kSlurmHint);
+    out.master_port = slurm_master_port(out.job_id, step_var.empty() ? "" : *vars.get(step_var));
+  }
+  apply_master_overrides(vars, out);
+  return out;
+}
+
+}  // namespace
+
+EnvMap current_environment() {
+  EnvMap env;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const std::string kv(*entry);
+    const std::size_t eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    env.emplace(kv.substr(0, eq), kv.substr(eq + 1));  // first definition wins, like getenv()
+  }
+  return env;
+}
+
+DistEnv resolve_env(const EnvMap& env) { return resolve_env(env, log::hostname()); }
+
+DistEnv resolve_env(const EnvMap& env, const std::string& host) {
+  const Vars vars(env);
+  DistEnv out;
+  out.host = host;
+  out.master_port = kDefaultMasterPort;
+
+  const bool has_rank = vars.has("RANK");
+  const bool has_world = vars.has("WORLD_SIZE");
+  if (has_rank != has_world) {
+    const std::string set = has_rank ? "RANK" : "WORLD_SIZE";
+    const std::string unset = has_rank ? "WORLD_SIZE" : "RANK";
+    throw ConfigError(set + "='" + *vars.get(set) + "': expected " + unset +
+                          " to be set with it, found it unset.",
+                      kTorchrunHint);
+  }
+  if (has_rank) return resolve_torchrun(vars, out);
+  if (vars.has("SLURM_PROCID")) return resolve_slurm(vars, out);
+
+  out.job_id = job_id_of(vars);
+  apply_master_overrides(vars, out);
+  return out;
+}
+
+std::string to_string(EnvSource source) {
+  switch (source) {
+    case EnvSource::torchrun: return "torchrun";
+    case EnvSource::slurm: return "slurm";
+    case EnvSource::single: break;
+  }
+  return "single";
+}
+
+std::vector<int> parse_tasks_per_node(const std::string& name, const std::string& value) {
+  const std::string expected = "expected counts like '4' or '2(x3),1'";
+  auto fail = [&](const std::string& found) {
+    throw ConfigError(name + "='" + value + "': " + expected + ", found " + found + ".", kSlurmHint);
+  };
+  if (value.empty()) fail("an empty value");
+  constexpr std::int64_t kMaxTotal = 1 << 24;  // nodes and tasks: far above any real cluster
+  std::vector<int> counts;
+  std::size_t pos = 0;
+  auto read_number = [&](const char* what) {
+    const std::size_t start = pos;
+    std::int64_t n = 0;
+    while (pos < value.size() && value[pos] >= '0' && value[pos] <= '9') {
+      n = n * 10 + (value[pos++] - '0');
+      if (n > kMaxTotal) fail(std::string("a ") + what + " above " + std::to_string(kMaxTotal));
+    }
+    if (pos == start) {
+      fail(pos < value.size() ? "'" + std::string(1, value[pos]) + "' where a " + what + " belongs at column " +
+                                    std::to_string(pos + 1)
+                              : std::string("the end where a ") + what + " belongs");
+    }
+    if (n == 0) fail(std::string("a ") + what + " of 0 at column " + std::to_string(start + 1));
+    return static_cast<int>(n);
+  };
+  while (true) {
+    const int count = read_number("task count");
+    int repeat = 1;
+    if (value.compare(pos, 2, "(x") == 0) {
+      pos += 2;
+      repeat = read_number("repeat count");
+      if (pos >= value.size() || value[pos] != ')') {
+        fail("no ')' closing the repeat at column " + std::to_string(pos + 1));
+      }
+      ++pos;
+    }
+    if (static_cast<std::int64_t>(counts.size()) + repeat > kMaxTotal) fail("more than 2^24 nodes");
+    counts.insert(counts.end(), static_cast<std::size_t>(repeat), count);
+    if (pos == value.size()) break;
+    if (value[pos] != ',') {
+      fail("'" + std::string(1, value[pos]) + "' at column " + std::to_string(pos + 1) +
+           " where ',' or the end belongs");
+    }
+    ++pos;
+  }
+  return counts;
+}
+
+int slurm_master_port(const std::string& job_id, const std::string& step_id) {
+  const std::uint64_t job = parse_u64("SLURM_JOB_ID", job_id, kSlurmHint);
+  const std::uint64_t step = step_id.empty() ? 0 : parse_u64("SLURM_STEP_ID", step_id, kSlurmHint);
+  return kSlurmPortBase +
+         static_cast<int>((job % kPortJobWindow) * kPortStepSlots + step % kPortStepSlots);
+}
+
+}  // namespace train

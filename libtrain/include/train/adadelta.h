@@ -1,0 +1,58 @@
+// Adadelta for LibTorch, matching torch.optim.Adadelta step for step (LibTorch ships none).
+#pragma once
+
+#include <torch/optim/optimizer.h>
+#include <torch/optim/serialize.h>
+
+#include <vector>
+
+namespace train::optim {
+
+/// Hyper-parameters of torch.optim.Adadelta, with its defaults.
+struct AdadeltaOptions : public torch::optim::OptimizerCloneableOptions<AdadeltaOptions> {
+  AdadeltaOptions(double lr = 1.0) : lr_(lr) {}
+  TORCH_ARG(double, lr) = 1.0;
+  TORCH_ARG(double, rho) = 0.9;
+  TORCH_ARG(double, eps) = 1e-6;
+  TORCH_ARG(double, weight_decay) = 0;
+  TORCH_ARG(bool, maximize) = false;
+
+ public:
+  void serialize(torch::serialize::InputArchive& archive) override;
+  void serialize(torch::serialize::OutputArchive& archive) const override;
+  double get_lr() const override { return lr(); }
+  void set_lr(const double lr) override { this->lr(lr); }
+};
+
+/// Per-parameter state: the running averages of squared gradients and of squared updates.
+struct AdadeltaParamState
+    : public torch::optim::OptimizerCloneableParamState<AdadeltaParamState> {
+  TORCH_ARG(int64_t, step) = 0;
+  TORCH_ARG(torch::Tensor, square_avg);
+  TORCH_ARG(torch::Tensor, acc_delta);
+
+ public:
+  void serialize(torch::serialize::InputArchive& archive) override;
+  void serialize(torch::serialize::OutputArchive& archive) const override;
+};
+
+/// Adadelta (Zeiler 2012) exactly as torch.optim.Adadelta computes it (single-tensor path):
+///   square_avg = rho * square_avg + (1 - rho) * g^2
+///   delta = sqrt(acc_delta + eps) / sqrt(square_avg + eps) * g
+///   acc_delta = rho * acc_delta + (1 - rho) * delta^2
+///   p -= lr * delta
+/// Throws train::ConfigError for a negative lr, eps or weight decay, or rho outside [0, 1].
+class Adadelta : public torch::optim::Optimizer {
+ public:
+  explicit Adadelta(const std::vector<torch::optim::OptimizerParamGroup>& param_groups,
+                    AdadeltaOptions defaults = {});
+  explicit Adadelta(std::vector<torch::Tensor> params, AdadeltaOptions defaults = {})
+      : Adadelta({torch::optim::OptimizerParamGroup(std::move(params))}, std::move(defaults)) {}
+
+  /// One update of every parameter that has a gradient. Parameters without one are skipped.
+  torch::Tensor step(LossClosure closure = nullptr) override;
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+};
+
+}  // namespace train::optim

@@ -1,0 +1,76 @@
+// A process group for libtrain: TCPStore rendezvous plus a Gloo (CPU) or NCCL (CUDA) backend.
+// The c10d types stay behind this interface; user code never includes c10d headers.
+#pragma once
+
+#include "train/launcher/env.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace train {
+
+namespace detail {
+struct ProcessGroupImpl;
+}
+
+/// Which collective library to use.
+enum class Backend { gloo, nccl };
+
+/// "gloo" or "nccl".
+std::string to_string(Backend backend);
+
+/// Options for ProcessGroup::create.
+struct ProcessGroupOptions {
+  Backend backend = Backend::gloo;
+  /// Limit for the rendezvous and for every collective; a peer that dies or never arrives is
+  /// reported within it.
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  /// CUDA device of this rank (NCCL only).
+  int device_index = 0;
+};
+
+/// The ranks of one job and the collectives among them.
+///
+/// Contract: every collective must be called by every rank, in the same order, with tensors of
+/// the same shape and dtype. Collectives are synchronous from the caller's view unless named
+/// *_async. Failures throw train::CommError (or train::TimeoutError) naming this rank and host.
+class ProcessGroup {
+ public:
+  /// Rendezvous through a TCPStore at env.master_addr:env.master_port (rank 0 serves it), then
+  /// builds the backend. Every rank of the job must call it. Throws train::CommError or
+  /// train::TimeoutError if a peer doesn't arrive within options.timeout.
+  static std::shared_ptr<ProcessGroup> create(const DistEnv& env, const ProcessGroupOptions& options);
+
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const;
+  int size() const;
+  Backend backend() const;
+  const DistEnv& env() const;
+  std::chrono::milliseconds timeout() const;
+
+  /// Sums `tensor` over all ranks, in place. All ranks.
+  void allreduce_sum(at::Tensor& tensor);
+  /// Copies `tensor` from `root` to every rank, in place. All ranks.
+  void broadcast(at::Tensor& tensor, int root = 0);
+  /// Returns when every rank has reached it. All ranks.
+  void barrier();
+  /// Ends the backend cleanly (NCCL communicators are destroyed). Idempotent; the destructor
+  /// calls it too.
+  void shutdown();
+
+  /// Internal: the c10d objects, for libtrain's own sources (ddp.cpp).
+  detail::ProcessGroupImpl& impl() { return *impl_; }
+
+ private:
+  explicit ProcessGroup(std::unique_ptr<detail::ProcessGroupImpl> impl);
+  std::unique_ptr<detail::ProcessGroupImpl> impl_;
+};
+
+}  // namespace train

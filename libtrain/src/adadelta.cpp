@@ -1,0 +1,95 @@
+// Adadelta: the update order and in-place ops follow torch/optim/adadelta.py so results match bitwise.
+#include "train/adadelta.h"
+
+#include "train/error.h"
+
+#include <torch/autograd.h>
+
+namespace train::optim {
+
+void AdadeltaOptions::serialize(torch::serialize::OutputArchive& archive) const {
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(lr);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(rho);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(eps);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(weight_decay);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(maximize);
+}
+
+void AdadeltaOptions::serialize(torch::serialize::InputArchive& archive) {
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(double, lr);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(double, rho);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(double, eps);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(double, weight_decay);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(bool, maximize);
+}
+
+void AdadeltaParamState::serialize(torch::serialize::OutputArchive& archive) const {
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(step);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(square_avg);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(acc_delta);
+}
+
+void AdadeltaParamState::serialize(torch::serialize::InputArchive& archive) {
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(int64_t, step);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(torch::Tensor, square_avg);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(torch::Tensor, acc_delta);
+}
+
+Adadelta::Adadelta(const std::vector<torch::optim::OptimizerParamGroup>& param_groups,
+                   AdadeltaOptions defaults)
+    : Optimizer(param_groups, std::make_unique<AdadeltaOptions>(defaults)) {
+  auto bad = [](const std::string& what, double v, const std::string& expect) {
+    throw ConfigError("Adadelta " + what + ": expected " + expect + ", found " +
+                          std::to_string(v) + ".",
+                      "check --lr and the optimizer options.");
+  };
+  if (defaults.lr() < 0) bad("lr", defaults.lr(), "lr >= 0");
+  if (defaults.rho() < 0 || defaults.rho() > 1) bad("rho", defaults.rho(), "0 <= rho <= 1");
+  if (defaults.eps() < 0) bad("eps", defaults.eps(), "eps >= 0");
+  if (defaults.weight_decay() < 0) bad("weight_decay", defaults.weight_decay(), ">= 0");
+}
+
+torch::Tensor Adadelta::step(LossClosure closure) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor loss;
+  if (closure != nullptr) {
+    at::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  for (auto& group : param_groups_) {
+    const auto& o = static_cast<const AdadeltaOptions&>(group.options());
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      torch::Tensor grad = o.maximize() ? -p.grad() : p.grad();
+      auto& slot = state_[p.unsafeGetTensorImpl()];
+      if (!slot) {
+        auto st = std::make_unique<AdadeltaParamState>();
+        st->square_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        st->acc_delta(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        slot = std::move(st);
+      }
+      auto& st = static_cast<AdadeltaParamState&>(*slot);
+      st.step(st.step() + 1);
+      if (o.weight_decay() != 0) grad = grad.add(p, o.weight_decay());
+      auto& square_avg = st.square_avg();
+      auto& acc_delta = st.acc_delta();
+      square_avg.mul_(o.rho()).addcmul_(grad, grad, 1 - o.rho());
+      torch::Tensor std_ = square_avg.add(o.eps()).sqrt_();
+      torch::Tensor delta = acc_delta.add(o.eps()).sqrt_();
+      delta.div_(std_).mul_(grad);
+      acc_delta.mul_(o.rho()).addcmul_(delta, delta, 1 - o.rho());
+      p.add_(delta, -o.lr());
+    }
+  }
+  return loss;
+}
+
+void Adadelta::save(torch::serialize::OutputArchive& archive) const {
+  torch::optim::serialize<AdadeltaParamState, AdadeltaOptions>(archive, *this);
+}
+
+void Adadelta::load(torch::serialize::InputArchive& archive) {
+  torch::optim::serialize<AdadeltaParamState, AdadeltaOptions>(archive, *this);
+}
+
+}  // namespace train::optim

@@ -1,0 +1,167 @@
+// ProcessGroup: TCPStore rendezvous and Gloo/NCCL backends from torch's c10d, with errors that
+// name the rank, host and operation so that a dead peer is reported instead of hanging.
+#include "process_group_impl.h"
+
+#include "train/error.h"
+#include "train/log.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef TRAIN_HAVE_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <cstdlib>
+
+namespace train {
+
+std::string to_string(Backend backend) { return backend == Backend::nccl ? "nccl" : "gloo"; }
+
+namespace detail {
+
+namespace {
+std::string where(const DistEnv& env) {
+  return "rank " + std::to_string(env.rank) + "/" + std::to_string(env.world_size) + " on " +
+         env.host;
+}
+bool looks_like_timeout(const std::string& what) {
+  return what.find("imeout") != std::string::npos || what.find("imed out") != std::string::npos;
+}
+}  // namespace
+
+void ProcessGroupImpl::guarded(const std::string& op, const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const train::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    // c10::Error carries a backtrace after the first line; keep the message readable.
+    auto nl = what.find('\n');
+    if (nl != std::string::npos && nl > 0) what = what.substr(0, nl);
+    const std::string msg = where(env) + ": " + op + " failed: " + what;
+    const std::string hint =
+        "another rank probably died or stalled; look for the first error in the other ranks' "
+        "logs (srun prints them per task). Raise --dist-timeout if ranks are just slow.";
+    if (looks_like_timeout(what)) {
+      throw TimeoutError(msg + " (timeout " + std::to_string(timeout.count() / 1000) + " s)", hint);
+    }
+    throw CommError(msg, hint);
+  }
+}
+
+void ProcessGroupImpl::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& op) {
+  guarded(op, [&] { work->wait(timeout); });
+}
+
+}  // namespace detail
+
+ProcessGroup::ProcessGroup(std::unique_ptr<detail::ProcessGroupImpl> impl) : impl_(std::move(impl)) {}
+
+ProcessGroup::~ProcessGroup() {
+  try {
+    shutdown();
+  } catch (const std::exception& e) {
+    log::warn(std::string("process group shutdown: ") + e.what());
+  }
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::create(const DistEnv& env,
+                                                   const ProcessGroupOptions& options) {
+  auto impl = std::make_unique<detail::ProcessGroupImpl>();
+  impl->env = env;
+  impl->backend = options.backend;
+  impl->timeout = options.timeout;
+  if (env.master_port <= 0 || env.master_port > 65535) {
+    throw ConfigError("MASTER_PORT: expected 1..65535, found " + std::to_string(env.master_port) + ".",
+                      "unset MASTER_PORT to let libtrain derive one from the job id.");
+  }
+  impl->guarded("rendezvous with " + env.master_addr + ":" + std::to_string(env.master_port), [&] {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<uint16_t>(env.master_port);
+    so.isServer = env.rank == 0;
+    so.numWorkers = env.world_size;
+    so.waitWorkers = true;
+    so.timeout = options.timeout;
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+    // A prefix keeps our keys apart should the user reuse the store.
+    impl->store = c10::make_intrusive<c10d::PrefixStore>("libtrain", tcp);
+  });
+
+  if (options.backend == Backend::gloo) {
+    impl->guarded("creating the Gloo backend", [&] {
+      auto o = c10d::ProcessGroupGloo::Options::create(options.timeout);
+      // Bind to the address other ranks can reach us at; the default device resolves the host
+      // name, which on clusters often maps to a management interface or 127.0.1.1.
+      const char* iface = std::getenv("GLOO_SOCKET_IFNAME");
+      if (iface != nullptr && *iface != '\0') {
+        o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(iface));
+      } else {
+        o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      }
+      o->threads = 2;
+      impl->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, env.rank, env.world_size, o);
+    });
+  } else {
+#ifdef TRAIN_HAVE_NCCL
+    impl->guarded("creating the NCCL backend", [&] {
+      auto o = c10d::ProcessGroupNCCL::Options::create();
+      o->timeout = options.timeout;
+      auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl->store, env.rank, env.world_size, o);
+      nccl->setBoundDeviceId(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(options.device_index)));
+      impl->pg = nccl;
+    });
+#else
+    throw ConfigError("--backend nccl: this build of libtrain has no NCCL support.",
+                      "rebuild against a CUDA build of torch with nccl.h available (TRAIN_NCCL=ON), "
+                      "or use --backend gloo.");
+#endif
+  }
+  return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
+}
+
+int ProcessGroup::rank() const { return impl_->env.rank; }
+int ProcessGroup::size() const { return impl_->env.world_size; }
+Backend ProcessGroup::backend() const { return impl_->backend; }
+const DistEnv& ProcessGroup::env() const { return impl_->env; }
+std::chrono::milliseconds ProcessGroup::timeout() const { return impl_->timeout; }
+
+void ProcessGroup::allreduce_sum(at::Tensor& tensor) {
+  std::vector<at::Tensor> v{tensor};
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d::ReduceOp::SUM;
+  o.timeout = impl_->timeout;
+  c10::intrusive_ptr<c10d::Work> work;
+  impl_->guarded("allreduce", [&] { work = impl_->pg->allreduce(v, o); });
+  impl_->wait(work, "allreduce");
+}
+
+void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
+  std::vector<at::Tensor> v{tensor};
+  c10d::BroadcastOptions o;
+  o.rootRank = root;
+  o.timeout = impl_->timeout;
+  c10::intrusive_ptr<c10d::Work> work;
+  impl_->guarded("broadcast", [&] { work = impl_->pg->broadcast(v, o); });
+  impl_->wait(work, "broadcast");
+}
+
+void ProcessGroup::barrier() {
+  c10d::BarrierOptions o;
+  o.timeout = impl_->timeout;
+  if (impl_->backend == Backend::nccl) o.device_ids = {static_cast<int64_t>(0)};
+  c10::intrusive_ptr<c10d::Work> work;
+  impl_->guarded("barrier", [&] { work = impl_->pg->barrier(o); });
+  impl_->wait(work, "barrier");
+}
+
+void ProcessGroup::shutdown() {
+  if (impl_->shut_down) return;
+  impl_->shut_down = true;
+  if (impl_->pg) impl_->pg->shutdown();
+  impl_->pg.reset();
+  impl_->store.reset();
+}
+
+}  // namespace train

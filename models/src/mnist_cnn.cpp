@@ -1,0 +1,32 @@
+// MnistCnn: the same layers, registration order and forward pass as the seeds' Python Net.
+#include "train/models/mnist_cnn.h"
+
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/functional/pooling.h>
+
+namespace train::models {
+
+namespace F = torch::nn::functional;
+
+MnistCnn::MnistCnn(const ModelOptions& options) : dropout_(options.dropout) {
+  conv1_ = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3).stride(1)));
+  conv2_ = register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3).stride(1)));
+  dropout1_ = register_module("dropout1", torch::nn::Dropout(/*p=*/0.25));
+  dropout2_ = register_module("dropout2", torch::nn::Dropout(/*p=*/0.5));
+  fc1_ = register_module("fc1", torch::nn::Linear(9216, 128));
+  fc2_ = register_module("fc2", torch::nn::Linear(128, 10));
+}
+
+torch::Tensor MnistCnn::forward(torch::Tensor x) {
+  x = torch::relu(conv1_->forward(x));
+  x = torch::relu(conv2_->forward(x));
+  x = torch::max_pool2d(x, /*kernel_size=*/2);
+  if (dropout_) x = dropout1_->forward(x);
+  x = torch::flatten(x, /*start_dim=*/1);
+  x = torch::relu(fc1_->forward(x));
+  if (dropout_) x = dropout2_->forward(x);
+  x = fc2_->forward(x);
+  return torch::log_softmax(x, /*dim=*/1);
+}
+
+}  // namespace train::models

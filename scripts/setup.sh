@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what libtrain needs on a fresh Debian machine: Debian packages (as root) and
+# torch==2.11.0 into .venv at the repo root. Re-running is quick and changes nothing.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+
+TORCH_VERSION=${TRAIN_TORCH_VERSION:-2.11.0}
+debs=(cmake ninja-build ccache g++ pkg-config libgloo-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
+      libcli11-dev nlohmann-json3-dev zlib1g-dev libssl-dev dataset-fashion-mnist slurm-wlm munge)
+
+missing=()
+for p in "${debs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "setup: missing Debian packages: ${missing[*]}" >&2
+    echo "Hint: run as root, or: sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "setup: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+py=${TRAIN_PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$py" -m venv .venv
+fi
+have=$(.venv/bin/python -c 'import torch, numpy; print(torch.__version__.split("+")[0])' 2>/dev/null || true)
+if [ "$have" != "$TORCH_VERSION" ]; then
+  # pip's cache lives outside the repo (~/.cache/pip), so a fresh clone reinstalls from it.
+  echo "setup: pip install torch==$TORCH_VERSION numpy into .venv (found: ${have:-none})"
+  .venv/bin/python -m pip install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy
+fi
+echo "setup: ok (torch $(.venv/bin/python -c 'import torch; print(torch.__version__)' 2>/dev/null))"

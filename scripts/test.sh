@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, builds, starts the local SLURM cluster for the
+# `slurm` tests, and runs every test with ctest. Extra arguments go to ctest (e.g. -L unit).
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+scripts/setup.sh
+scripts/build.sh
+started_slurm=0
+if [ -x scripts/local-slurm.sh ] && [ "${TRAIN_TEST_SLURM:-1}" = 1 ]; then
+  if ! scripts/local-slurm.sh status >/dev/null 2>&1; then
+    scripts/local-slurm.sh start
+    started_slurm=1
+  fi
+fi
+cleanup() { [ "$started_slurm" = 1 ] && scripts/local-slurm.sh stop >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+cd build
+ctest --output-on-failure --timeout 1200 "$@"

@@ -1,0 +1,52 @@
+// Helpers shared by the test suites: temp folders, running programs, the venv's Python.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace train::test {
+
+/// A fresh folder under the build tree, removed by the destructor.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag);
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+/// Result of a finished child process.
+struct RunResult {
+  int exit_code = -1;     ///< exit status, or -1 when killed by a signal
+  int signal = 0;         ///< the signal that ended it, 0 if it exited
+  std::string out;        ///< stdout
+  std::string err;        ///< stderr
+  double seconds = 0;
+};
+
+/// Runs `argv` with extra environment entries ("NAME=value"), capturing stdout and stderr.
+/// Kills it (SIGKILL) after timeout_sec so a test can never hang.
+RunResult run_program(const std::vector<std::string>& argv, const std::vector<std::string>& env = {},
+                      double timeout_sec = 300);
+
+/// Writes bytes to a file, creating or truncating it.
+void write_file(const std::string& path, const std::vector<uint8_t>& bytes);
+std::string read_text(const std::string& path);
+
+/// The venv's python (TRAIN_SOURCE_DIR/.venv/bin/python) if it can import torch, else "".
+std::string venv_python();
+
+/// Path of a program built into build/bin.
+std::string bin(const std::string& name);
+
+/// The last non-empty line of `text`.
+std::string last_line(const std::string& text);
+
+/// Debian's Fashion-MNIST folder, or "" when the package is not installed.
+std::string fashion_mnist_dir();
+
+}  // namespace train::test
