@@ -1,6 +1,7 @@
 # train::train: the LibTorch half of libtrain (process groups, DDP, sampler, Adadelta, trainer).
 add_library(train STATIC
   ${CMAKE_CURRENT_LIST_DIR}/src/adadelta.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/src/checkpoint.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/ddp.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/process_group.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/sampler.cpp

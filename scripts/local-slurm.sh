@@ -8,7 +8,8 @@
 #   scripts/local-slurm.sh stop     # stops only what this script started
 #
 # Nodes node1 (127.0.0.2, slurmd port 17001) and node2 (127.0.0.3, port 17002), 2 CPUs
-# each, partition "debug" (default). Everything listens/talks on loopback addresses.
+# each, partition "debug" (default). All Slurm traffic uses 127.0.0.x addresses; slurmctld
+# listens on 127.0.0.1 only (slurmd/srun listen on all addresses: Slurm can't narrow them here).
 # Config, state, logs, pid files: $TRAIN_SLURM_DIR (default <repo>/.slurm/).
 # Clients find the config through SLURM_CONF (source $DIR/env.sh), or through
 # /etc/slurm/slurm.conf, which start makes a symlink to $DIR/slurm.conf when absent.
@@ -17,7 +18,7 @@ set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$SCRIPT_DIR/.." && pwd)"
-DIR="${TRAIN_SLURM_DIR:-$REPO/.slurm}"
+DIR="$(realpath -m "${TRAIN_SLURM_DIR:-$REPO/.slurm}")"
 CONF="$DIR/slurm.conf"
 RUN="$DIR/run"
 LOG="$DIR/log"
@@ -28,27 +29,33 @@ NODES=(node1 node2)
 declare -A NODE_ADDR=([node1]=127.0.0.2 [node2]=127.0.0.3)
 declare -A NODE_PORT=([node1]=17001 [node2]=17002)
 CTLD_PORT="${TRAIN_SLURM_CTLD_PORT:-16817}"
-CRED_EXPIRE="${TRAIN_SLURM_CRED_EXPIRE:-30}"   # also the delay before a requeued job may restart
+CRED_EXPIRE="${TRAIN_SLURM_CRED_EXPIRE:-30}"   # s, >= 5; also how long a requeued job waits
 START_TIMEOUT="${TRAIN_SLURM_START_TIMEOUT:-60}"
 ETC_CONF=/etc/slurm/slurm.conf
 MUNGE_KEY=/etc/munge/munge.key
 
 log() { echo "local-slurm: $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+die_start() { tail_logs; die "$*; '$0 stop' cleans up"; }
 
 # Client commands must use our config, whatever the caller's environment says.
 export SLURM_CONF="$CONF"
 
 # ---------------------------------------------------------------- helpers
 
+# running PID: the process exists and is not a zombie.
+running() { [[ -r "/proc/$1/stat" ]] && ! awk '{ exit !($3 == "Z") }' "/proc/$1/stat" 2>/dev/null; }
+
 # pid_alive PIDFILE NAME: true when PIDFILE names a live process whose command is NAME.
 pid_alive() {
     local f="$1" name="$2" pid
     [[ -s "$f" ]] || return 1
     pid="$(tr -dc '0-9' <"$f")"
-    [[ -n "$pid" && -d "/proc/$pid" ]] || return 1
+    [[ -n "$pid" ]] && running "$pid" || return 1
     # Guard against pid reuse: the process must be the daemon we started.
-    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$name" || return 1
+    local cmd
+    cmd="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" || return 1
+    [[ "$cmd" == *"$name"* ]] || return 1
     echo "$pid"
 }
 
@@ -72,11 +79,14 @@ nodes_idle() {
 }
 
 tail_logs() {
-    local f
-    for f in "$LOG"/slurmctld.log "$LOG"/slurmd.*.log "$LOG"/*.out "$LOG"/munged.log; do
+    local f out
+    for f in "$LOG"/munged.log "$LOG"/slurmctld.log "$LOG"/slurmd.*.log; do
+        [[ -e "$f" ]] || continue
+        out="${f%.log}.out"     # stderr of the daemon: start-up errors before its log opens
+        [[ -s "$f" ]] || f="$out"
         [[ -s "$f" ]] || continue
         echo "----- tail $f" >&2
-        tail -n 20 "$f" >&2
+        tail -n 12 "$f" >&2
     done
 }
 
@@ -156,25 +166,25 @@ ensure_munge() {
     log "started munged (pid $(cat "$RUN/munged.pid"))"
 }
 
-# Listen on loopback addresses only, not INADDR_ANY. With NoInAddrAny a daemon (and srun)
-# binds to the address its *hostname* resolves to, so each slurmd runs in its own UTS
-# namespace whose hostname is its node name (node1 -> 127.0.0.2); tasks then also see
-# `hostname` = node1/node2, as on a real cluster. slurmctld (NoCtldInAddrAny) binds to what
-# this host's name resolves to, which must be loopback. Without unshare, or when the host
-# name is not loopback, fall back to Slurm's default (listen on all addresses).
-use_uts() { [[ "${TRAIN_SLURM_NO_UTS:-0}" != 1 ]] && unshare --uts true 2>/dev/null; }
-
+# slurmctld listens on 127.0.0.1 only (NoCtldInAddrAny: it binds to what this host's name
+# resolves to, so only when that is loopback). slurmd and srun always listen on all
+# addresses: NoInAddrAny would bind them to their hostname's address, but slurmd answers
+# srun at the *source* address of srun's connection, which is 127.0.0.1 for any loopback
+# destination, so an srun inside a job (bound to 127.0.0.2) gets "Connection refused".
+# All traffic still goes over loopback: every address in the config is 127.0.0.x.
 comm_params() {
     local a
     a="$(getent ahostsv4 "$(hostname)" 2>/dev/null | awk '{print $1; exit}' || true)"
-    if [[ "$a" != 127.* ]]; then
-        echo "# $(hostname) resolves to '$a', not loopback: daemons listen on all addresses"
-    elif use_uts; then
-        echo "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny"
-    else
+    if [[ "$a" == 127.* ]]; then
         echo "CommunicationParameters=NoCtldInAddrAny"
+    else
+        echo "# $(hostname) resolves to '$a', not loopback: slurmctld listens on all addresses"
     fi
 }
+
+# Each slurmd runs in its own UTS namespace whose hostname is its node name, so jobs see
+# `hostname` = node1/node2 (resolving to 127.0.0.2/3) as on a real cluster.
+use_uts() { [[ "${TRAIN_SLURM_NO_UTS:-0}" != 1 ]] && unshare --uts true 2>/dev/null; }
 
 write_conf() {
     local n tmp="$CONF.tmp.$$"
@@ -228,6 +238,9 @@ EOF
     if [[ -f "$CONF" ]] && cmp -s "$tmp" "$CONF"; then
         rm -f "$tmp"
     else
+        if [[ -f "$CONF" ]] && ctld_alive; then
+            log "WARNING: slurm.conf changed while slurmctld runs; run '$0 stop' then '$0 start'"
+        fi
         mv "$tmp" "$CONF"
     fi
     # No SPANK plugins: keep site plugstack.conf (next to /etc/slurm) out of this cluster.
@@ -256,21 +269,30 @@ spawn() {
     disown $! 2>/dev/null || true
 }
 
+# port_busy ADDR PORT: something accepts connections there.
+port_busy() { timeout 2 bash -c "exec 3<>/dev/tcp/$1/$2" 2>/dev/null; }
+
 start_daemons() {
     local n pid
     if pid="$(pid_alive "$RUN/slurmctld.pid" slurmctld)"; then
         log "slurmctld already running (pid $pid)"
     else
+        # Another cluster (another TRAIN_SLURM_DIR?) would answer our clients instead.
+        port_busy 127.0.0.1 "$CTLD_PORT" &&
+            die "port $CTLD_PORT is taken (another local SLURM?); stop it or set TRAIN_SLURM_CTLD_PORT"
         spawn slurmctld "$RUN/slurmctld.pid" slurmctld -D -f "$CONF"
         log "started slurmctld (pid $(cat "$RUN/slurmctld.pid"))"
     fi
     for n in "${NODES[@]}"; do
         mkdir -p "$DIR/spool/$n"
-        if pid="$(pid_alive "$RUN/slurmd.$n.pid" slurmd)"; then
+        if pid="$(pid_alive "$RUN/slurmd.$n.pid" "slurmd -D -f $CONF -N $n")"; then
             log "slurmd $n already running (pid $pid)"
         else
-            if grep -q '^CommunicationParameters=.*NoInAddrAny' "$CONF"; then
-                # own hostname (see comm_params); unshare and sh exec, so the pid stays slurmd's
+            port_busy "${NODE_ADDR[$n]}" "${NODE_PORT[$n]}" &&
+                die "port ${NODE_PORT[$n]} of $n is taken (another local SLURM?); stop it first"
+            if use_uts; then
+                # own hostname (see use_uts); unshare and sh exec, so the pid stays slurmd's
+                # shellcheck disable=SC2016  # $0/$@ expand in the inner sh
                 spawn "slurmd.$n" "$RUN/slurmd.$n.pid" unshare --uts \
                     sh -c 'hostname "$0" && exec "$@"' "$n" slurmd -D -f "$CONF" -N "$n"
             else
@@ -284,22 +306,24 @@ start_daemons() {
 wait_up() {
     local t0="$1" deadline=$((SECONDS + START_TIMEOUT)) n
     while ((SECONDS < deadline)); do
-        ctld_alive || { tail_logs; die "slurmctld exited during start-up"; }
+        ctld_alive || die_start "slurmctld exited during start-up"
         for n in "${NODES[@]}"; do
-            slurmd_alive "$n" || { tail_logs; die "slurmd $n exited during start-up"; }
+            slurmd_alive "$n" || die_start "slurmd $n exited during start-up"
         done
         nodes_idle && return 0
         # A node left DOWN by an earlier run returns by itself (ReturnToService=2) once
         # its slurmd registers; a DRAINED one needs this.
-        if timeout 10 sinfo -h -N -o '%N %t' 2>/dev/null | grep -Eq ' (drain|drng|drained)$'; then
+        if grep -Eq ' (drain|drng|drained)$' <<<"$(timeout 10 sinfo -h -N -o '%N %t' 2>/dev/null || true)"; then
             scontrol update NodeName=node[1-2] State=RESUME >/dev/null 2>&1 || true
         fi
         sleep 0.5
     done
     timeout 10 sinfo -N >&2 || true
     tail_logs
-    die "nodes not idle after ${START_TIMEOUT}s (started $((SECONDS - t0))s ago)"
+    die "nodes not idle after ${START_TIMEOUT} s (start began $(elapsed "$t0") s ago); logs in $LOG"
 }
+
+elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
 
 summary() {
     echo "local SLURM up: cluster $CLUSTER, partition $PARTITION, nodes node1(127.0.0.2) node2(127.0.0.3), 2 CPUs each; conf $CONF$1"
@@ -310,7 +334,7 @@ summary() {
 
 cmd_start() {
     ensure_root
-    local t0=$SECONDS
+    local t0=$EPOCHREALTIME
     if [[ -f "$CONF" ]] && all_daemons_alive && munge_works && nodes_idle; then
         summary " (already running)"
         return 0
@@ -322,7 +346,7 @@ cmd_start() {
     ensure_munge
     start_daemons
     wait_up "$t0"
-    summary "; up in $((SECONDS - t0)) s"
+    summary "; up in $(elapsed "$t0") s"
 }
 
 # stop_pid NAME PIDFILE: TERM the process, wait for it (KILL after 30 s), remove the pid file.
@@ -334,23 +358,28 @@ stop_pid() {
     fi
     kill -TERM "$pid" 2>/dev/null || true
     for i in $(seq 1 300); do
-        [[ -d "/proc/$pid" ]] || break
+        running "$pid" || break
         sleep 0.1
     done
-    if [[ -d "/proc/$pid" ]]; then
+    if running "$pid"; then
         log "$name (pid $pid) ignored SIGTERM for 30 s; killing it"
         kill -KILL "$pid" 2>/dev/null || true
-        while [[ -d "/proc/$pid" ]]; do sleep 0.1; done
+        for i in $(seq 1 100); do running "$pid" || break; sleep 0.1; done
     fi
-    log "stopped $name (pid $pid)"
+    log "stopped ${name%% -D*} (pid $pid)"
     rm -f "$f"
 }
 
 # Step daemons of this cluster's jobs: slurmstepd processes holding a file under $DIR open.
 our_stepds() {
-    local p
+    local p fd
     for p in $(pgrep -x slurmstepd 2>/dev/null || true); do
-        if ls -l "/proc/$p/fd" 2>/dev/null | grep -q -- "-> $DIR/"; then echo "$p"; fi
+        for fd in "/proc/$p/fd/"*; do
+            if [[ "$(readlink "$fd" 2>/dev/null)" == "$DIR/"* ]]; then
+                echo "$p"
+                break
+            fi
+        done
     done
 }
 
@@ -370,7 +399,7 @@ cmd_stop() {
     fi
     for ((i = ${#NODES[@]} - 1; i >= 0; i--)); do
         n="${NODES[$i]}"
-        stop_pid slurmd "$RUN/slurmd.$n.pid"
+        stop_pid "slurmd -D -f $CONF -N $n" "$RUN/slurmd.$n.pid"
     done
     for p in $(our_stepds); do
         log "killing leftover slurmstepd $p"
@@ -380,7 +409,7 @@ cmd_stop() {
     if [[ -f "$RUN/munged.ours" ]]; then
         stop_pid munged "$RUN/munged.pid"
         rm -f "$RUN/munged.ours"
-    else
+    elif munge_works; then
         log "munged was not started by this script; leaving it running"
     fi
     if [[ -L "$ETC_CONF" && "$(readlink "$ETC_CONF")" == "$CONF" ]]; then
@@ -405,7 +434,7 @@ cmd_status() {
         echo "slurmctld  down"; up=0
     fi
     for n in "${NODES[@]}"; do
-        if pid="$(pid_alive "$RUN/slurmd.$n.pid" slurmd)"; then
+        if pid="$(pid_alive "$RUN/slurmd.$n.pid" "slurmd -D -f $CONF -N $n")"; then
             echo "slurmd $n pid $pid"
         else
             echo "slurmd $n down"; up=0

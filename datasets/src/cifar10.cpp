@@ -3,14 +3,12 @@
 
 #include "train/datasets/idx.h"
 #include "train/error.h"
+#include "train/files.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 
-#include <filesystem>
 #include <vector>
-
-namespace fs = std::filesystem;
 
 namespace train::datasets {
 
@@ -27,17 +25,16 @@ TensorDataset load_cifar10(const std::string& dir, Split split, const LoadOption
   std::vector<uint8_t> pixels;
   for (const auto& file : files) {
     if (int64_t(labels.size()) >= want) break;
-    fs::path path = fs::path(dir) / file;
-    std::error_code ec;
-    if (!fs::is_regular_file(path, ec)) {
-      throw DataError(path.string() + ": not found (CIFAR-10 binary version expected: " +
+    const std::string path = files::join(dir, file);
+    if (!files::is_regular_file(path)) {
+      throw DataError(path + ": not found (CIFAR-10 binary version expected: " +
                           "data_batch_1..5.bin and test_batch.bin).",
                       "pass --data with the cifar-10-batches-bin folder extracted from "
                       "cifar-10-binary.tar.gz.");
     }
-    std::vector<uint8_t> bytes = read_file_bytes(path.string());
+    std::vector<uint8_t> bytes = read_file_bytes(path);
     if (bytes.empty() || bytes.size() % kCifarRecordBytes != 0) {
-      throw DataError(path.string() + ": expected whole records of " +
+      throw DataError(path + ": expected whole records of " +
                           std::to_string(kCifarRecordBytes) + " bytes (" +
                           std::to_string(kCifarRecordsPerFile * kCifarRecordBytes) +
                           " bytes for 10000 records), found " + std::to_string(bytes.size()) +
@@ -48,7 +45,7 @@ TensorDataset load_cifar10(const std::string& dir, Split split, const LoadOption
     for (int64_t r = 0; r < records && int64_t(labels.size()) < want; ++r) {
       const uint8_t* rec = bytes.data() + r * kCifarRecordBytes;
       if (rec[0] > 9) {
-        throw DataError(path.string() + ": expected labels in 0..9, found " +
+        throw DataError(path + ": expected labels in 0..9, found " +
                             std::to_string(int(rec[0])) + " in record " + std::to_string(r) + ".",
                         "this is not the CIFAR-10 binary version (CIFAR-100 has 2 label bytes); "
                         "re-extract cifar-10-binary.tar.gz.");

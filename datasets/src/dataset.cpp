@@ -4,8 +4,8 @@
 #include "train/datasets/cifar10.h"
 #include "train/datasets/idx.h"
 #include "train/error.h"
+#include "train/files.h"
 
-#include <filesystem>
 
 namespace train::datasets {
 
@@ -25,8 +25,7 @@ TensorDataset load_dataset(const std::string& name, const std::string& dir, Spli
 
 std::string default_fashion_mnist_dir() {
   const char* kDir = "/usr/share/datasets/fashion-mnist";
-  std::error_code ec;
-  return std::filesystem::is_directory(kDir, ec) ? kDir : "";
+  return files::is_directory(kDir) ? kDir : "";
 }
 
 }  // namespace train::datasets

@@ -2,6 +2,7 @@
 #include "train/datasets/idx.h"
 
 #include "train/error.h"
+#include "train/files.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
@@ -9,10 +10,7 @@
 
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <sstream>
-
-namespace fs = std::filesystem;
 
 namespace train::datasets {
 namespace {
@@ -30,9 +28,8 @@ uint32_t read_be32(const std::vector<uint8_t>& b, size_t off) {
 // Finds `stem` or `stem.gz` in dir; the error lists both names tried.
 std::string find_idx_file(const std::string& dir, const std::string& stem) {
   for (const std::string& cand : {stem, stem + ".gz"}) {
-    fs::path p = fs::path(dir) / cand;
-    std::error_code ec;
-    if (fs::is_regular_file(p, ec)) return p.string();
+    const std::string p = files::join(dir, cand);
+    if (files::is_regular_file(p)) return p;
   }
   throw DataError(stem + ": not found in '" + dir + "' (looked for " + stem + " and " + stem +
                       ".gz).",

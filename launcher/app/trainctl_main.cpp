@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <iostream>
@@ -128,7 +129,10 @@ Command add_env(CLI::App& app) {
   }};
 }
 
-Command add_local(CLI::App& app) {
+/// `trainctl local`; `after_dashes` holds the arguments after the first "--" (the program and its
+/// arguments), which main() keeps away from CLI11 so that a mistyped flag before it is reported
+/// by name rather than as a stray program argument.
+Command add_local(CLI::App& app, const std::vector<std::string>& after_dashes) {
   auto* cmd = app.add_subcommand("local", "Start N ranks of a program on this machine, like torchrun --standalone");
   cmd->footer(
       "Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK=0,\n"
@@ -150,7 +154,8 @@ Command add_local(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--no-prefix", "pass the ranks' output through untouched (no '[rN] ' prefix)");
   cmd->add_option("PROGRAM", options->command, "the program and its arguments, after '--'; required");
-  return {cmd, [options, cmd]() {
+  return {cmd, [options, cmd, &after_dashes]() {
+    options->command.insert(options->command.end(), after_dashes.begin(), after_dashes.end());
     // Checked here rather than with required(), so that a mistyped flag is reported as such.
     if (cmd->count("--nproc") == 0) {
       throw train::ConfigError("--nproc: expected the number of ranks to start, found none given.",
@@ -182,7 +187,17 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "trainctl " TRAIN_VERSION);
   app.require_subcommand(1);
 
-  const std::vector<Command> commands = {add_hostnames(app), add_hostlist(app), add_env(app), add_local(app)};
+  std::vector<std::string> args(argv + 1, argv + argc);
+  std::vector<std::string> after_dashes;
+  if (!args.empty() && args.front() == "local") {
+    const auto dashes = std::find(args.begin(), args.end(), "--");
+    if (dashes != args.end()) {
+      after_dashes.assign(dashes + 1, args.end());
+      args.erase(dashes, args.end());
+    }
+  }
+  const std::vector<Command> commands = {add_hostnames(app), add_hostlist(app), add_env(app),
+                                         add_local(app, after_dashes)};
 
   if (argc >= 2 && argv[1][0] != '-') {
     std::string names;
@@ -199,7 +214,8 @@ int main(int argc, char** argv) {
   }
 
   try {
-    app.parse(argc, argv);
+    std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last-first
+    app.parse(args);
   } catch (const CLI::Success& e) {
     return app.exit(e);  // --help, --version
   } catch (const CLI::ParseError& e) {

@@ -39,6 +39,14 @@ void add_flags(CLI::App& app, train::TrainConfig& c) {
   app.add_option("--backend", c.backend, "auto | gloo | nccl")->capture_default_str();
   app.add_option("--dist-timeout", c.dist_timeout_sec, "seconds before a missing or stalled peer is an error")->capture_default_str();
   app.add_option("--bucket-cap-mb", c.bucket_cap_mb, "DDP gradient bucket size in MB")->capture_default_str();
+  app.add_option("--checkpoint-dir", c.checkpoint_dir, "write checkpoints here (shared by all nodes); enables resume");
+  app.add_option("--checkpoint-every", c.checkpoint_every, "also checkpoint every N steps (0: only at epoch ends)")->capture_default_str();
+  app.add_option("--keep-checkpoints", c.keep_checkpoints, "checkpoints to keep; older ones go once a newer is safe")->capture_default_str();
+  app.add_option("--resume", c.resume, "auto (newest valid in --checkpoint-dir) | never | PATH")->capture_default_str();
+  app.add_option("--preempt-signal,--preempt-signals", c.preempt_signals,
+                 "signals that mean checkpoint-and-stop, comma separated, or none")->capture_default_str();
+  app.add_option("--time-margin", c.time_margin_sec, "checkpoint and requeue this many seconds before the SLURM job's end")->capture_default_str();
+  app.add_flag("!--no-requeue", c.requeue, "under SLURM, don't run scontrol requeue after a preemption checkpoint");
 }
 
 }  // namespace
@@ -72,7 +80,7 @@ int main(int argc, char** argv) {
     if (env.rank == 0) {
       std::cout << train::to_json(result) << std::endl;
     }
-    return 0;
+    return result.preempted ? train::kExitPreempted : 0;
   } catch (const train::ConfigError& e) {
     train::log::error(e.what());
     return 2;

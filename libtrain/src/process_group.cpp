@@ -14,6 +14,8 @@
 
 #include <cstdlib>
 
+#include <unistd.h>
+
 namespace train {
 
 std::string to_string(Backend backend) { return backend == Backend::nccl ? "nccl" : "gloo"; }
@@ -40,7 +42,7 @@ void ProcessGroupImpl::guarded(const std::string& op, const std::function<void()
     // c10::Error carries a backtrace after the first line; keep the message readable.
     auto nl = what.find('\n');
     if (nl != std::string::npos && nl > 0) what = what.substr(0, nl);
-    const std::string msg = where(env) + ": " + op + " failed: " + what;
+    const std::string msg = where(env) + ": " + op + " failed: " + what + diagnose_peers();
     const std::string hint =
         "another rank probably died or stalled; look for the first error in the other ranks' "
         "logs (srun prints them per task). Raise --dist-timeout if ranks are just slow.";
@@ -48,6 +50,68 @@ void ProcessGroupImpl::guarded(const std::string& op, const std::function<void()
       throw TimeoutError(msg + " (timeout " + std::to_string(timeout.count() / 1000) + " s)", hint);
     }
     throw CommError(msg, hint);
+  }
+}
+
+void ProcessGroupImpl::start_heartbeat() {
+  if (env.world_size <= 1 || !store) return;
+  c10::intrusive_ptr<c10d::Store> own = store->clone();
+  own->setTimeout(std::chrono::seconds(5));
+  const std::string key = "beat/" + std::to_string(env.rank);
+  own->set("host/" + std::to_string(env.rank), [&] {
+    std::string h = env.host + " (pid " + std::to_string(::getpid()) + ")";
+    return std::vector<uint8_t>(h.begin(), h.end());
+  }());
+  heartbeat = std::thread([this, own, key] {
+    std::unique_lock<std::mutex> lock(heartbeat_mu);
+    while (!heartbeat_stop) {
+      try {
+        own->add(key, 1);
+      } catch (const std::exception&) {
+        return;  // the store (rank 0) is gone; diagnose_peers() will say so
+      }
+      heartbeat_cv.wait_for(lock, std::chrono::seconds(1));
+    }
+  });
+}
+
+void ProcessGroupImpl::stop_heartbeat() {
+  {
+    std::lock_guard<std::mutex> lock(heartbeat_mu);
+    heartbeat_stop = true;
+  }
+  heartbeat_cv.notify_all();
+  if (heartbeat.joinable()) heartbeat.join();
+}
+
+std::string ProcessGroupImpl::diagnose_peers() {
+  if (env.world_size <= 1 || !store) return "";
+  try {
+    c10::intrusive_ptr<c10d::Store> s = store->clone();
+    s->setTimeout(std::chrono::seconds(5));
+    auto read_beats = [&] {
+      std::vector<int64_t> beats(env.world_size);
+      for (int r = 0; r < env.world_size; ++r) beats[r] = s->add("beat/" + std::to_string(r), 0);
+      return beats;
+    };
+    const auto before = read_beats();
+    std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+    const auto after = read_beats();
+    std::string silent;
+    for (int r = 0; r < env.world_size; ++r) {
+      if (after[r] != before[r]) continue;
+      std::string host = "?";
+      if (s->check({"host/" + std::to_string(r)})) {
+        auto h = s->get("host/" + std::to_string(r));
+        host.assign(h.begin(), h.end());
+      }
+      silent += (silent.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " on " + host;
+    }
+    if (silent.empty()) return ". Every rank's process is still alive.";
+    return ". Not responding (dead or frozen): " + silent + ".";
+  } catch (const std::exception&) {
+    return ". The rendezvous store served by rank 0 at " + env.master_addr + ":" +
+           std::to_string(env.master_port) + " is unreachable: rank 0 has probably died.";
   }
 }
 
@@ -73,6 +137,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const DistEnv& env,
   impl->env = env;
   impl->backend = options.backend;
   impl->timeout = options.timeout;
+  impl->device_index = options.device_index;
   if (env.master_port <= 0 || env.master_port > 65535) {
     throw ConfigError("MASTER_PORT: expected 1..65535, found " + std::to_string(env.master_port) + ".",
                       "unset MASTER_PORT to let libtrain derive one from the job id.");
@@ -88,6 +153,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const DistEnv& env,
     // A prefix keeps our keys apart should the user reuse the store.
     impl->store = c10::make_intrusive<c10d::PrefixStore>("libtrain", tcp);
   });
+  impl->start_heartbeat();
 
   if (options.backend == Backend::gloo) {
     impl->guarded("creating the Gloo backend", [&] {
@@ -150,7 +216,7 @@ void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
 void ProcessGroup::barrier() {
   c10d::BarrierOptions o;
   o.timeout = impl_->timeout;
-  if (impl_->backend == Backend::nccl) o.device_ids = {static_cast<int64_t>(0)};
+  if (impl_->backend == Backend::nccl) o.device_ids = {static_cast<int64_t>(impl_->device_index)};
   c10::intrusive_ptr<c10d::Work> work;
   impl_->guarded("barrier", [&] { work = impl_->pg->barrier(o); });
   impl_->wait(work, "barrier");
@@ -159,6 +225,7 @@ void ProcessGroup::barrier() {
 void ProcessGroup::shutdown() {
   if (impl_->shut_down) return;
   impl_->shut_down = true;
+  impl_->stop_heartbeat();
   if (impl_->pg) impl_->pg->shutdown();
   impl_->pg.reset();
   impl_->store.reset();

@@ -7,8 +7,12 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 
 namespace train::detail {
 
@@ -18,7 +22,19 @@ struct ProcessGroupImpl {
   std::chrono::milliseconds timeout{0};
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::Backend> pg;
+  int device_index = 0;  // CUDA device of this rank (NCCL)
   bool shut_down = false;
+
+  // Liveness: every rank bumps "beat/<rank>" in the store once a second from its own store
+  // connection, so that after a failed collective we can name the ranks that stopped beating.
+  std::thread heartbeat;
+  std::mutex heartbeat_mu;
+  std::condition_variable heartbeat_cv;
+  bool heartbeat_stop = false;
+  void start_heartbeat();
+  void stop_heartbeat();
+  /// After a failure: which ranks are dead or unreachable, in words ("" if it can't tell).
+  std::string diagnose_peers();
 
   /// Runs fn, turning c10d/Gloo/NCCL exceptions into train::CommError / TimeoutError that name
   /// this rank, host and the operation.

@@ -3,9 +3,11 @@
 #include "train/trainer.h"
 
 #include "train/adadelta.h"
+#include "train/checkpoint.h"
 #include "train/datasets/dataset.h"
 #include "train/ddp.h"
 #include "train/error.h"
+#include "train/files.h"
 #include "train/log.h"
 #include "train/models/model.h"
 #include "train/process_group.h"
@@ -19,10 +21,18 @@
 #include <torch/optim/sgd.h>
 #include <torch/serialize.h>
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
+#include <ATen/ops/tensor.h>
+
+#include <atomic>
 #include <chrono>
+#include <csignal>
+#include <cstring>
+#include <ctime>
+#include <sstream>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -170,17 +180,16 @@ EvalResult evaluate(models::Model& model, const datasets::TensorDataset& test, i
 }
 
 void save_model_atomically(torch::nn::Module& model, const std::string& path) {
-  namespace fs = std::filesystem;
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   try {
     torch::serialize::OutputArchive archive;
     for (const auto& p : model.named_parameters()) archive.write(p.key(), p.value().detach().cpu());
     for (const auto& b : model.named_buffers()) archive.write(b.key(), b.value().detach().cpu(), true);
     archive.save_to(tmp);
-    fs::rename(tmp, path);
+    const std::string err = files::rename(tmp, path);
+    if (!err.empty()) throw std::runtime_error("rename: " + err);
   } catch (const std::exception& e) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
+    files::remove_file(tmp);
     throw CheckpointError("--save-model " + path + ": write failed (" + std::string(e.what()).substr(0, 200) + ").",
                           "check that the folder exists, is writable and has free space.");
   }
@@ -243,7 +252,153 @@ std::string to_json(const TrainResult& r) {
   j["images_per_sec"] = r.images_per_sec;
   j["world_size"] = r.world_size;
   j["params_sha256"] = r.params_sha256;
+  if (r.preempted) {
+    j["event"] = "preempted";
+    j["reason"] = r.preempt_reason;
+    j["checkpoint"] = r.checkpoint_path;
+    j["requeued"] = r.requeued;
+  }
   return j.dump();
+}
+
+namespace {
+
+// Set by the preemption signal handler; read at step boundaries.
+std::atomic<int> g_preempt_signal{0};
+
+extern "C" void on_preempt_signal(int sig) { g_preempt_signal.store(sig); }
+
+void install_preempt_handlers(const std::vector<int>& signals) {
+  for (int sig : signals) {
+    struct sigaction sa {};
+    sa.sa_handler = on_preempt_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(sig, &sa, nullptr);
+  }
+}
+
+// The SLURM job's end time (epoch seconds) from squeue, or 0 when unknown or not under SLURM.
+int64_t slurm_job_end_time(const DistEnv& env) {
+  if (env.job_id.empty()) return 0;
+  const std::string cmd = "squeue -h -j '" + env.job_id + "' -o %e 2>/dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return 0;
+  char buf[128] = {0};
+  std::string out;
+  while (std::fgets(buf, sizeof(buf), p) != nullptr) out += buf;
+  ::pclose(p);
+  std::tm tm{};
+  if (::strptime(out.c_str(), "%Y-%m-%dT%H:%M:%S", &tm) == nullptr) return 0;  // N/A, UNLIMITED
+  tm.tm_isdst = -1;
+  return static_cast<int64_t>(std::mktime(&tm));
+}
+
+// `scontrol requeue` for this job (the array task when in an array). Returns success.
+bool slurm_requeue(const DistEnv& env) {
+  const char* array_job = std::getenv("SLURM_ARRAY_JOB_ID");
+  const char* array_task = std::getenv("SLURM_ARRAY_TASK_ID");
+  std::string id = env.job_id;
+  if (array_job != nullptr && array_task != nullptr) id = std::string(array_job) + "_" + array_task;
+  const std::string cmd = "scontrol requeue '" + id + "' 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return false;
+  char buf[256];
+  std::string out;
+  while (std::fgets(buf, sizeof(buf), p) != nullptr) out += buf;
+  const int rc = ::pclose(p);
+  if (rc != 0) {
+    log::error("scontrol requeue " + id + " failed: " + out +
+               " Hint: the job needs --requeue (scripts/ddp.sh sets it) and JobRequeue allowed by the cluster.");
+    return false;
+  }
+  log::warn("requeued job " + id + "; it resumes from the checkpoint when it starts again");
+  return true;
+}
+
+// The flags that shape a run: stored in checkpoints and compared on resume.
+nlohmann::ordered_json shape_of(const TrainConfig& c, const std::string& dataset, int64_t batch,
+                                double lr0, double gamma) {
+  return {{"model", c.model}, {"dataset", dataset}, {"batch_size", batch}, {"lr", lr0}, {"gamma", gamma},
+          {"optimizer", c.optimizer}, {"momentum", c.momentum}, {"weight_decay", c.weight_decay},
+          {"seed", c.seed}, {"epochs", c.epochs}, {"limit_train_samples", c.limit_train_samples},
+          {"limit_test_samples", c.limit_test_samples}, {"no_dropout", c.no_dropout}};
+}
+
+// Where the loop is and what it has accumulated: all of it goes into a checkpoint.
+struct Progress {
+  int epoch = 1;                 // epoch in progress (1-based)
+  int64_t batches_done = 0;      // batches of `epoch` already trained by every rank
+  int64_t step = 0;              // optimizer steps so far
+  double lr = 0;
+  double loss_sum = 0;           // this epoch's summed per-step loss (this rank)
+  int64_t epoch_steps = 0;
+  int64_t images_total = 0;
+  double train_seconds = 0;
+  double last_test_loss = 0, last_test_accuracy = 0, last_train_loss = 0;
+};
+
+at::Tensor i64(int64_t v) { return torch::tensor({v}, at::kLong); }
+at::Tensor f64(double v) { return torch::tensor({v}, at::kDouble); }
+
+void write_checkpoint(CheckpointDir& dir, models::Model& model, torch::optim::Optimizer& opt,
+                      const Progress& p, const at::Tensor& loss_sum, const nlohmann::ordered_json& shape,
+                      const DistEnv& env, const at::Device& device, TrainResult& result) {
+  torch::NoGradGuard no_grad;
+  torch::serialize::OutputArchive a;
+  for (const auto& kv : model.named_parameters()) a.write("model/" + kv.key(), kv.value().detach().cpu());
+  for (const auto& kv : model.named_buffers()) a.write("model/" + kv.key(), kv.value().detach().cpu(), true);
+  torch::serialize::OutputArchive oa;
+  opt.save(oa);
+  a.write("optimizer", oa);
+  a.write("progress/epoch", i64(p.epoch));
+  a.write("progress/batches_done", i64(p.batches_done));
+  a.write("progress/samples_done", i64(p.batches_done * shape["batch_size"].get<int64_t>() * env.world_size));
+  a.write("progress/step", i64(p.step));
+  a.write("progress/lr", f64(p.lr));
+  a.write("progress/loss_sum", loss_sum.detach().to(at::kCPU).reshape({1}));
+  a.write("progress/epoch_steps", i64(p.epoch_steps));
+  a.write("progress/images_total", i64(p.images_total));
+  a.write("progress/train_seconds", f64(p.train_seconds));
+  a.write("progress/last_eval", torch::tensor({p.last_test_loss, p.last_test_accuracy, p.last_train_loss}, at::kDouble));
+  a.write("world_size", i64(env.world_size));
+  a.write("shape", c10::IValue(shape.dump()));
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    a.write("rng/cpu", gen.get_state());
+  }
+  if (device.is_cuda()) {
+    auto gen = at::globalContext().defaultGenerator(device);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    a.write("rng/cuda", gen.get_state());
+  }
+  result.checkpoint_path = dir.save(a, p.step);
+  log::info("checkpoint: " + result.checkpoint_path + " (epoch " + std::to_string(p.epoch) + ", step " +
+            std::to_string(p.step) + ")");
+}
+
+}  // namespace
+
+std::vector<int> parse_signal_list(const std::string& list) {
+  std::vector<int> out;
+  if (list.empty() || list == "none") return out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    std::string n = item;
+    for (auto& ch : n) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    if (n.rfind("SIG", 0) == 0) n = n.substr(3);
+    int sig = n == "USR1" ? SIGUSR1 : n == "USR2" ? SIGUSR2 : n == "TERM" ? SIGTERM : n == "INT" ? SIGINT
+            : n == "HUP" ? SIGHUP : n == "XCPU" ? SIGXCPU : 0;
+    if (sig == 0) {
+      throw ConfigError("--preempt-signals: expected a comma list of USR1, USR2, TERM, INT, HUP, XCPU (or none), found '" +
+                            item + "'.",
+                        "match the signal your sbatch --signal option sends, e.g. --preempt-signals USR2,TERM.");
+    }
+    out.push_back(sig);
+  }
+  return out;
 }
 
 TrainResult run_training(const TrainConfig& c, const DistEnv& env) {
@@ -263,6 +418,8 @@ TrainResult run_training(const TrainConfig& c, const DistEnv& env) {
   const int64_t batch = c.batch_size > 0 ? c.batch_size : recipe.batch_size;
   const double lr0 = c.lr > 0 ? c.lr : recipe.lr;
   const double gamma = c.gamma > 0 ? c.gamma : recipe.gamma;
+  const std::vector<int> preempt_signals = parse_signal_list(c.preempt_signals);
+  install_preempt_handlers(preempt_signals);
 
   int threads = c.threads;
   if (threads == 0) {
@@ -273,7 +430,6 @@ TrainResult run_training(const TrainConfig& c, const DistEnv& env) {
 
   const at::Device device = choose_device(c, env);
   const Backend backend = choose_backend(c, device);
-  if (device.is_cuda()) torch::cuda::manual_seed_all(c.seed);
 
   // Data first: a bad file should fail before we wait for peers.
   datasets::TensorDataset train_set = datasets::load_dataset(
@@ -305,11 +461,140 @@ TrainResult run_training(const TrainConfig& c, const DistEnv& env) {
   }
 
   torch::manual_seed(c.seed);
+  if (device.is_cuda()) torch::cuda::manual_seed_all(c.seed);
   models::ModelOptions mo;
   mo.dropout = !c.no_dropout;
   std::shared_ptr<models::Model> model = models::make_model(c.model, mo);
   model->to(device);
   model->train();
+  auto optimizer = make_optimizer(c, recipe, *model, lr0);
+  const nlohmann::ordered_json run_shape = shape_of(c, dataset_name, batch, lr0, gamma);
+
+  Progress prog;
+  prog.lr = lr0;
+  at::Tensor loss_sum = torch::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
+  TrainResult result;
+  result.world_size = env.world_size;
+
+  // Resume before DDP is built: its broadcast then spreads rank 0's restored weights.
+  std::unique_ptr<CheckpointDir> ckdir;
+  if (!c.checkpoint_dir.empty()) ckdir = std::make_unique<CheckpointDir>(c.checkpoint_dir, c.keep_checkpoints);
+  std::unique_ptr<torch::serialize::InputArchive> resume_archive;
+  std::string resume_path;
+  if (c.resume != "never" && c.resume != "auto") {
+    resume_path = c.resume;
+    resume_archive = CheckpointDir::load_file(c.resume);
+  } else if (c.resume == "auto" && ckdir) {
+    // Rank 0 picks the newest valid checkpoint and tells the others which step it is, so that
+    // every rank resumes from the same file.
+    int64_t chosen = -1;
+    if (env.rank == 0) {
+      auto found = ckdir->load_latest_valid();
+      if (found) {
+        chosen = found->second.step;
+        resume_path = found->second.path;
+        resume_archive = std::move(found->first);
+      }
+    }
+    if (pg) {
+      at::Tensor t = i64(chosen);
+      if (device.is_cuda()) t = t.to(device);
+      pg->broadcast(t, 0);
+      chosen = t.cpu().item<int64_t>();
+      if (env.rank != 0 && chosen >= 0) {
+        resume_path = files::join(c.checkpoint_dir, "ckpt-" + std::to_string(chosen) + ".pt");
+        resume_archive = CheckpointDir::load_file(resume_path);
+      }
+    }
+  }
+  if (resume_archive) {
+    torch::NoGradGuard no_grad;
+    auto& a = *resume_archive;
+    c10::IValue shape_iv;
+    a.read("shape", shape_iv);
+    auto saved = nlohmann::ordered_json::parse(shape_iv.toStringRef());
+    for (const char* key : {"model", "dataset"}) {
+      if (saved[key] != run_shape[key]) {
+        throw CheckpointError(resume_path + ": written for --" + std::string(key) + " " + saved[key].dump() +
+                                  ", but this run has " + run_shape[key].dump() + ".",
+                              "resume with the same arguments, or point --checkpoint-dir at a fresh folder.");
+      }
+    }
+    for (auto it = saved.begin(); it != saved.end(); ++it) {
+      if (run_shape.contains(it.key()) && run_shape[it.key()] != it.value()) {
+        log::warn("resuming " + resume_path + " with a different " + it.key() + " (" + it.value().dump() + " -> " +
+                  run_shape[it.key()].dump() + "): results will differ from an uninterrupted run");
+      }
+    }
+    for (auto& kv : model->named_parameters()) {
+      at::Tensor t;
+      a.read("model/" + kv.key(), t);
+      kv.value().copy_(t);
+    }
+    for (auto& kv : model->named_buffers()) {
+      at::Tensor t;
+      a.read("model/" + kv.key(), t, true);
+      kv.value().copy_(t);
+    }
+    torch::serialize::InputArchive oa;
+    a.read("optimizer", oa);
+    optimizer->load(oa);
+    // Optimizer state was loaded on the CPU; move it next to the parameters.
+    if (device.is_cuda()) {
+      for (auto& kv : optimizer->state()) {
+        if (auto* s = dynamic_cast<optim::AdadeltaParamState*>(kv.second.get())) {
+          s->square_avg(s->square_avg().to(device));
+          s->acc_delta(s->acc_delta().to(device));
+        } else if (auto* m = dynamic_cast<torch::optim::SGDParamState*>(kv.second.get())) {
+          if (m->momentum_buffer().defined()) m->momentum_buffer(m->momentum_buffer().to(device));
+        }
+      }
+    }
+    auto read_i64 = [&](const std::string& k) { at::Tensor t; a.read(k, t); return t.item<int64_t>(); };
+    auto read_f64 = [&](const std::string& k) { at::Tensor t; a.read(k, t); return t.item<double>(); };
+    prog.epoch = static_cast<int>(read_i64("progress/epoch"));
+    prog.batches_done = read_i64("progress/batches_done");
+    prog.step = read_i64("progress/step");
+    prog.lr = read_f64("progress/lr");
+    prog.epoch_steps = read_i64("progress/epoch_steps");
+    prog.images_total = read_i64("progress/images_total");
+    prog.train_seconds = read_f64("progress/train_seconds");
+    at::Tensor ev;
+    a.read("progress/last_eval", ev);
+    prog.last_test_loss = ev[0].item<double>();
+    prog.last_test_accuracy = ev[1].item<double>();
+    prog.last_train_loss = ev[2].item<double>();
+    at::Tensor ls;
+    a.read("progress/loss_sum", ls);
+    loss_sum = ls.reshape({}).to(device);
+    const int64_t saved_world = read_i64("world_size");
+    if (saved_world != env.world_size) {
+      // Re-shard: the samples every rank consumed so far, in units of the new global batch.
+      const int64_t samples_done = read_i64("progress/samples_done");
+      prog.batches_done = samples_done / (batch * env.world_size);
+      log::warn("resuming a world-size " + std::to_string(saved_world) + " checkpoint with world size " +
+                std::to_string(env.world_size) + ": the sampler re-shards the epoch, so results will differ "
+                "from the uninterrupted run");
+    }
+    at::Tensor rng;
+    a.read("rng/cpu", rng);
+    {
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(rng);
+    }
+    if (device.is_cuda()) {
+      at::Tensor crng;
+      if (a.try_read("rng/cuda", crng)) {
+        auto gen = at::globalContext().defaultGenerator(device);
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        gen.set_state(crng);
+      }
+    }
+    result.checkpoint_path = resume_path;
+    log::info("resumed from " + resume_path + ": epoch " + std::to_string(prog.epoch) + ", step " +
+              std::to_string(prog.step) + ", " + std::to_string(prog.batches_done) + " batches into the epoch");
+  }
 
   std::unique_ptr<DistributedDataParallel> ddp;
   if (pg) {
@@ -317,7 +602,6 @@ TrainResult run_training(const TrainConfig& c, const DistEnv& env) {
     dopt.bucket_cap_mb = c.bucket_cap_mb;
     ddp = std::make_unique<DistributedDataParallel>(model, pg, dopt);
   }
-  auto optimizer = make_optimizer(c, recipe, *model, lr0);
 
   DistributedSampler sampler(train_set.size(), env.world_size, env.rank, /*shuffle=*/true, c.seed);
   MetricsWriter metrics(c.metrics, env.rank == 0);
@@ -326,27 +610,54 @@ TrainResult run_training(const TrainConfig& c, const DistEnv& env) {
             " per rank x " + std::to_string(env.world_size) + " ranks, lr " + fmt("%g", lr0) + ", device " +
             device.str() + ", " + std::to_string(threads) + " threads");
 
-  TrainResult result;
-  result.world_size = env.world_size;
-  double lr = lr0;
-  double train_seconds = 0;
-  int64_t images_total = 0;
-  int64_t step = 0;
-  EvalResult last_eval;
-  bool stop = false;
-  for (int epoch = 1; epoch <= c.epochs && !stop; ++epoch) {
-    set_lr(*optimizer, lr);
-    sampler.set_epoch(epoch - 1);
+  // Preemption: rank 0 knows the job's end time; every rank may get a signal. One all-reduce at
+  // a step boundary makes them agree. On CUDA it costs a host sync, so it runs every few steps.
+  const int64_t end_time = env.rank == 0 ? slurm_job_end_time(env) : 0;
+  if (end_time > 0) {
+    log::info("SLURM job ends at epoch time " + std::to_string(end_time) + "; checkpointing " +
+              fmt("%.0f", c.time_margin_sec) + " s before it");
+  }
+  const int64_t check_every = device.is_cuda() ? 20 : 1;
+  auto stop_requested = [&](std::string& reason) {
+    int local = g_preempt_signal.load();
+    bool deadline = end_time > 0 && static_cast<double>(std::time(nullptr)) >= end_time - c.time_margin_sec;
+    int64_t code = local != 0 ? local : (deadline ? 1000 : 0);
+    if (pg) {
+      at::Tensor t = i64(code);
+      if (device.is_cuda()) t = t.to(device);
+      pg->allreduce_sum(t);
+      code = t.cpu().item<int64_t>();
+    }
+    if (code == 0) return false;
+    reason = local != 0 ? std::string("signal ") + ::strsignal(local) : code >= 1000 ? "the job's time limit" : "a signal on another rank";
+    return true;
+  };
+  auto preempt = [&](const std::string& reason) {
+    result.preempted = true;
+    result.preempt_reason = reason;
+    log::warn("stopping for " + reason + " at epoch " + std::to_string(prog.epoch) + ", step " + std::to_string(prog.step));
+    if (ckdir && env.rank == 0) {
+      prog.loss_sum = 0;
+      write_checkpoint(*ckdir, *model, *optimizer, prog, loss_sum, run_shape, env, device, result);
+    } else if (!ckdir) {
+      log::warn("no --checkpoint-dir: the progress of this run is lost");
+    }
+    if (pg) pg->barrier();  // the checkpoint is durable before anyone leaves
+    if (ckdir && env.rank == 0 && c.requeue && !env.job_id.empty()) result.requeued = slurm_requeue(env);
+  };
+
+  for (; prog.epoch <= c.epochs && !result.preempted; ++prog.epoch) {
+    set_lr(*optimizer, prog.lr);
+    sampler.set_epoch(prog.epoch - 1);
     std::vector<int64_t> local = sampler.indices();
     at::Tensor order = at::from_blob(local.data(), {static_cast<int64_t>(local.size())}, at::kLong).to(device);
     const int64_t n_local = order.size(0);
     const int64_t batches = (n_local + batch - 1) / batch;
-    at::Tensor loss_sum = torch::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
-    int64_t epoch_steps = 0;
     auto t0 = Clock::now();
     auto t_log = t0;
     int64_t images_since_log = 0;
-    for (int64_t b = 0; b < batches; ++b) {
+    bool stop = false;
+    for (int64_t b = prog.batches_done; b < batches; ++b) {
       const int64_t start = b * batch;
       const int64_t len = std::min(batch, n_local - start);
       at::Tensor i = order.narrow(0, start, len);
@@ -358,60 +669,85 @@ TrainResult run_training(const TrainConfig& c, const DistEnv& env) {
       loss.backward();
       optimizer->step();
       loss_sum += loss.detach().to(at::kDouble);
-      ++epoch_steps;
-      ++step;
+      ++prog.epoch_steps;
+      ++prog.step;
+      prog.batches_done = b + 1;
       images_since_log += len * env.world_size;
-      images_total += len * env.world_size;
-      const bool last = b + 1 == batches || c.dry_run || (c.max_steps > 0 && step >= c.max_steps);
+      prog.images_total += len * env.world_size;
+      const bool last = b + 1 == batches || c.dry_run || (c.max_steps > 0 && prog.step >= c.max_steps);
       if (b % c.log_interval == 0 || last) {
         const double l = loss.item<double>();
         auto now = Clock::now();
         const double dt = std::chrono::duration<double>(now - t_log).count();
         const double ips = dt > 0 ? images_since_log / dt : 0.0;
         const int64_t seen = std::min<int64_t>(start * env.world_size, train_set.size());
-        log::info("Train Epoch: " + std::to_string(epoch) + " [" + std::to_string(seen) + "/" +
+        log::info("Train Epoch: " + std::to_string(prog.epoch) + " [" + std::to_string(seen) + "/" +
                   std::to_string(train_set.size()) + " (" + fmt("%.0f", 100.0 * b / batches) +
                   "%)]\tLoss: " + fmt("%.6f", l) + "\t" + fmt("%.0f", ips) + " img/s");
-        nlohmann::ordered_json j = {{"event", "train"}, {"epoch", epoch}, {"step", step},
-                                    {"loss", l}, {"lr", lr}, {"images_per_sec", ips}};
-        metrics.write(j);
+        metrics.write({{"event", "train"}, {"epoch", prog.epoch}, {"step", prog.step},
+                       {"loss", l}, {"lr", prog.lr}, {"images_per_sec", ips}});
         t_log = now;
         images_since_log = 0;
       }
       if (c.dry_run) break;
-      if (c.max_steps > 0 && step >= c.max_steps) {
+      if (c.max_steps > 0 && prog.step >= c.max_steps) {
         stop = true;
         break;
       }
+      if (b + 1 < batches) {
+        std::string reason;
+        if (prog.step % check_every == 0 && stop_requested(reason)) {
+          prog.train_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+          preempt(reason);
+          break;
+        }
+        if (ckdir && c.checkpoint_every > 0 && prog.step % c.checkpoint_every == 0) {
+          prog.train_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+          t0 = Clock::now();
+          if (env.rank == 0) write_checkpoint(*ckdir, *model, *optimizer, prog, loss_sum, run_shape, env, device, result);
+        }
+      }
     }
+    if (result.preempted) break;
     if (device.is_cuda()) torch::cuda::synchronize();
     const double epoch_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    train_seconds += epoch_seconds;
-    at::Tensor mean_loss = (loss_sum / static_cast<double>(std::max<int64_t>(1, epoch_steps))).reshape({1});
+    prog.train_seconds += epoch_seconds;
+    at::Tensor mean_loss = (loss_sum / static_cast<double>(std::max<int64_t>(1, prog.epoch_steps))).reshape({1});
     if (pg) {
       pg->allreduce_sum(mean_loss);
       mean_loss /= env.world_size;
     }
-    result.train_loss = mean_loss.cpu().item<double>();
-    last_eval = evaluate(*model, test_set, c.test_batch_size, pg.get(), env.rank, env.world_size, c.dry_run);
-    log::info("Test set: Average loss: " + fmt("%.4f", last_eval.loss) + ", Accuracy: " +
-              std::to_string(last_eval.correct) + "/" + std::to_string(last_eval.count) + " (" +
-              fmt("%.2f", 100.0 * last_eval.accuracy) + "%), epoch time " + fmt("%.1f", epoch_seconds) + " s");
-    nlohmann::ordered_json j = {{"event", "epoch"}, {"epoch", epoch}, {"step", step},
-                                {"train_loss", result.train_loss}, {"test_loss", last_eval.loss},
-                                {"test_accuracy", last_eval.accuracy},
-                                {"epoch_seconds", epoch_seconds},
-                                {"images_per_sec", train_seconds > 0 ? images_total / train_seconds : 0.0}};
-    metrics.write(j);
-    result.epochs = epoch;
-    lr *= gamma;  // StepLR(step_size=1): multiplied each epoch, as torch's chainable form does
+    prog.last_train_loss = mean_loss.cpu().item<double>();
+    EvalResult ev = evaluate(*model, test_set, c.test_batch_size, pg.get(), env.rank, env.world_size, c.dry_run);
+    prog.last_test_loss = ev.loss;
+    prog.last_test_accuracy = ev.accuracy;
+    log::info("Test set: Average loss: " + fmt("%.4f", ev.loss) + ", Accuracy: " + std::to_string(ev.correct) + "/" +
+              std::to_string(ev.count) + " (" + fmt("%.2f", 100.0 * ev.accuracy) + "%), epoch time " +
+              fmt("%.1f", epoch_seconds) + " s");
+    metrics.write({{"event", "epoch"}, {"epoch", prog.epoch}, {"step", prog.step},
+                   {"train_loss", prog.last_train_loss}, {"test_loss", ev.loss}, {"test_accuracy", ev.accuracy},
+                   {"images_per_sec", prog.train_seconds > 0 ? prog.images_total / prog.train_seconds : 0.0}});
+    result.epochs = prog.epoch;
+    // Next epoch's starting state: StepLR(step_size=1) multiplies each epoch, as torch's chainable form does.
+    prog.lr *= gamma;
+    prog.batches_done = 0;
+    prog.epoch_steps = 0;
+    loss_sum.zero_();
+    if (stop) break;
+    if (ckdir && env.rank == 0) {
+      Progress next = prog;
+      next.epoch += 1;
+      write_checkpoint(*ckdir, *model, *optimizer, next, loss_sum, run_shape, env, device, result);
+    }
   }
-  result.steps = step;
-  result.test_loss = last_eval.loss;
-  result.test_accuracy = last_eval.accuracy;
-  result.images_per_sec = train_seconds > 0 ? images_total / train_seconds : 0.0;
+  result.epochs = std::min(prog.epoch, c.epochs);
+  result.steps = prog.step;
+  result.train_loss = prog.last_train_loss;
+  result.test_loss = prog.last_test_loss;
+  result.test_accuracy = prog.last_test_accuracy;
+  result.images_per_sec = prog.train_seconds > 0 ? prog.images_total / prog.train_seconds : 0.0;
   result.params_sha256 = params_sha256(*model);
-  if (!c.save_model.empty() && env.rank == 0) {
+  if (!result.preempted && !c.save_model.empty() && env.rank == 0) {
     save_model_atomically(*model, c.save_model);
     log::info("saved the model to " + c.save_model);
   }

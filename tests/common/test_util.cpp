@@ -1,6 +1,8 @@
 // Test helpers: processes with timeouts and captured output, temp folders, the venv's Python.
 #include "test_util.h"
 
+#include "train/files.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -10,12 +12,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
-
-namespace fs = std::filesystem;
 
 namespace train::test {
 
@@ -23,13 +22,12 @@ TempDir::TempDir(const std::string& tag) {
   static std::atomic<int> counter{0};
   path_ = std::string(TRAIN_BINARY_DIR) + "/test-tmp/" + tag + "-" + std::to_string(::getpid()) + "-" +
           std::to_string(counter++);
-  fs::remove_all(path_);
-  fs::create_directories(path_);
+  files::remove_tree(path_);
+  files::make_dirs(path_);
 }
 
 TempDir::~TempDir() {
-  std::error_code ec;
-  fs::remove_all(path_, ec);
+  files::remove_tree(path_);
 }
 
 RunResult run_program(const std::vector<std::string>& argv, const std::vector<std::string>& env,
@@ -106,7 +104,7 @@ std::string read_text(const std::string& path) {
 
 std::string venv_python() {
   std::string py = std::string(TRAIN_SOURCE_DIR) + "/.venv/bin/python";
-  if (!fs::exists(py)) return "";
+  if (!files::exists(py)) return "";
   RunResult r = run_program({py, "-c", "import torch"}, {}, 120);
   return r.exit_code == 0 ? py : "";
 }
@@ -122,7 +120,7 @@ std::string last_line(const std::string& text) {
 
 std::string fashion_mnist_dir() {
   const char* d = "/usr/share/datasets/fashion-mnist";
-  return fs::exists(std::string(d) + "/train-images-idx3-ubyte.gz") ? d : "";
+  return files::exists(std::string(d) + "/train-images-idx3-ubyte.gz") ? d : "";
 }
 
 }  // namespace train::test

@@ -74,6 +74,13 @@ class TestProcess {
     cenv.push_back(nullptr);
     pid_ = fork();
     if (pid_ == 0) {
+      // Signals start at their defaults whatever the test runner ignores or blocks.
+      for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGTSTP, SIGCHLD}) {
+        signal(sig, SIG_DFL);
+      }
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
       dup2(out[1], STDOUT_FILENO);
       dup2(err[1], STDERR_FILENO);
       execve(cargv[0], cargv.data(), cenv.data());

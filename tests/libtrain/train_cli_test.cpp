@@ -1,10 +1,10 @@
 // End-to-end tests of the `train` program: real Fashion-MNIST, determinism, and bad input.
 #include "test_util.h"
+#include "train/files.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <filesystem>
 #include <fstream>
 
 using train::test::bin;
@@ -61,7 +61,7 @@ TEST(TrainCli, TruncatedImagesFileFailsCleanlyNamingIt) {
   if (dir.empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
   train::test::TempDir d("trunc");
   for (auto name : {"train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
-    std::filesystem::copy_file(dir + "/" + name, d.file(name));
+    ASSERT_EQ(train::files::copy_file(dir + "/" + name, d.file(name)), "");
   }
   // The images file, decompressed and cut short.
   auto full = run_program({"sh", "-c", "gzip -dc " + dir + "/train-images-idx3-ubyte.gz | head -c 1000000 > " +

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace train {
 
@@ -37,7 +38,20 @@ struct TrainConfig {
   std::string backend = "auto"; ///< auto | gloo | nccl
   double dist_timeout_sec = 300;
   double bucket_cap_mb = 25;
+
+  // Checkpoints and preemption (docs/checkpoints.md).
+  std::string checkpoint_dir;   ///< "" = no checkpoints
+  int64_t checkpoint_every = 0; ///< also checkpoint every N steps (0 = only at epoch ends)
+  int keep_checkpoints = 3;
+  std::string resume = "auto";  ///< auto | never | PATH of a checkpoint file
+  std::string preempt_signals = "USR1,USR2,TERM";  ///< signals that mean "checkpoint and stop"
+  double time_margin_sec = 60;  ///< checkpoint this long before the SLURM job's end time
+  bool requeue = true;          ///< under SLURM, `scontrol requeue` the job after a preemption checkpoint
 };
+
+/// Exit status of `train` when it stopped for a preemption signal or the job's time limit after
+/// writing a checkpoint (EX_TEMPFAIL: "try again later").
+constexpr int kExitPreempted = 75;
 
 /// What a finished run reports (the `done` line).
 struct TrainResult {
@@ -49,6 +63,10 @@ struct TrainResult {
   double images_per_sec = 0;
   int world_size = 1;
   std::string params_sha256;
+  bool preempted = false;        ///< stopped early by a signal or the time limit
+  std::string preempt_reason;    ///< e.g. "signal SIGUSR2" or "time limit"
+  std::string checkpoint_path;   ///< last checkpoint written ("" if none)
+  bool requeued = false;         ///< `scontrol requeue` was run for this job
 };
 
 /// Checks the configuration without touching data or peers. Throws train::ConfigError naming
@@ -62,7 +80,11 @@ TrainResult run_training(const TrainConfig& config, const DistEnv& env);
 /// SHA-256 (hex) of every parameter's float32 bytes, in registration order.
 std::string params_sha256(const torch::nn::Module& module);
 
-/// The `done` line: one JSON object.
+/// Parses --preempt-signals ("USR1,USR2,TERM", "SIGUSR2", "none") into signal numbers.
+/// Throws train::ConfigError for an unknown name.
+std::vector<int> parse_signal_list(const std::string& list);
+
+/// The `done` line (or, for a preempted run, the `preempted` line): one JSON object.
 std::string to_json(const TrainResult& result);
 
 }  // namespace train
