@@ -29,6 +29,8 @@ constexpr char kMasterHint[] =
     "MASTER_ADDR and MASTER_PORT override the derived rendezvous: unset them to get the defaults, "
     "or set them to the host of rank 0 and a free port in 1024-65535.";
 
+/// SLURM's step id of the batch script (SLURM_BATCH_SCRIPT), in case a version exports it there.
+constexpr char kBatchStepId[] = "4294967294";
 /// Lowest MASTER_PORT accepted: ports below need root to listen on.
 constexpr int kMinMasterPort = 1024;
 constexpr int kMaxPort = 65535;
@@ -324,6 +326,24 @@ DistEnv resolve_slurm(const Vars& vars, DistEnv out) {
                           kSlurmHint);
   }
 
+  // The batch script also has SLURM_PROCID=0 but runs once per job, not once per task: started
+  // there, rank 0 of a multi-task job would wait for ranks that never start. Tasks that srun
+  // starts always carry a step id.
+  const std::string step_var = vars.first_set({"SLURM_STEP_ID", "SLURM_STEPID"});
+  const bool in_step = (!step_var.empty() && *vars.get(step_var) != kBatchStepId) ||
+                       vars.has("SLURM_STEP_NUM_TASKS");
+  if (!in_step && world.value > 1) {
+    throw ConfigError(
+        "SLURM_PROCID=" + *vars.get("SLURM_PROCID") + " without a step id (SLURM_STEP_ID): expected a task "
+            "started by srun, found what looks like the batch script of job " +
+            (out.job_id.empty() ? std::string("?") : out.job_id) + ", which runs once while the job has " +
+            std::to_string(world.value) + " tasks (" + world.from + "), so rank 0 would wait for peers that "
+            "never start.",
+        "start the program with srun in the batch script (srun ./train ...), or use `trainctl local "
+        "--nproc N -- ./train ...` for one node. If you set SLURM_* variables by hand, also set "
+        "SLURM_STEP_ID.");
+  }
+
   // This node's index in the step.
   Sourced node_rank;
   if (vars.has("SLURM_NODEID")) {
@@ -395,7 +415,6 @@ DistEnv resolve_slurm(const Vars& vars, DistEnv out) {
   }
   if (!vars.has("MASTER_PORT") && !out.job_id.empty()) {
     const std::string job_var = vars.has("SLURM_JOB_ID") ? "SLURM_JOB_ID" : "SLURM_JOBID";
-    const std::string step_var = vars.first_set({"SLURM_STEP_ID", "SLURM_STEPID"});
     parse_u64(job_var, out.job_id, kSlurmHint);
     out.master_port = slurm_master_port(out.job_id, step_var.empty() ? "" : *vars.get(step_var));
   }

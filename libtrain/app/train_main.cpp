@@ -59,6 +59,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "libtrain 0.1.0");
   bool list_models = false;
   app.add_flag("--list-models", list_models, "print the registered models and exit");
+  // Later copies of a flag win, so `sbatch scripts/ddp.sh --epochs 1` can override the script's defaults.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   add_flags(app, config);
   try {
     app.parse(argc, argv);

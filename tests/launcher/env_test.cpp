@@ -123,7 +123,7 @@ TEST(ResolveEnv, SlurmWithoutNtasksUsesNtasksPerNode) {
   const EnvMap env = {
       {"SLURM_JOB_ID", "77"},       {"SLURM_JOB_NODELIST", "n[1-2]"}, {"SLURM_NNODES", "2"},
       {"SLURM_NTASKS_PER_NODE", "2"}, {"SLURM_PROCID", "2"},          {"SLURM_NODEID", "1"},
-      {"SLURM_LOCALID", "0"},
+      {"SLURM_LOCALID", "0"},         {"SLURM_STEP_ID", "0"},
   };
   const DistEnv e = resolve(env);
   EXPECT_EQ(e.world_size, 4);
@@ -138,6 +138,7 @@ TEST(ResolveEnv, SlurmTasksPerNodeNotationIsExpanded) {
   const EnvMap env = {
       {"SLURM_JOB_NODELIST", "n[1-4]"}, {"SLURM_NNODES", "4"}, {"SLURM_NTASKS_PER_NODE", "2(x3),1"},
       {"SLURM_PROCID", "6"},           {"SLURM_NODEID", "3"},  {"SLURM_LOCALID", "0"},
+      {"SLURM_STEPID", "1"},
   };
   const DistEnv e = resolve(env);
   EXPECT_EQ(e.world_size, 7);
@@ -149,7 +150,7 @@ TEST(ResolveEnv, SlurmTasksPerNodeNotationIsExpanded) {
 TEST(ResolveEnv, SlurmWorldFromTasksPerNode) {
   const EnvMap env = {
       {"SLURM_JOB_NODELIST", "n[1-3]"}, {"SLURM_TASKS_PER_NODE", "3,2(x2)"}, {"SLURM_PROCID", "4"},
-      {"SLURM_NODEID", "1"},           {"SLURM_LOCALID", "1"},
+      {"SLURM_NODEID", "1"},           {"SLURM_LOCALID", "1"},     {"SLURM_STEP_ID", "0"},
   };
   const DistEnv e = resolve(env);
   EXPECT_EQ(e.world_size, 7);
@@ -185,7 +186,8 @@ TEST(ResolveEnv, SlurmStepSmallerThanTheJob) {
 }
 
 TEST(ResolveEnv, SlurmNodeFoundByHostWhenNodeIdMissing) {
-  EnvMap env = {{"SLURM_JOB_NODELIST", "a,testhost,c"}, {"SLURM_NTASKS", "3"}, {"SLURM_PROCID", "1"}};
+  EnvMap env = {{"SLURM_JOB_NODELIST", "a,testhost,c"}, {"SLURM_NTASKS", "3"}, {"SLURM_PROCID", "1"},
+                {"SLURM_STEP_ID", "0"}};
   const DistEnv e = resolve(env);
   EXPECT_EQ(e.node_rank, 1);
   EXPECT_EQ(e.local_world_size, 1);
@@ -198,7 +200,7 @@ TEST(ResolveEnv, SlurmNodeFoundByHostWhenNodeIdMissing) {
 
 TEST(ResolveEnv, SlurmNodelistFallback) {
   const DistEnv e = resolve({{"SLURM_NODELIST", "x[7-8]"}, {"SLURM_NTASKS", "2"}, {"SLURM_PROCID", "0"},
-                             {"SLURM_NODEID", "0"}});
+                             {"SLURM_NODEID", "0"}, {"SLURM_STEP_ID", "0"}});
   EXPECT_EQ(e.nodes, (std::vector<std::string>{"x7", "x8"}));
   EXPECT_EQ(e.num_nodes, 2);
   EXPECT_EQ(e.master_addr, "x7");
@@ -338,17 +340,36 @@ TEST(ResolveEnv, SlurmLayoutErrors) {
                       {"SLURM_PROCID=0", "SLURM_NTASKS", "none of them set"});
   expect_config_error({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NODELIST", "n[2-1]"}},
                       {"SLURM_JOB_NODELIST: hostlist 'n[2-1]'", "LO <= HI"});
-  expect_config_error({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_NNODES", "1"}},
+  expect_config_error({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_NNODES", "1"}, {"SLURM_STEP_ID", "0"}},
                       {"SLURM_LOCALID", "found it unset"});
   expect_config_error({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "3"}, {"SLURM_NNODES", "2"}, {"SLURM_NODEID", "0"},
-                       {"SLURM_JOB_NODELIST", "n[1-2]"}},
+                       {"SLURM_JOB_NODELIST", "n[1-2]"}, {"SLURM_STEP_ID", "0"}},
                       {"SLURM_TASKS_PER_NODE", "not divisible"});
   expect_config_error({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_NNODES", "2"}, {"SLURM_NODEID", "0"},
                        {"SLURM_JOB_NODELIST", "n[1-2]"}, {"SLURM_TASKS_PER_NODE", "1,0"}},
                       {"SLURM_TASKS_PER_NODE='1,0'"});
   expect_config_error({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_NNODES", "2"}, {"SLURM_NODEID", "0"},
-                       {"SLURM_LOCALID", "0"}},
+                       {"SLURM_LOCALID", "0"}, {"SLURM_STEP_ID", "0"}},
                       {"MASTER_ADDR", "2 nodes"});
+}
+
+TEST(ResolveEnv, BatchScriptOfAMultiTaskJobIsRefused) {
+  // What SLURM 22.05 sets in the batch script of `sbatch -N2 --ntasks-per-node=2`: a PROCID but
+  // no step; starting the trainer here would leave rank 0 waiting for three ranks for ever.
+  EnvMap env = {{"SLURM_JOB_ID", "5"}, {"SLURM_JOB_NODELIST", "node[1-2]"}, {"SLURM_JOB_NUM_NODES", "2"},
+                {"SLURM_NNODES", "2"}, {"SLURM_TASKS_PER_NODE", "2(x2)"}, {"SLURM_NTASKS_PER_NODE", "2"},
+                {"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "0"}, {"SLURM_NODEID", "0"}};
+  expect_config_error(env, {"SLURM_PROCID=0 without a step id", "batch script of job 5", "4 tasks", "Hint: start the program with srun"});
+  env["SLURM_STEP_ID"] = "4294967294";  // the batch step's id, should a SLURM version export it
+  expect_config_error(env, {"batch script of job 5"});
+  env["SLURM_STEP_ID"] = "0";
+  EXPECT_EQ(resolve(env).world_size, 4);
+  // A single-task job's batch script is a fine place to train.
+  const DistEnv single = resolve({{"SLURM_JOB_ID", "5"}, {"SLURM_JOB_NODELIST", "node1"}, {"SLURM_NNODES", "1"},
+                                  {"SLURM_TASKS_PER_NODE", "1"}, {"SLURM_PROCID", "0"}, {"SLURM_NODEID", "0"}});
+  EXPECT_EQ(single.world_size, 1);
+  EXPECT_EQ(single.source, EnvSource::slurm);
+  EXPECT_EQ(single.master_port, slurm_master_port("5", ""));
 }
 
 TEST(ResolveEnv, MasterPortAndAddrAreChecked) {

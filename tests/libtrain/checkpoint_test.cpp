@@ -1,0 +1,186 @@
+// Checkpoints and preemption, end to end through the `train` program: bit-for-bit resume after
+// signals at arbitrary steps (world 1 and 2), fallback from a corrupt newest checkpoint, and a
+// failed write that leaves the last good checkpoint usable.
+#include "test_util.h"
+#include "train/checkpoint.h"
+#include "train/error.h"
+#include "train/files.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+using train::test::bin;
+using train::test::run_program;
+
+namespace {
+
+std::string dataset_dir() { return train::test::fashion_mnist_dir(); }
+
+// 1200 samples, batch 64: 19 steps an epoch, 2 epochs.
+std::string train_cmd(const std::string& ckdir, const std::string& extra = "") {
+  return bin("train") + " --data " + dataset_dir() +
+         " --epochs 2 --limit-train-samples 1200 --limit-test-samples 500 --device cpu --threads 1"
+         " --log-interval 1 --checkpoint-dir " + ckdir + " " + extra;
+}
+
+nlohmann::json last_json(const std::string& out) {
+  auto j = nlohmann::json::parse(train::test::last_line(out), nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << out;
+  return j;
+}
+
+// Runs `cmd` in the background, sends `sig` once its stderr holds `lines` progress lines,
+// and waits for it. Returns the shell's output: the program's stdout, then "rc=N".
+train::test::RunResult run_and_signal(const std::string& cmd, int lines, const std::string& sig,
+                                      const std::string& err_file) {
+  const std::string script =
+      cmd + " 2> " + err_file + " & pid=$!\n"
+      "while [ \"$(grep -c 'Train Epoch' " + err_file + " 2>/dev/null)\" -lt " + std::to_string(lines) +
+      " ] && kill -0 $pid 2>/dev/null; do sleep 0.02; done\n"
+      "kill -" + sig + " $pid 2>/dev/null\nwait $pid; echo rc=$?\n";
+  return run_program({"bash", "-c", script}, {}, 300);
+}
+
+std::string uninterrupted_sha(const std::string& launcher_prefix, const std::string& extra = "") {
+  train::test::TempDir d("ckref");
+  auto r = run_program({"bash", "-c", launcher_prefix + train_cmd(d.file("ck"), extra)}, {}, 300);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  auto j = last_json(r.out);
+  EXPECT_EQ(j["event"], "done");
+  return j.value("params_sha256", std::string("missing"));
+}
+
+void check_resume_bit_for_bit(const std::string& launcher_prefix, const std::string& extra,
+                              std::vector<int> stop_after_lines) {
+  const std::string want = uninterrupted_sha(launcher_prefix, extra);
+  train::test::TempDir d("ckresume");
+  const std::string ck = d.file("ck");
+  int preemptions = 0;
+  for (int lines : stop_after_lines) {
+    auto r = run_and_signal(launcher_prefix + train_cmd(ck, extra), lines, "USR2", d.file("err.log"));
+    const std::string err = train::test::read_text(d.file("err.log"));
+    if (r.out.find("rc=75") != std::string::npos) {
+      ++preemptions;
+      EXPECT_NE(r.out.find("\"event\":\"preempted\""), std::string::npos) << r.out << err;
+      EXPECT_NE(err.find("stopping for"), std::string::npos) << err;
+    } else {
+      // The signal came after the last step: the run simply finished.
+      EXPECT_NE(r.out.find("rc=0"), std::string::npos) << r.out << err;
+    }
+  }
+  EXPECT_GE(preemptions, 2) << "the signals should have interrupted the run";
+  auto fin = run_program({"bash", "-c", launcher_prefix + train_cmd(ck, extra)}, {}, 300);
+  ASSERT_EQ(fin.exit_code, 0) << fin.err;
+  auto j = last_json(fin.out);
+  EXPECT_EQ(j["event"], "done");
+  EXPECT_EQ(j["steps"], 38);
+  EXPECT_EQ(j["params_sha256"], want) << fin.err;
+}
+
+}  // namespace
+
+TEST(Checkpoint, ResumeIsBitForBitWorld1) {
+  if (dataset_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  // Stops mid-epoch 1, across the epoch boundary and mid-epoch 2.
+  check_resume_bit_for_bit("", "", {5, 12, 14});
+}
+
+TEST(Checkpoint, ResumeIsBitForBitWorld2) {
+  if (dataset_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  // Batch 32 per rank keeps 19 steps an epoch.
+  check_resume_bit_for_bit(bin("trainctl") + " local --nproc 2 --no-prefix -- ", "--batch-size 32", {7, 20});
+}
+
+TEST(Checkpoint, CorruptNewestFallsBackToPrevious) {
+  if (dataset_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  const std::string want = uninterrupted_sha("");
+  train::test::TempDir d("ckcorrupt");
+  const std::string ck = d.file("ck");
+  auto first = run_program({"bash", "-c", train_cmd(ck, "--checkpoint-every 4 --max-steps 13")}, {}, 300);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  train::CheckpointDir dir(ck, 3);
+  auto files = dir.list();
+  ASSERT_EQ(files.size(), 3u);  // steps 4, 8, 12
+  EXPECT_EQ(files.back().step, 12);
+  // Truncate the newest (as a SIGKILL mid-copy would) and flip a byte in the middle one.
+  auto r = run_program({"truncate", "-s", "100000", files.back().path});
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_THROW(train::CheckpointDir::read_verified(files.back().path), train::CheckpointError);
+  auto resumed = run_program({"bash", "-c", train_cmd(ck)}, {}, 300);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find("skipping checkpoint: " + files.back().path), std::string::npos) << resumed.err;
+  EXPECT_NE(resumed.err.find("resumed from " + files[1].path), std::string::npos) << resumed.err;
+  EXPECT_TRUE(train::files::exists(files.back().path)) << "a corrupt checkpoint must not be deleted silently";
+  EXPECT_EQ(last_json(resumed.out)["params_sha256"], want);
+}
+
+TEST(Checkpoint, FlippedByteIsDetected) {
+  train::test::TempDir d("ckflip");
+  train::CheckpointDir dir(d.file("ck"), 2);
+  torch::serialize::OutputArchive a;
+  a.write("x", torch::arange(1000, torch::kFloat));
+  const std::string path = dir.save(a, 7);
+  EXPECT_NO_THROW(train::CheckpointDir::load_file(path));
+  std::string bytes = train::test::read_text(path);
+  bytes[bytes.size() / 2] ^= 0x40;
+  train::test::write_file(path, std::vector<uint8_t>(bytes.begin(), bytes.end()));
+  try {
+    train::CheckpointDir::load_file(path);
+    FAIL() << "expected CheckpointError";
+  } catch (const train::CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("SHA-256"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(dir.load_latest_valid().has_value());
+}
+
+TEST(Checkpoint, KeepsOnlyTheNewestK) {
+  train::test::TempDir d("ckkeep");
+  train::CheckpointDir dir(d.file("ck"), 2);
+  for (int step : {1, 2, 3, 4}) {
+    torch::serialize::OutputArchive a;
+    a.write("step", torch::tensor({step}));
+    dir.save(a, step);
+  }
+  auto files = dir.list();
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_EQ(files[0].step, 3);
+  EXPECT_EQ(files[1].step, 4);
+  auto latest = dir.load_latest_valid();
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(latest->second.step, 4);
+}
+
+TEST(Checkpoint, FailedWriteKeepsTheLastGoodOne) {
+  if (dataset_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  const std::string want = uninterrupted_sha("");
+  train::test::TempDir d("ckfail");
+  const std::string ck = d.file("ck");
+  auto first = run_program({"bash", "-c", train_cmd(ck, "--checkpoint-every 5 --max-steps 11")}, {}, 300);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  // A file-size limit makes the next checkpoint (~14 MB) fail with EFBIG, as a full disk would.
+  auto failing = run_program({"bash", "-c", "trap '' XFSZ; ulimit -f 4096; " + train_cmd(ck, "--checkpoint-every 5")}, {}, 300);
+  EXPECT_EQ(failing.signal, 0);
+  EXPECT_NE(failing.exit_code, 0);
+  EXPECT_NE(failing.err.find("write failed"), std::string::npos) << failing.err;
+  EXPECT_NE(failing.err.find("earlier checkpoints are untouched"), std::string::npos) << failing.err;
+  train::CheckpointDir dir(ck, 3);
+  auto files = dir.list();
+  ASSERT_FALSE(files.empty());
+  EXPECT_EQ(files.back().step, 10);
+  EXPECT_NO_THROW(train::CheckpointDir::load_file(files.back().path));
+  for (const auto& name : train::files::list_dir(ck)) EXPECT_EQ(name.find(".tmp"), std::string::npos) << name;
+  auto done = run_program({"bash", "-c", train_cmd(ck)}, {}, 300);
+  ASSERT_EQ(done.exit_code, 0) << done.err;
+  EXPECT_EQ(last_json(done.out)["params_sha256"], want);
+}
+
+TEST(Checkpoint, PreemptedWithoutCheckpointDirExitsWithTheDocumentedCode) {
+  if (dataset_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  train::test::TempDir d("cknone");
+  const std::string cmd = bin("train") + " --data " + dataset_dir() +
+                          " --epochs 1 --limit-train-samples 1200 --limit-test-samples 100 --device cpu --threads 1 --log-interval 1";
+  auto r = run_and_signal(cmd, 3, "TERM", d.file("err.log"));
+  EXPECT_NE(r.out.find("rc=75"), std::string::npos) << r.out;
+  EXPECT_NE(train::test::read_text(d.file("err.log")).find("no --checkpoint-dir"), std::string::npos);
+}
