@@ -6,6 +6,8 @@
 #include "train/error.h"
 #include "train/files.h"
 
+#include <cstdlib>
+
 
 namespace train::datasets {
 
@@ -24,6 +26,9 @@ TensorDataset load_dataset(const std::string& name, const std::string& dir, Spli
 }
 
 std::string default_fashion_mnist_dir() {
+  if (const char* env = std::getenv("TRAIN_FASHION_MNIST_DIR")) {
+    if (*env != '\0') return env;
+  }
   const char* kDir = "/usr/share/datasets/fashion-mnist";
   return files::is_directory(kDir) ? kDir : "";
 }

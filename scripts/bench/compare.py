@@ -51,6 +51,7 @@ def main():
     p.add_argument("--loaders", default="seeds,resident")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--build", default=os.path.join(REPO, "build"))
+    p.add_argument("--device", default="cpu", help="cpu or cuda (one GPU per rank)")
     p.add_argument("--json", help="also write the results here")
     a = p.parse_args()
 
@@ -59,9 +60,9 @@ def main():
               "--limit-test-samples", str(a.limit_test_samples), "--threads", str(a.threads)]
     train = os.path.join(a.build, "bin", "train")
     trainctl = os.path.join(a.build, "bin", "trainctl")
-    cpp = [train, "--model", "mnist", "--dataset", "fashion-mnist", "--device", "cpu",
+    cpp = [train, "--model", "mnist", "--dataset", "fashion-mnist", "--device", a.device,
            "--log-interval", "1000000"] + common
-    py = [sys.executable, os.path.join(REPO, "scripts", "bench", "reference_mnist.py")] + common
+    py = [sys.executable, os.path.join(REPO, "scripts", "bench", "reference_mnist.py"), "--device", a.device] + common
     if a.world > 1:
         cpp = [trainctl, "local", "--nproc", str(a.world), "--no-prefix", "--"] + cpp
         py = [sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -83,7 +84,11 @@ def main():
                 best["peak_rss_mb"] = max(best["peak_rss_mb"], rss)
 
     ours = results["libtrain train (C++)"]
-    print(f"machine: {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+    gpu = ""
+    if a.device == "cuda":
+        import torch
+        gpu = f", GPU {torch.cuda.get_device_name(0)}"
+    print(f"machine: {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cores{gpu}; "
           f"world {a.world}, {a.threads} thread(s)/rank, {a.limit_train_samples} samples x {a.epochs} epoch(s), "
           f"batch {a.batch_size}/rank, best of {a.repeat}")
     print(f"{'run':36} {'images/s':>10} {'peak RSS MB':>12} {'test acc':>9} {'speed ratio':>12} {'RSS ratio':>10}")

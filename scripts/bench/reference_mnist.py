@@ -96,13 +96,18 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--loader", choices=["seeds", "resident"], default="seeds")
     p.add_argument("--no-dropout", action="store_true")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (cuda: one GPU per rank, NCCL)")
     a = p.parse_args()
 
     torch.set_num_threads(a.threads)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    dev = torch.device(f"cuda:{local_rank}" if a.device == "cuda" else "cpu")
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
     if world > 1:
-        dist.init_process_group("gloo", rank=rank, world_size=world)
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", rank=rank, world_size=world)
 
     def load(prefix, limit):
         x = read_idx(find(a.data, f"{prefix}-images-idx3-ubyte"))
@@ -114,7 +119,7 @@ def main():
     xtr, ytr = load("train", a.limit_train_samples)
     xte, yte = load("t10k", a.limit_test_samples)
     torch.manual_seed(a.seed)
-    model = Net(dropout=not a.no_dropout)
+    model = Net(dropout=not a.no_dropout).to(dev)
     ddp = nn.parallel.DistributedDataParallel(model) if world > 1 else model
     opt = torch.optim.Adadelta(model.parameters(), lr=a.lr)
     sched = StepLR(opt, step_size=1, gamma=a.gamma)
@@ -122,6 +127,7 @@ def main():
     if a.loader == "resident":
         tx = ((torch.from_numpy(xtr.astype(np.float32)) / 255.0 - 0.1307) / 0.3081).unsqueeze(1)
         ty = torch.from_numpy(ytr.astype(np.int64))
+        tx, ty = tx.to(dev), ty.to(dev)
     else:
         train_ds = SeedsDataset(xtr, ytr)
     sampler = DistributedSampler(range(len(ytr)), num_replicas=world, rank=rank, seed=a.seed)
@@ -132,7 +138,7 @@ def main():
         ddp.train()
         t0 = time.perf_counter()
         if a.loader == "resident":
-            idx = torch.tensor(list(sampler), dtype=torch.long)
+            idx = torch.tensor(list(sampler), dtype=torch.long, device=dev)
             batches = ((tx.index_select(0, i), ty.index_select(0, i)) for i in idx.split(a.batch_size))
         else:
             sampler_e = DistributedSampler(train_ds, num_replicas=world, rank=rank, seed=a.seed)
@@ -140,27 +146,31 @@ def main():
             batches = DataLoader(train_ds, batch_size=a.batch_size, sampler=sampler_e, num_workers=0)
         loss_sum, n_steps = 0.0, 0
         for x, y in batches:
+            x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
             opt.zero_grad()
             loss = F.nll_loss(ddp(x), y)
             loss.backward()
             opt.step()
-            loss_sum += loss.item()
+            loss_sum += loss.detach()
             n_steps += 1
             images += len(y) * world
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
         train_time += time.perf_counter() - t0
+        loss_sum = float(loss_sum)
         steps += n_steps
         sched.step()
 
     model.eval()
     with torch.no_grad():
-        x = ((torch.from_numpy(xte.astype(np.float32)) / 255.0 - 0.1307) / 0.3081).unsqueeze(1)
-        y = torch.from_numpy(yte.astype(np.int64))
+        x = ((torch.from_numpy(xte.astype(np.float32)) / 255.0 - 0.1307) / 0.3081).unsqueeze(1).to(dev)
+        y = torch.from_numpy(yte.astype(np.int64)).to(dev)
         out = torch.cat([model(c) for c in x.split(a.test_batch_size)])
         test_loss = F.nll_loss(out, y, reduction="sum").item() / len(y)
         acc = out.argmax(1).eq(y).float().mean().item()
     h = hashlib.sha256()
     for t in model.parameters():
-        h.update(t.detach().float().contiguous().numpy().tobytes())
+        h.update(t.detach().float().cpu().contiguous().numpy().tobytes())
     if rank == 0:
         print(json.dumps({"event": "done", "epochs": a.epochs, "steps": steps,
                           "train_loss": loss_sum / max(1, n_steps), "test_loss": test_loss,

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -119,7 +120,8 @@ std::string last_line(const std::string& text) {
 }
 
 std::string fashion_mnist_dir() {
-  const char* d = "/usr/share/datasets/fashion-mnist";
+  const char* env = std::getenv("TRAIN_FASHION_MNIST_DIR");
+  const char* d = env != nullptr && *env != '\0' ? env : "/usr/share/datasets/fashion-mnist";
   return files::exists(std::string(d) + "/train-images-idx3-ubyte.gz") ? d : "";
 }
 

@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -44,7 +46,8 @@ train::DistEnv env_for(int rank, int world, int port) {
 }
 
 // Runs fn(rank, process_group) on `world` threads; rethrows the first failure.
-void run_ranks(int world, const std::function<void(int, std::shared_ptr<train::ProcessGroup>)>& fn) {
+void run_ranks(int world, const std::function<void(int, std::shared_ptr<train::ProcessGroup>)>& fn,
+               train::Backend backend = train::Backend::gloo) {
   const int port = free_port();
   std::vector<std::thread> threads;
   std::vector<std::string> errors(world);
@@ -53,6 +56,9 @@ void run_ranks(int world, const std::function<void(int, std::shared_ptr<train::P
       try {
         train::ProcessGroupOptions o;
         o.timeout = std::chrono::seconds(60);
+        o.backend = backend;
+        o.device_index = r;
+        if (backend == train::Backend::nccl) c10::cuda::set_device(static_cast<c10::DeviceIndex>(r));
         auto pg = train::ProcessGroup::create(env_for(r, world, port), o);
         fn(r, pg);
         pg->shutdown();
@@ -87,13 +93,19 @@ double rel_err(const torch::Tensor& a, const torch::Tensor& b) {
 // In float64 the only difference between the two computations is rounding, so the bound is the
 // issue's 1e-6 with a wide margin; in float32 the summation order of a batch of 16 versus two of
 // 8 already moves conv1's gradient by ~1.5e-6, so float32 is checked at 1e-5.
-void check_gradient_parity(at::ScalarType dtype, double tolerance) {
+void check_gradient_parity(at::ScalarType dtype, double tolerance,
+                           train::Backend backend = train::Backend::gloo) {
   at::set_num_threads(1);
+  const bool cuda = backend == train::Backend::nccl;
   constexpr int kWorld = 2, kBatch = 8;
   torch::manual_seed(123);
   auto x = torch::randn({kWorld * kBatch, 1, 28, 28}, dtype);
   auto y = torch::randint(0, 10, {kWorld * kBatch}, torch::kLong);
-  auto want = reference_grads(x, y);
+  auto want = cuda ? [&] {
+    auto g = reference_grads(x.to(torch::kCUDA), y.to(torch::kCUDA));
+    for (auto& t : g) t = t.cpu();
+    return g;
+  }() : reference_grads(x, y);
   std::vector<std::vector<torch::Tensor>> got(kWorld);
   // Models are built here: the default generator is global, so seeding inside the rank threads
   // would race. A different init on rank 1 proves the constructor's broadcast from rank 0.
@@ -107,15 +119,17 @@ void check_gradient_parity(at::ScalarType dtype, double tolerance) {
   }
   run_ranks(kWorld, [&](int rank, std::shared_ptr<train::ProcessGroup> pg) {
     auto m = models[rank];
+    const torch::Device dev = cuda ? torch::Device(torch::kCUDA, rank) : torch::Device(torch::kCPU);
+    m->to(dev);
     train::DistributedDataParallel ddp(m, pg);
-    auto xs = x.narrow(0, rank * kBatch, kBatch), ys = y.narrow(0, rank * kBatch, kBatch);
+    auto xs = x.narrow(0, rank * kBatch, kBatch).to(dev), ys = y.narrow(0, rank * kBatch, kBatch).to(dev);
     // Two steps: the second checks that per-backward state resets.
     for (int step = 0; step < 2; ++step) {
       m->zero_grad();
       torch::nll_loss(m->forward(xs), ys).backward();
     }
-    for (auto& p : m->parameters()) got[rank].push_back(p.grad().clone());
-  });
+    for (auto& p : m->parameters()) got[rank].push_back(p.grad().cpu());
+  }, backend);
   for (int r = 0; r < kWorld; ++r) {
     ASSERT_EQ(got[r].size(), want.size());
     for (size_t i = 0; i < want.size(); ++i) {
@@ -128,6 +142,16 @@ void check_gradient_parity(at::ScalarType dtype, double tolerance) {
 
 TEST(Ddp, GradientsEqualSingleProcessOnCombinedBatchFloat64) { check_gradient_parity(at::kDouble, 1e-6); }
 TEST(Ddp, GradientsEqualSingleProcessOnCombinedBatchFloat32) { check_gradient_parity(at::kFloat, 1e-5); }
+
+// The same on two GPUs over NCCL, one GPU per rank (label gpu; runs on the GPU machine).
+TEST(DdpGpu, GradientsEqualSingleProcessOnCombinedBatchNccl) {
+  if (!torch::cuda::is_available() || torch::cuda::device_count() < 2) {
+    GTEST_SKIP() << "needs 2 CUDA GPUs, found " << (torch::cuda::is_available() ? torch::cuda::device_count() : 0)
+                 << ": this NCCL test runs on the GPU machine (docs/gpu.md)";
+  }
+  // TF32 would change the convolutions' rounding; compare in full float64.
+  check_gradient_parity(at::kDouble, 1e-6, train::Backend::nccl);
+}
 
 TEST(Ddp, BucketsFollowReverseOrderAndCaps) {
   run_ranks(2, [&](int, std::shared_ptr<train::ProcessGroup> pg) {

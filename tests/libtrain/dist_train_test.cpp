@@ -90,3 +90,25 @@ TEST(DistTrain, LauncherEndsTheJobWhenARankFails) {
   EXPECT_NE(r.err.find("/nonexistent"), std::string::npos) << r.err;
   EXPECT_LT(r.seconds, 60.0);
 }
+
+// On the GPU machine: the same parity with NCCL, one GPU per rank (label gpu).
+TEST(DistTrainGpu, TwoGpuRanksMatchOneGpuWithDoubleBatch) {
+  const int gpus = [] {
+    auto r = run_program({"sh", "-c", "nvidia-smi -L 2>/dev/null | grep -c '^GPU'"}, {}, 30);
+    return r.exit_code == 0 ? std::atoi(r.out.c_str()) : 0;
+  }();
+  if (gpus < 2) GTEST_SKIP() << "needs 2 NVIDIA GPUs, found " << gpus << ": this NCCL test runs on the GPU machine (docs/gpu.md)";
+  if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+  auto gpu_args = [](int batch) {
+    auto a = train_args(batch);
+    for (auto& s : a) if (s == "cpu") s = "cuda";
+    return a;
+  };
+  auto one = run_program(gpu_args(64));
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  auto two = run_program(local(2, gpu_args(32)));
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  EXPECT_NE(two.err.find("backend nccl"), std::string::npos) << two.err;
+  const double l1 = done(one)["test_loss"], l2 = done(two)["test_loss"];
+  EXPECT_LE(std::abs(l1 - l2) / l1, 1e-3) << "1 GPU: " << l1 << ", 2 GPUs: " << l2;
+}

@@ -33,7 +33,8 @@ struct LoadOptions {
 TensorDataset load_dataset(const std::string& name, const std::string& dir, Split split,
                            const LoadOptions& options = {});
 
-/// Folder where Debian's dataset-fashion-mnist package puts its files, or "" if absent.
+/// $TRAIN_FASHION_MNIST_DIR if set, else the folder where Debian's dataset-fashion-mnist
+/// package puts its files (/usr/share/datasets/fashion-mnist), or "" if absent.
 std::string default_fashion_mnist_dir();
 
 }  // namespace train::datasets
