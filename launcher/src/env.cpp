@@ -148,7 +148,7 @@ std::string job_id_of(const Vars& vars) {
   return "";
 }
 
-/// The checks every source shares; `what` names the variables for each quantity.
+/// The checks every source shares; `n` says where each quantity came from, for the messages.
 struct Names {
   std::string rank, world, local_rank, local_world, node_rank, num_nodes;
 };

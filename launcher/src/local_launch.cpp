@@ -324,6 +324,10 @@ class Supervisor {
       do {
         got = waitpid(rank.pid, &status, WNOHANG);
       } while (got < 0 && errno == EINTR);
+      if (got < 0 && errno == ECHILD) {
+        status = 1 << 8;  // reaped elsewhere (it can't be by us): count it as a failure, not a hang
+        got = rank.pid;
+      }
       if (got != rank.pid) continue;
       rank.running = false;
       rank.status = status;
@@ -337,11 +341,10 @@ class Supervisor {
           describe_status(rank) +
           (still_running > 0 ? "; stopping the other " + std::to_string(still_running) +
                                    " rank(s) (SIGTERM, SIGKILL after " + grace_text() + ")"
-                             : ""));
-      if (rank.exec_errno != 0) {
-        say("cannot run '" + program_ + "': " + errno_text(rank.exec_errno) +
-            ". Hint: check that it is an executable for this machine (a script needs a #! line).");
-      }
+                             : "") +
+          (rank.exec_errno != 0 ? ". Hint: check that '" + program_ +
+                                      "' is an executable for this machine (a script needs a #! line)."
+                                : ""));
       start_stopping(SIGTERM);
     }
   }
@@ -409,6 +412,21 @@ class Supervisor {
       s.mid_line = true;
     }
     if (!batch.empty()) write_all(s.target, batch, broken);
+    if (broken) drop_streams_to(s.target);
+  }
+
+  /// trainctl's own stdout or stderr is gone (`trainctl local ... | head`): close the ranks' ends
+  /// too, so that they see the broken pipe as they would without trainctl in between.
+  void drop_streams_to(int target) {
+    for (Rank& rank : ranks_) {
+      for (Stream* s : {&rank.out, &rank.err}) {
+        if (s->target == target && s->fd >= 0) {
+          close(s->fd);
+          s->fd = -1;
+          s->pending.clear();
+        }
+      }
+    }
   }
 
   void close_stream(Stream& s) {
@@ -623,6 +641,11 @@ int launch_local(const LocalLaunchOptions& options) {
                       "trainctl local --nproc 2 -- ./build/bin/train --epochs 1");
   }
   const std::string program = find_program(options.command.front(), current_environment());
+  // Started with stdin, stdout or stderr closed, the pipes made below could land on fds 0-2 and be
+  // clobbered by the ranks' dup2(); /dev/null keeps those slots taken.
+  for (int fd = STDIN_FILENO; fd <= STDERR_FILENO; ++fd) {
+    if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) (void)open("/dev/null", O_RDWR);
+  }
   Supervisor supervisor(options, program);
   supervisor.open_dev_null();
   return supervisor.run();

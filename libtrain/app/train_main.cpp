@@ -39,6 +39,8 @@ void add_flags(CLI::App& app, train::TrainConfig& c) {
   app.add_option("--backend", c.backend, "auto | gloo | nccl")->capture_default_str();
   app.add_option("--dist-timeout", c.dist_timeout_sec, "seconds before a missing or stalled peer is an error")->capture_default_str();
   app.add_option("--bucket-cap-mb", c.bucket_cap_mb, "DDP gradient bucket size in MB")->capture_default_str();
+  app.add_option("--tf32", c.tf32, "TF32 on CUDA: auto (PyTorch's defaults), on, off")->capture_default_str();
+  app.add_flag("--deterministic", c.deterministic, "deterministic cuDNN algorithms (slower)");
   app.add_option("--checkpoint-dir", c.checkpoint_dir, "write checkpoints here (shared by all nodes); enables resume");
   app.add_option("--checkpoint-every", c.checkpoint_every, "also checkpoint every N steps (0: only at epoch ends)")->capture_default_str();
   app.add_option("--keep-checkpoints", c.keep_checkpoints, "checkpoints to keep; older ones go once a newer is safe")->capture_default_str();

@@ -8,6 +8,7 @@
 #include "train/ddp.h"
 #include "train/error.h"
 #include "train/files.h"
+#include "train/launcher/device.h"
 #include "train/log.h"
 #include "train/models/model.h"
 #include "train/process_group.h"
@@ -82,11 +83,10 @@ class MetricsWriter {
   std::ofstream out_;
 };
 
-at::Device choose_device(const TrainConfig& c, const DistEnv& env) {
+at::Device pick_device(const TrainConfig& c, const DistEnv& env) {
   const bool want_cuda = c.device == "cuda" || (c.device == "auto" && c.backend != "gloo");
   if (c.device == "cpu" || !want_cuda) return at::Device(at::kCPU);
-  const bool available = torch::cuda::is_available();
-  const int64_t count = available ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
+  const int count = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
   if (count == 0) {
     if (c.device == "auto") return at::Device(at::kCPU);
     const char* vis = std::getenv("CUDA_VISIBLE_DEVICES");
@@ -95,14 +95,9 @@ at::Device choose_device(const TrainConfig& c, const DistEnv& env) {
                       "ask SLURM for GPUs (--gres=gpu:N or --gpus-per-node=N) and run on a GPU "
                       "partition, or use --device cpu.");
   }
-  if (env.local_rank >= count) {
-    throw ConfigError("local rank " + std::to_string(env.local_rank) + " on " + env.host +
-                          ": expected at most one rank per GPU, found " +
-                          std::to_string(env.local_world_size) + " ranks on this node and " +
-                          std::to_string(count) + " visible GPUs.",
-                      "start as many tasks per node as GPUs (--ntasks-per-node = --gpus-per-node).");
-  }
-  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+  // The launcher's rule: cuda:<local rank>, or cuda:0 when SLURM binds GPUs per task; too few
+  // GPUs for the node's ranks is an error naming both counts.
+  return at::Device(train::choose_device(env, count, "nccl", current_environment()).device);
 }
 
 Backend choose_backend(const TrainConfig& c, const at::Device& device) {
@@ -215,6 +210,7 @@ void validate(const TrainConfig& c) {
   if (c.bucket_cap_mb <= 0) bad("--bucket-cap-mb", "a positive size in MB", fmt("%g", c.bucket_cap_mb), "the default is 25");
   if (c.device != "auto" && c.device != "cpu" && c.device != "cuda") bad("--device", "auto, cpu or cuda", "'" + c.device + "'", "");
   if (c.backend != "auto" && c.backend != "gloo" && c.backend != "nccl") bad("--backend", "auto, gloo or nccl", "'" + c.backend + "'", "");
+  if (c.tf32 != "auto" && c.tf32 != "on" && c.tf32 != "off") bad("--tf32", "auto, on or off", "'" + c.tf32 + "'", "");
   if (c.optimizer != "auto" && c.optimizer != "adadelta" && c.optimizer != "sgd") bad("--optimizer", "auto, adadelta or sgd", "'" + c.optimizer + "'", "");
   if (c.lr != -1 && !(c.lr > 0)) bad("--lr", "a positive learning rate", fmt("%g", c.lr), "the recipe's default is 1.0 (Adadelta) or 0.1 (SGD)");
   if (c.gamma != -1 && !(c.gamma > 0 && c.gamma <= 1)) bad("--gamma", "a factor in (0, 1]", fmt("%g", c.gamma), "the MNIST recipe uses 0.7");
@@ -428,8 +424,18 @@ TrainResult run_training(const TrainConfig& c, const DistEnv& env) {
   }
   at::set_num_threads(threads);
 
-  const at::Device device = choose_device(c, env);
+  const at::Device device = pick_device(c, env);
   const Backend backend = choose_backend(c, device);
+  if (device.is_cuda()) {
+    if (c.tf32 != "auto") {
+      at::globalContext().setAllowTF32CuDNN(c.tf32 == "on");
+      at::globalContext().setAllowTF32CuBLAS(c.tf32 == "on");
+    }
+    if (c.deterministic) {
+      at::globalContext().setDeterministicCuDNN(true);
+      at::globalContext().setBenchmarkCuDNN(false);
+    }
+  }
 
   // Data first: a bad file should fail before we wait for peers.
   datasets::TensorDataset train_set = datasets::load_dataset(

@@ -108,6 +108,11 @@ class TestProcess {
   }
 
   pid_t pid() const { return pid_; }
+  /// Stops reading its stdout, as `| head` does: its next writes there fail with EPIPE.
+  void close_stdout() {
+    if (out_fd_ >= 0) close(out_fd_);
+    out_fd_ = -1;
+  }
   /// Whether it exited and closed its output.
   bool finished() const { return !running_ && out_fd_ < 0 && err_fd_ < 0; }
   void send(int sig) { kill(pid_, sig); }

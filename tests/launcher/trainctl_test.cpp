@@ -282,6 +282,16 @@ TEST(TrainctlLocal, KeepsStreamsApartAndLinesWhole) {
   }
 }
 
+TEST(TrainctlLocal, BrokenStdoutReachesTheRanks) {
+  // `trainctl local ... | head -1`: once the reader is gone the ranks must see the broken pipe
+  // (and end) rather than write into trainctl for ever.
+  auto p = start({"local", "--nproc", "2", "--", "sh", "-c", "yes"});
+  ASSERT_TRUE(p->wait_for_stdout([](const std::string& out) { return out.size() > 1000; }, 10)) << p->err();
+  p->close_stdout();
+  ASSERT_TRUE(p->wait(10)) << "trainctl kept running after its stdout closed: " << p->err();
+  EXPECT_EQ(p->exit_code(), 128 + SIGPIPE) << p->err();
+}
+
 TEST(TrainctlLocal, StdinIsDevNull) {
   const auto p = run({"local", "--nproc", "1", "--", "sh", "-c", "read x; echo \"read:$?:$x\""}, test::hermetic_env(), 10);
   ASSERT_EQ(p->exit_code(), 0) << p->err();

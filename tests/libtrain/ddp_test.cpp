@@ -76,7 +76,7 @@ std::vector<torch::Tensor> reference_grads(const torch::Tensor& x, const torch::
   train::models::ModelOptions o;
   o.dropout = false;
   auto m = train::models::make_model("mnist", o);
-  m->to(x.scalar_type());
+  m->to(x.device(), x.scalar_type());
   auto loss = torch::nll_loss(m->forward(x), y);
   loss.backward();
   std::vector<torch::Tensor> g;

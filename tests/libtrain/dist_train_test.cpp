@@ -91,24 +91,45 @@ TEST(DistTrain, LauncherEndsTheJobWhenARankFails) {
   EXPECT_LT(r.seconds, 60.0);
 }
 
-// On the GPU machine: the same parity with NCCL, one GPU per rank (label gpu).
-TEST(DistTrainGpu, TwoGpuRanksMatchOneGpuWithDoubleBatch) {
+// On the GPU machine: the same parity with NCCL, one GPU per rank, against the single-process
+// batch-64 run on the CPU (plain float32, no algorithm that depends on the batch size).
+//
+// Measured on 2x H200 (docs/gpu.md): with SGD over a full epoch, 2 GPUs land 7.5e-5 from the
+// CPU reference, while 1 GPU at batch 64 lands 1.7e-3 from both: cuDNN picks different
+// convolution algorithms for batch 64 than for 32, so the single-GPU run is the one that rounds
+// differently. Adadelta's first steps divide by running RMS values near eps, which magnifies any
+// rounding into ~1% after an epoch, so Adadelta is compared over its first 10 steps.
+TEST(DistTrainGpu, TwoGpuRanksMatchOneRankWithDoubleBatch) {
   const int gpus = [] {
     auto r = run_program({"sh", "-c", "nvidia-smi -L 2>/dev/null | grep -c '^GPU'"}, {}, 30);
     return r.exit_code == 0 ? std::atoi(r.out.c_str()) : 0;
   }();
   if (gpus < 2) GTEST_SKIP() << "needs 2 NVIDIA GPUs, found " << gpus << ": this NCCL test runs on the GPU machine (docs/gpu.md)";
   if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
-  auto gpu_args = [](int batch) {
+  auto args = [](const std::string& device, int batch, std::vector<std::string> extra) {
     auto a = train_args(batch);
-    for (auto& s : a) if (s == "cpu") s = "cuda";
+    for (auto& s : a) if (s == "cpu") s = device;
+    a.insert(a.end(), {"--tf32", "off", "--deterministic"});
+    a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };
-  auto one = run_program(gpu_args(64));
-  ASSERT_EQ(one.exit_code, 0) << one.err;
-  auto two = run_program(local(2, gpu_args(32)));
-  ASSERT_EQ(two.exit_code, 0) << two.err;
-  EXPECT_NE(two.err.find("backend nccl"), std::string::npos) << two.err;
-  const double l1 = done(one)["test_loss"], l2 = done(two)["test_loss"];
-  EXPECT_LE(std::abs(l1 - l2) / l1, 1e-3) << "1 GPU: " << l1 << ", 2 GPUs: " << l2;
+  struct Case {
+    std::vector<std::string> extra;
+    double two_gpu_tolerance, one_gpu_tolerance;
+  };
+  for (const Case& k : {Case{{"--optimizer", "sgd", "--lr", "0.02", "--weight-decay", "0"}, 1e-3, 5e-3},
+                        Case{{"--max-steps", "10"}, 1e-5, 1e-4}}) {
+    auto ref = run_program(args("cpu", 64, k.extra));
+    ASSERT_EQ(ref.exit_code, 0) << ref.err;
+    auto one = run_program(args("cuda", 64, k.extra));
+    ASSERT_EQ(one.exit_code, 0) << one.err;
+    auto two = run_program(local(2, args("cuda", 32, k.extra)));
+    ASSERT_EQ(two.exit_code, 0) << two.err;
+    EXPECT_NE(two.err.find("backend nccl"), std::string::npos) << two.err;
+    const double l0 = done(ref)["test_loss"], l1 = done(one)["test_loss"], l2 = done(two)["test_loss"];
+    std::printf("[gpu parity] %s %s: CPU 1 rank %.9f, 1 GPU %.9f (rel %.2e), 2 GPUs NCCL %.9f (rel %.2e)\n",
+                k.extra[0].c_str(), k.extra[1].c_str(), l0, l1, std::abs(l1 - l0) / l0, l2, std::abs(l2 - l0) / l0);
+    EXPECT_LE(std::abs(l2 - l0) / l0, k.two_gpu_tolerance) << "2 GPUs vs the single-process reference";
+    EXPECT_LE(std::abs(l1 - l0) / l0, k.one_gpu_tolerance) << "1 GPU vs the single-process reference";
+  }
 }

@@ -38,6 +38,8 @@ struct TrainConfig {
   std::string backend = "auto"; ///< auto | gloo | nccl
   double dist_timeout_sec = 300;
   double bucket_cap_mb = 25;
+  std::string tf32 = "auto";    ///< auto (PyTorch's defaults: cuDNN yes, matmul no) | on | off
+  bool deterministic = false;   ///< deterministic cuDNN algorithms (CUDA runs)
 
   // Checkpoints and preemption (docs/checkpoints.md).
   std::string checkpoint_dir;   ///< "" = no checkpoints
