@@ -1,10 +1,33 @@
 #!/usr/bin/env bash
-# The main job on one machine without SLURM: installs what is missing, builds, and trains the
-# seeds' MNIST CNN for 1 epoch on the full Fashion-MNIST on CPU. Extra arguments go to `train`.
+# The main job: installs what is missing, builds, starts the local two-node SLURM cluster,
+# submits scripts/ddp.sh (the seeds' MNIST CNN on the full Fashion-MNIST, 1 epoch, 2 nodes,
+# Gloo on CPU), follows its log and prints the result. Extra arguments go to `train`.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 scripts/setup.sh
 scripts/build.sh
-exec build/bin/train --model mnist --dataset fashion-mnist --data /usr/share/datasets/fashion-mnist \
-  --epochs 1 --device cpu "$@"
+scripts/local-slurm.sh start
+# shellcheck disable=SC1091
+source .slurm/env.sh
+
+# 2 ranks x 32 = the seeds' batch of 64 per step.
+job=$(sbatch --parsable scripts/ddp.sh --epochs 1 --batch-size 32 --threads 1 "$@")
+job=${job%%;*}
+log=$(scontrol show job "$job" | sed -n 's/.*StdOut=\([^ ]*\).*/\1/p')
+echo "demo: submitted job $job; log: $log"
+trap 'scancel "$job" 2>/dev/null || true' INT TERM
+while [ ! -f "$log" ]; do sleep 1; done
+tail -n +1 -f "$log" --pid="$$" &
+tailer=$!
+while squeue -h -j "$job" 2>/dev/null | grep -q .; do sleep 2; done
+sleep 1
+kill "$tailer" 2>/dev/null || true
+state=$(scontrol show job "$job" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+echo "demo: job $job finished: ${state:-unknown}"
+result=$(grep '"event":"done"' "$log" | tail -n 1 || true)
+if [ "$state" != COMPLETED ] || [ -z "$result" ]; then
+  echo "demo: the job did not complete; see $log" >&2
+  exit 1
+fi
+echo "$result"
