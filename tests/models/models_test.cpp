@@ -1,6 +1,7 @@
 // Tests for the seeds' models and the model registry.
 #include "train/error.h"
 #include "train/models/cifar_cnn.h"
+#include "train/models/dropout.h"
 #include "train/models/mnist_cnn.h"
 #include "train/models/model.h"
 
@@ -82,4 +83,28 @@ TEST(Registry, UserModelsCanBeAdded) {
   EXPECT_EQ(make_model("tiny")->forward(torch::zeros({1, 1, 28, 28})).size(1), 10);
   ModelInfo bad;
   EXPECT_THROW(register_model(bad), train::ConfigError);
+}
+
+TEST(FastDropout, KeepsOneMinusPScaledAndReproducible) {
+  auto x = torch::ones({256, 1024}, torch::requires_grad());
+  torch::manual_seed(11);
+  auto a = train::models::fast_dropout(x, 0.25, true);
+  torch::manual_seed(11);
+  auto b = train::models::fast_dropout(x, 0.25, true);
+  EXPECT_TRUE(torch::equal(a, b)) << "same seed, same mask";
+  auto c = train::models::fast_dropout(x, 0.25, true);
+  EXPECT_FALSE(torch::equal(a, c)) << "the generator advances";
+  const double kept = (a > 0).to(torch::kDouble).mean().item<double>();
+  EXPECT_NEAR(kept, 0.75, 0.005);
+  EXPECT_TRUE(torch::allclose(a.masked_select(a > 0), torch::full({1}, 1.0f / 0.75f)));
+  // The gradient is the same mask.
+  a.sum().backward();
+  EXPECT_TRUE(torch::equal(x.grad(), a.detach()));
+  // Eval mode and p = 0 are the identity; thread count doesn't change the mask.
+  EXPECT_TRUE(torch::equal(train::models::fast_dropout(x, 0.5, false), x));
+  at::set_num_threads(1);
+  torch::manual_seed(11);
+  auto d = train::models::fast_dropout(x, 0.25, true);
+  at::set_num_threads(2);
+  EXPECT_TRUE(torch::equal(a.detach(), d.detach()));
 }
