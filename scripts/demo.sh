@@ -11,6 +11,7 @@ scripts/local-slurm.sh start
 # shellcheck disable=SC1091
 source .slurm/env.sh
 
+mkdir -p logs   # SLURM opens the job log before the script runs
 # 2 ranks x 32 = the seeds' batch of 64 per step.
 job=$(sbatch --parsable scripts/ddp.sh --epochs 1 --batch-size 32 --threads 1 "$@")
 job=${job%%;*}

@@ -1,11 +1,15 @@
 // trainctl: the launcher's command line (no LibTorch). One function per subcommand below adds its
-// options and returns the action to run: hostnames, hostlist, env, local. New subcommands (such as
-// `sbatch`) register the same way in main().
+// options and returns the action to run: hostnames, hostlist, env, local, sbatch, preflight. New
+// subcommands register the same way in main().
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -17,6 +21,8 @@
 #include "train/launcher/env.h"
 #include "train/launcher/hostlist.h"
 #include "train/launcher/local_launch.h"
+#include "train/launcher/preflight.h"
+#include "train/launcher/sbatch.h"
 
 #ifndef TRAIN_VERSION
 #define TRAIN_VERSION "unknown"
@@ -176,6 +182,164 @@ Command add_local(CLI::App& app, const std::vector<std::string>& after_dashes) {
   }};
 }
 
+/// Seconds from now until a SLURM timestamp such as 2026-11-26T02:42:19 (local time); 0 when it
+/// doesn't parse or lies in the past.
+long seconds_until(const std::string& when) {
+  std::tm tm{};
+  if (::strptime(when.c_str(), "%Y-%m-%dT%H:%M:%S", &tm) == nullptr) return 0;
+  tm.tm_isdst = -1;
+  const long diff = static_cast<long>(std::mktime(&tm) - std::time(nullptr));
+  return diff > 0 ? diff : 0;
+}
+
+/// `trainctl sbatch`; `before_dashes` and `after_dashes` hold the command line around the first
+/// "--" (the train arguments come after it), kept by main() so the script can record its command.
+Command add_sbatch(CLI::App& app, const std::vector<std::string>& before_dashes,
+                   const std::vector<std::string>& after_dashes) {
+  auto* cmd = app.add_subcommand("sbatch", "Generate a batch script that trains with srun on a SLURM allocation");
+  cmd->footer(
+      "Prints the script (or writes --out FILE); --test-only asks sbatch when the job would start,\n"
+      "--submit submits it and prints the job id. Arguments after '--' go to train, and so do the\n"
+      "script's own arguments at submission (sbatch SCRIPT --epochs 1; train keeps the last copy).\n"
+      "The request is checked first (counts, --time format, GPUs vs tasks, --signal), then against\n"
+      "the partition's nodes, CPUs, memory, MaxTime and GPUs when sinfo answers. Examples:\n"
+      "  trainctl sbatch --nodes 2 --ntasks-per-node 1 --time 1:00:00 -- --epochs 1\n"
+      "  trainctl sbatch --partition gpu --gres gpu:4 --cpus-per-task 8 --setup 'module load cuda' --submit\n"
+      "  trainctl sbatch --array-chain 3 --time 1-00:00:00 --stage-data data.tar --stage-subdir fm --test-only\n"
+      "See docs/slurm.md.\n");
+  auto o = std::make_shared<train::SbatchOptions>();
+  auto out = std::make_shared<std::string>();
+  cmd->add_option("--nodes", o->nodes, "nodes (default 1)");
+  cmd->add_option("--ntasks-per-node", o->ntasks_per_node, "ranks per node (default: the GPUs per node, else 1)");
+  cmd->add_option("--gpus-per-node", o->gpus_per_node, "GPUs per node, [TYPE:]N; one rank per GPU");
+  cmd->add_option("--cpus-per-task", o->cpus_per_task, "CPU cores per rank");
+  cmd->add_option("--mem", o->mem, "memory per node, N[K|M|G|T]");
+  cmd->add_option("--time", o->time, "time limit: minutes, m:s, h:m:s, d-h, d-h:m, d-h:m:s or INFINITE");
+  cmd->add_option("--partition", o->partition, "partition (default: the cluster's default)");
+  cmd->add_option("--account", o->account, "account to charge");
+  cmd->add_option("--qos", o->qos, "quality of service");
+  cmd->add_option("--gres", o->gres, "generic resources per node: gpu:N, gpu:TYPE:N, shard:N");
+  cmd->add_option("--constraint", o->constraint, "node features, e.g. v100");
+  cmd->add_option("--job-name", o->job_name, std::string("job name (default ") + train::kDefaultJobName + ")");
+  cmd->add_option("--output", o->output, std::string("log file pattern (default ") + train::kDefaultOutput + ")");
+  cmd->add_option("--array-chain", o->array_chain, "N chunks run one after another (--array=1-N%1), each resuming from the last checkpoint");
+  cmd->add_option("--signal", o->signal, std::string("[R:]SIG[@SECONDS] sent to the tasks before the time limit, or none (default ") +
+                                             train::kDefaultSignal + ")");
+  cmd->add_option("--setup", o->setup, "a shell line run before srun, e.g. 'module load cuda' (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--container", o->container, "run the tasks in `apptainer exec --nv IMAGE`");
+  cmd->add_option("--stage-data", o->stage_data, "tar archive extracted onto every node ($SLURM_TMPDIR) and given to train as --data");
+  cmd->add_option("--stage-subdir", o->stage_subdir, "the folder inside the --stage-data archive that holds the data files");
+  cmd->add_option("--out", *out, "write the script to FILE (mode 755) instead of stdout");
+  cmd->add_flag("--submit", "submit the script with sbatch and print the job id");
+  cmd->add_flag("--test-only", "ask sbatch --test-only when the job would start (nothing is submitted)");
+  cmd->add_flag("--no-cluster-checks", "don't compare the request with the partitions sinfo reports");
+  cmd->add_option("TRAIN_ARGS", o->train_args, "arguments for train, after '--'");
+  return {cmd, [o, out, cmd, &before_dashes, &after_dashes]() {
+    o->train_args.insert(o->train_args.end(), after_dashes.begin(), after_dashes.end());
+    const bool submit = cmd->count("--submit") > 0;
+    const bool test_only = cmd->count("--test-only") > 0;
+    if (submit && test_only) {
+      throw train::ConfigError("--submit with --test-only: expected one of them, found both.",
+                               "use --test-only to see when the job would start, then --submit.");
+    }
+    // The header records the command without where the script went (--out) or what was done with it.
+    o->command.clear();
+    for (std::size_t i = 0; i < before_dashes.size(); ++i) {
+      const std::string& word = before_dashes[i];
+      if (word == "--submit" || word == "--test-only" || word.rfind("--out=", 0) == 0) continue;
+      if (word == "--out") {
+        ++i;
+        continue;
+      }
+      o->command.push_back(word);
+    }
+    if (!o->train_args.empty()) {
+      o->command.push_back("--");
+      o->command.insert(o->command.end(), o->train_args.begin(), o->train_args.end());
+    }
+    const train::SbatchPlan plan = train::plan_sbatch(*o);
+    std::vector<std::string> warnings = plan.warnings;
+    if (cmd->count("--no-cluster-checks") == 0) {
+      if (const auto partitions = train::query_partitions()) {
+        for (std::string& w : train::check_against_partitions(*o, plan, *partitions)) warnings.push_back(std::move(w));
+      }
+    }
+    for (const std::string& w : warnings) std::cerr << "trainctl sbatch: warning: " << w << std::endl;
+    const std::string script = train::render_sbatch_script(*o, plan);
+    if (!out->empty()) {
+      std::ofstream file(*out, std::ios::binary | std::ios::trunc);
+      file << script;
+      file.close();
+      if (!file || ::chmod(out->c_str(), 0755) != 0) {
+        throw train::ConfigError("--out " + *out + ": expected a file to write the script to, found it unwritable.",
+                                 "check that its folder exists and is writable.");
+      }
+    } else if (!submit && !test_only) {
+      return print(script);
+    }
+    if (test_only) {
+      const train::TestOnlyResult r = train::sbatch_test_only(script);
+      std::string text = "sbatch --test-only: the job would start at " + r.start_time + " on " + r.nodes +
+                         " in partition " + r.partition + " (" + r.processors + " processors)";
+      const long wait = seconds_until(r.start_time);
+      if (wait > 60) {
+        text += ", in about " + std::to_string(wait / 3600) + " h " + std::to_string(wait / 60 % 60) +
+                " min. Hint: squeue --start -p " + r.partition + " shows the jobs ahead; a shorter --time or "
+                "fewer nodes can start sooner (backfill)";
+      } else {
+        text += ", now";
+      }
+      return print(text + ".\n");
+    }
+    if (submit) {
+      const std::string id = train::sbatch_submit(script, plan.output);
+      std::string log = plan.output;
+      for (const auto& [pattern, value] : std::vector<std::pair<std::string, std::string>>{
+               {"%x", plan.job_name}, {"%j", id}, {"%A", id}, {"%a", "*"}}) {
+        for (std::size_t at = log.find(pattern); at != std::string::npos; at = log.find(pattern, at + value.size())) {
+          log.replace(at, pattern.size(), value);
+        }
+      }
+      std::cerr << "trainctl sbatch: submitted job " << id << " (" << plan.job_name << "), log " << log
+                << "; follow it with squeue -j " << id << std::endl;
+      return print(id + "\n");
+    }
+    return 0;
+  }};
+}
+
+/// `trainctl preflight`; `after_dashes` holds train's arguments (after the first "--").
+Command add_preflight(CLI::App& app, const std::vector<std::string>& after_dashes) {
+  auto* cmd = app.add_subcommand("preflight", "Check this node before training: data, GPUs, tasks per GPU");
+  cmd->footer(
+      "Run as one task per node before the training step (the generated sbatch scripts do):\n"
+      "  srun --ntasks=$SLURM_JOB_NUM_NODES --ntasks-per-node=1 trainctl preflight \\\n"
+      "       --tasks-per-node \"$SLURM_TASKS_PER_NODE\" -- TRAIN ARGS\n"
+      "Checks that the data folder train will read (--data, else train's args) holds readable IDX or\n"
+      "CIFAR-10 files; that CUDA sees the GPUs the job asked for (--expect-gpus, else\n"
+      "SLURM_GPUS_ON_NODE); that there is one task per GPU. Prints one line per node; a failed check\n"
+      "prints its error and a hint on stderr and exits 1.\n");
+  auto o = std::make_shared<train::PreflightOptions>();
+  cmd->add_option("--data", o->data_dir, "the data folder (default: train's --data, else its default folder)");
+  cmd->add_option("--expect-gpus", o->expect_gpus, "GPUs the job asked for per node (default: SLURM_GPUS_ON_NODE, else 0)")
+      ->check(CLI::Range(0, 1024));
+  cmd->add_option("--tasks-per-node", o->tasks_per_node,
+                  "the job's tasks per node, SLURM notation like 2(x2) (default: SLURM_TASKS_PER_NODE)");
+  cmd->add_option("TRAIN_ARGS", o->train_args, "train's arguments, after '--'");
+  return {cmd, [o, &after_dashes]() {
+    o->train_args.insert(o->train_args.end(), after_dashes.begin(), after_dashes.end());
+    const train::PreflightReport report = train::run_preflight(*o, train::current_environment());
+    const std::string who = "preflight " + report.host;
+    for (const std::string& w : report.warnings) std::cerr << who << ": warning: " << w << std::endl;
+    for (const std::string& e : report.errors) std::cerr << who << ": FAILED: " << e << std::endl;
+    if (!report.ok()) return kExitError;
+    std::string line = who + ": ok";
+    for (std::size_t i = 0; i < report.passed.size(); ++i) line += (i == 0 ? " (" : "; ") + report.passed[i];
+    return print(line + (report.passed.empty() ? "" : ")") + "\n");
+  }};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -189,15 +353,17 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> args(argv + 1, argv + argc);
   std::vector<std::string> after_dashes;
-  if (!args.empty() && args.front() == "local") {
+  if (!args.empty() && (args.front() == "local" || args.front() == "sbatch" || args.front() == "preflight")) {
     const auto dashes = std::find(args.begin(), args.end(), "--");
     if (dashes != args.end()) {
       after_dashes.assign(dashes + 1, args.end());
       args.erase(dashes, args.end());
     }
   }
+  const std::vector<std::string> before_dashes = args;
   const std::vector<Command> commands = {add_hostnames(app), add_hostlist(app), add_env(app),
-                                         add_local(app, after_dashes)};
+                                         add_local(app, after_dashes), add_sbatch(app, before_dashes, after_dashes),
+                                         add_preflight(app, after_dashes)};
 
   if (argc >= 2 && argv[1][0] != '-') {
     std::string names;

@@ -1,0 +1,56 @@
+// `trainctl preflight`: checks a node before training starts on it (one srun task per node, run by
+// the generated sbatch scripts): the data is readable here, CUDA sees the GPUs the job asked for,
+// and the tasks on the node match its GPUs. No LibTorch, no CUDA.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "train/launcher/device.h"
+#include "train/launcher/env.h"
+
+namespace train {
+
+/// Where train looks for Fashion-MNIST when neither --data nor TRAIN_FASHION_MNIST_DIR is given
+/// (Debian's dataset-fashion-mnist package); the same rule as train's.
+constexpr char kDefaultFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
+
+/// What to check on this node.
+struct PreflightOptions {
+  /// The data folder; "" takes train's: the last --data among train_args, else Fashion-MNIST's
+  /// default folder when the dataset is fashion-mnist.
+  std::string data_dir;
+  /// GPUs the job asked for on each node; -1 reads SLURM_GPUS_ON_NODE (0 when unset: none asked).
+  int expect_gpus = -1;
+  /// The job's tasks per node in SLURM's notation ("2(x3),1"); "" reads SLURM_TASKS_PER_NODE. The
+  /// batch script passes the job's value, because a preflight step's own variables say 1.
+  std::string tasks_per_node;
+  /// train's arguments: --data, --dataset, --model, --device and --backend are read from them (the
+  /// last copy wins, as in train).
+  std::vector<std::string> train_args;
+  /// The NVIDIA driver's GPU folder; tests pass a fake one.
+  std::string proc_gpus_dir = kNvidiaProcGpus;
+};
+
+/// The outcome of the checks on one node.
+struct PreflightReport {
+  std::string host;                   ///< this node's name
+  std::vector<std::string> passed;    ///< one line per check that passed
+  std::vector<std::string> warnings;  ///< things that won't stop training but look wrong
+  std::vector<std::string> errors;    ///< failed checks: input, expected, found, and a hint each
+  bool ok() const { return errors.empty(); }
+};
+
+/// Checks the dataset files in `dir`: IDX (mnist, fashion-mnist: train/t10k images and labels, raw or
+/// .gz) or CIFAR-10 binary (data_batch_1..5.bin, test_batch.bin); an empty or unknown `dataset`
+/// accepts either. Each file must exist, be readable and start like its format.
+/// @return a one-line summary ("4 IDX files (fashion-mnist)").
+/// @throws train::DataError naming the folder or file, with what was expected and found.
+std::string check_dataset_folder(const std::string& dir, const std::string& dataset);
+
+/// Runs every check for this node and collects the results (never throws for a failed check).
+/// @param env the environment: SLURM_NODEID, SLURM_TASKS_PER_NODE, SLURM_GPUS_ON_NODE,
+///   CUDA_VISIBLE_DEVICES, TRAIN_FASHION_MNIST_DIR.
+PreflightReport run_preflight(const PreflightOptions& options, const EnvMap& env);
+
+}  // namespace train

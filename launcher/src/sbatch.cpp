@@ -1,0 +1,725 @@
+// `trainctl sbatch`'s generator: checks a request (plan_sbatch) and writes the batch script
+// (render_sbatch_script). scripts/ddp.sh, ddp-gpu.sh and ddp-cpu-debug.sh are its output. The parts
+// that talk to a cluster (sinfo, sbatch) live in sbatch_cluster.cpp.
+#include "train/launcher/sbatch.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "train/error.h"
+
+namespace train {
+namespace {
+
+constexpr char kTimeFormats[] =
+    "minutes, minutes:seconds, hours:minutes:seconds, days-hours, days-hours:minutes, "
+    "days-hours:minutes:seconds, or INFINITE";
+
+/// Signals train checkpoints on when --preempt-signals is not given (its default).
+const std::vector<std::string> kTrainDefaultPreemptSignals = {"USR1", "USR2", "TERM"};
+
+struct SignalName {
+  const char* name;
+  int number;
+};
+
+/// Linux's signals by name, as sbatch accepts them.
+constexpr SignalName kSignals[] = {
+    {"HUP", SIGHUP},     {"INT", SIGINT},     {"QUIT", SIGQUIT},     {"ABRT", SIGABRT},   {"KILL", SIGKILL},
+    {"USR1", SIGUSR1},   {"SEGV", SIGSEGV},   {"USR2", SIGUSR2},     {"PIPE", SIGPIPE},   {"ALRM", SIGALRM},
+    {"TERM", SIGTERM},   {"CHLD", SIGCHLD},   {"CONT", SIGCONT},     {"STOP", SIGSTOP},   {"TSTP", SIGTSTP},
+    {"TTIN", SIGTTIN},   {"TTOU", SIGTTOU},   {"URG", SIGURG},       {"XCPU", SIGXCPU},   {"XFSZ", SIGXFSZ},
+    {"VTALRM", SIGVTALRM}, {"PROF", SIGPROF}, {"WINCH", SIGWINCH},   {"IO", SIGIO},       {"PWR", SIGPWR},
+    {"SYS", SIGSYS},
+};
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
+}
+
+std::string upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t pos = s.find(sep, start);
+    parts.push_back(s.substr(start, pos == std::string::npos ? std::string::npos : pos - start));
+    if (pos == std::string::npos) return parts;
+    start = pos + 1;
+  }
+}
+
+/// A decimal number of at most 18 digits (so it fits an int64 and sums of a few stay in range).
+bool parse_u64(const std::string& s, std::int64_t& out) {
+  if (!all_digits(s) || s.size() > 18) return false;
+  out = std::stoll(s);
+  return true;
+}
+
+/// --option N: a positive integer below 2^31.
+int parse_count(const std::string& option, const std::string& value, const std::string& hint) {
+  std::int64_t n = 0;
+  if (!parse_u64(value, n) || n < 1 || n > 0x7fffffff) {
+    throw ConfigError(option + " '" + value + "': expected a positive integer (decimal digits), found '" +
+                          value + "'.",
+                      hint);
+  }
+  return static_cast<int>(n);
+}
+
+/// Values that end up on an #SBATCH line must be one word: sbatch splits those lines at spaces.
+void check_sbatch_word(const std::string& option, const std::string& value) {
+  if (value.empty()) {
+    throw ConfigError(option + ": expected a value, found an empty one.", "drop the option or give it a value.");
+  }
+  for (const char c : value) {
+    if (std::isspace(static_cast<unsigned char>(c)) != 0 || c == '"' || c == '\'' || c == '\\' ||
+        std::iscntrl(static_cast<unsigned char>(c)) != 0) {
+      throw ConfigError(option + " '" + value + "': expected one word without spaces, quotes or backslashes "
+                            "(it goes on an #SBATCH line), found '" + std::string(1, c) + "'.",
+                        "SLURM names, sizes and patterns never need them; check for a stray space or quote.");
+    }
+  }
+}
+
+void check_single_line(const std::string& option, const std::string& value) {
+  if (value.find_first_of("\n\r") != std::string::npos) {
+    throw ConfigError(option + ": expected a single line, found a line break in '" + value + "'.",
+                      "give the option once per line, e.g. --setup 'module load cuda' --setup 'source .venv/bin/activate'.");
+  }
+}
+
+/// The value of the last `--flag V` or `--flag=V` among train's arguments (train keeps the last
+/// copy of a flag), or "" when it is not there. `names` are the flag's spellings.
+std::string last_flag_value(const std::vector<std::string>& args, const std::vector<std::string>& names,
+                            bool* found = nullptr) {
+  std::string value;
+  bool seen = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    for (const std::string& name : names) {
+      if (args[i] == name && i + 1 < args.size()) {
+        value = args[i + 1];
+        seen = true;
+      } else if (args[i].rfind(name + "=", 0) == 0) {
+        value = args[i].substr(name.size() + 1);
+        seen = true;
+      }
+    }
+  }
+  if (found != nullptr) *found = seen;
+  return value;
+}
+
+/// GPUs requested through --gres: gpu[:type]:N, or shard[:type]:N.
+struct GresGpus {
+  int gpus = 0;
+  int shards = 0;
+  std::string item;  ///< the gres item that asked for them
+};
+
+GresGpus parse_gres(const std::string& gres) {
+  GresGpus out;
+  for (const std::string& item : split(gres, ',')) {
+    const std::vector<std::string> parts = split(item, ':');
+    const std::string& name = parts[0];
+    const bool name_ok = !name.empty() && std::all_of(name.begin(), name.end(), [](unsigned char c) {
+      return std::isalnum(c) != 0 || c == '_' || c == '-' || c == '/';
+    });
+    if (!name_ok || parts.size() > 3) {
+      throw ConfigError("--gres '" + gres + "': expected items NAME[:TYPE][:COUNT] separated by commas, found '" +
+                            item + "'.",
+                        "e.g. --gres gpu:2, --gres gpu:a100:2 or --gres shard:16 (seed 003's shared GPU).");
+    }
+    std::string count = "1";
+    if (parts.size() == 3) {
+      count = parts[2];
+    } else if (parts.size() == 2 && !parts[1].empty() && std::isdigit(static_cast<unsigned char>(parts[1][0]))) {
+      count = parts[1];
+    }
+    const bool is_gpu = name == "gpu";
+    const bool is_shard = name == "shard";
+    std::int64_t n = 0;
+    std::string digits = count;
+    if (!is_gpu && !is_shard && !digits.empty() && std::string("KMGT").find(upper(digits.substr(digits.size() - 1))) != std::string::npos) {
+      digits.pop_back();  // other gres may count in K/M/G/T
+    }
+    if (!parse_u64(digits, n) || n < 1 || n > 0x7fffffff) {
+      throw ConfigError("--gres '" + gres + "': expected a positive count in '" + item + "', found '" + count + "'.",
+                        "write NAME:COUNT or NAME:TYPE:COUNT, e.g. gpu:2 or gpu:a100:2.");
+    }
+    if ((is_gpu && out.gpus > 0) || (is_shard && out.shards > 0)) {
+      throw ConfigError("--gres '" + gres + "': expected " + name + " once, found it twice.",
+                        "give one " + name + " item with the count per node.");
+    }
+    if (is_gpu) out.gpus = static_cast<int>(n);
+    if (is_shard) out.shards = static_cast<int>(n);
+    if (is_gpu || is_shard) out.item = item;
+  }
+  return out;
+}
+
+/// The signals train checkpoints on, as given to it (last --preempt-signals), upper case, no "SIG".
+std::vector<std::string> train_preempt_signals(const std::vector<std::string>& args, bool& given) {
+  const std::string value = last_flag_value(args, {"--preempt-signals", "--preempt-signal"}, &given);
+  if (!given) return kTrainDefaultPreemptSignals;
+  std::vector<std::string> out;
+  if (value == "none" || value.empty()) return out;
+  for (std::string item : split(value, ',')) {
+    item = upper(item);
+    if (item.rfind("SIG", 0) == 0) item = item.substr(3);
+    out.push_back(item);
+  }
+  return out;
+}
+
+std::string join(const std::vector<std::string>& items, const std::string& sep) {
+  std::string out;
+  for (const std::string& item : items) out += (out.empty() ? "" : sep) + item;
+  return out;
+}
+
+bool is_tar_archive(const std::string& path) {
+  static const char* kSuffixes[] = {".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz",
+                                    ".tar.xz", ".txz", ".tar.zst", ".tzst", ".tar.lz4"};
+  for (const char* suffix : kSuffixes) {
+    const std::string s = suffix;
+    if (path.size() > s.size() && path.compare(path.size() - s.size(), s.size(), s) == 0) return true;
+  }
+  return false;
+}
+
+std::string duration_text(std::int64_t seconds) {
+  if (seconds % 60 == 0) return std::to_string(seconds / 60) + " min";
+  return std::to_string(seconds) + " s";
+}
+
+}  // namespace
+
+std::string shell_quote(const std::string& value) {
+  const bool plain = !value.empty() && std::all_of(value.begin(), value.end(), [](unsigned char c) {
+    return std::isalnum(c) != 0 || std::string("_@%+=:,./-").find(static_cast<char>(c)) != std::string::npos;
+  });
+  if (plain) return value;
+  std::string out = "'";
+  for (const char c : value) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+std::string output_folder(const std::string& output_pattern) {
+  const std::size_t slash = output_pattern.rfind('/');
+  if (slash == std::string::npos || slash == 0) return "";
+  const std::string folder = output_pattern.substr(0, slash);
+  return folder.find('%') == std::string::npos ? folder : "";
+}
+
+SignalSpec parse_signal_spec(const std::string& option, const std::string& value) {
+  const std::string hint =
+      "write [B:|R:]SIG[@SECONDS], e.g. USR2@120 (SIG a name such as USR2 or SIGUSR2, or a number; "
+      "SECONDS 0-65535, default 60).";
+  SignalSpec spec;
+  std::string rest = value;
+  const std::size_t colon = rest.find(':');
+  if (colon != std::string::npos) {
+    const std::string flags = upper(rest.substr(0, colon));
+    if (flags.empty() || flags.size() > 2 || flags.find_first_not_of("RB") != std::string::npos) {
+      throw ConfigError(option + " '" + value + "': expected the prefix B:, R: or RB: before the signal, found '" +
+                            rest.substr(0, colon + 1) + "'.",
+                        hint);
+    }
+    spec.batch_only = flags.find('B') != std::string::npos;
+    spec.reservation = flags.find('R') != std::string::npos;
+    rest = rest.substr(colon + 1);
+  }
+  std::string sig = rest;
+  const std::size_t at = rest.find('@');
+  if (at != std::string::npos) {
+    sig = rest.substr(0, at);
+    const std::string secs = rest.substr(at + 1);
+    std::int64_t n = 60;
+    if (!secs.empty() && (!parse_u64(secs, n) || n > 65535)) {
+      throw ConfigError(option + " '" + value + "': expected the seconds before the time limit after '@' (0-65535), "
+                            "found '" + secs + "'.",
+                        hint);
+    }
+    spec.lead_seconds = static_cast<int>(n);
+  }
+  std::string name = upper(sig);
+  if (name.rfind("SIG", 0) == 0) name = name.substr(3);
+  if (all_digits(name)) {
+    std::int64_t n = 0;
+    if (!parse_u64(name, n) || n < 1 || n > 64) {
+      throw ConfigError(option + " '" + value + "': expected a signal number 1-64, found '" + sig + "'.", hint);
+    }
+    spec.number = static_cast<int>(n);
+    spec.name = name;
+    for (const SignalName& s : kSignals) {
+      if (s.number == spec.number) spec.name = s.name;
+    }
+    return spec;
+  }
+  for (const SignalName& s : kSignals) {
+    if (name == s.name) {
+      spec.name = s.name;
+      spec.number = s.number;
+      return spec;
+    }
+  }
+  throw ConfigError(option + " '" + value + "': expected a signal name (USR1, USR2, TERM, ...) or number, found '" +
+                        sig + "'.",
+                    hint);
+}
+
+std::int64_t parse_time_limit(const std::string& option, const std::string& value) {
+  const std::string hint = "e.g. 30 (minutes), 02:00:00 (two hours) or 1-00:00:00 (a day); sbatch rejects other forms.";
+  const std::string u = upper(value);
+  if (u == "INFINITE" || u == "UNLIMITED") return kTimeUnlimited;
+  auto bad = [&](const std::string& why) {
+    return ConfigError(option + " '" + value + "': expected " + kTimeFormats + ", found " + why + ".", hint);
+  };
+  std::int64_t days = 0;
+  std::string clock = value;
+  const std::size_t dash = value.find('-');
+  if (dash != std::string::npos) {
+    if (!parse_u64(value.substr(0, dash), days)) throw bad("'" + value.substr(0, dash) + "' before '-' (days)");
+    clock = value.substr(dash + 1);
+  }
+  const std::vector<std::string> fields = split(clock, ':');
+  std::vector<std::int64_t> n(fields.size(), 0);
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    if (!parse_u64(fields[i], n[i])) {
+      throw bad(fields[i].empty() ? "an empty field in '" + value + "'" : "'" + fields[i] + "', not a decimal number");
+    }
+  }
+  if (fields.size() > 3) throw bad(std::to_string(fields.size()) + " ':'-separated fields");
+  std::int64_t seconds = 0;
+  if (dash != std::string::npos) {
+    // days-hours[:minutes[:seconds]]
+    seconds = days * 86400 + n[0] * 3600 + (n.size() > 1 ? n[1] * 60 : 0) + (n.size() > 2 ? n[2] : 0);
+  } else if (n.size() == 1) {
+    seconds = n[0] * 60;  // minutes
+  } else if (n.size() == 2) {
+    seconds = n[0] * 60 + n[1];  // minutes:seconds
+  } else {
+    seconds = n[0] * 3600 + n[1] * 60 + n[2];  // hours:minutes:seconds
+  }
+  return seconds == 0 ? kTimeUnlimited : seconds;  // sbatch: a limit of 0 means none
+}
+
+std::int64_t parse_memory_mb(const std::string& option, const std::string& value) {
+  std::string digits = value;
+  std::int64_t scale_kb = 1024;  // M is the default unit
+  if (!digits.empty() && std::isalpha(static_cast<unsigned char>(digits.back())) != 0) {
+    const char unit = static_cast<char>(std::toupper(static_cast<unsigned char>(digits.back())));
+    const std::string units = "KMGT";
+    const std::size_t pos = units.find(unit);
+    if (pos == std::string::npos) {
+      throw ConfigError(option + " '" + value + "': expected a size N[K|M|G|T] (MiB without a unit), found the unit '" +
+                            std::string(1, digits.back()) + "'.",
+                        "e.g. --mem 16G or --mem 32000M (memory per node).");
+    }
+    scale_kb = std::int64_t(1) << (10 * pos);
+    digits.pop_back();
+  }
+  std::int64_t n = 0;
+  if (!parse_u64(digits, n) || digits.size() > 12) {
+    throw ConfigError(option + " '" + value + "': expected a size N[K|M|G|T] (MiB without a unit), found '" + value + "'.",
+                      "e.g. --mem 16G or --mem 32000M (memory per node).");
+  }
+  const std::int64_t kb = n * scale_kb;
+  return (kb + 1023) / 1024;
+}
+
+SbatchPlan plan_sbatch(const SbatchOptions& o) {
+  SbatchPlan plan;
+  plan.job_name = o.job_name.empty() ? kDefaultJobName : o.job_name;
+  check_sbatch_word("--job-name", plan.job_name);
+  if (plan.job_name.find('/') != std::string::npos || plan.job_name.find('%') != std::string::npos) {
+    throw ConfigError("--job-name '" + plan.job_name + "': expected a name without '/' or '%', found one.",
+                      "the name becomes part of the log and checkpoint paths (logs/%x-%j.out, "
+                      "checkpoints/NAME-JOBID); use letters, digits, '-' and '_'.");
+  }
+
+  for (const auto& [option, value] :
+       std::vector<std::pair<std::string, std::string>>{{"--partition", o.partition}, {"--account", o.account},
+                                                        {"--qos", o.qos}, {"--constraint", o.constraint},
+                                                        {"--gres", o.gres}, {"--mem", o.mem}, {"--time", o.time},
+                                                        {"--output", o.output}, {"--gpus-per-node", o.gpus_per_node}}) {
+    if (!value.empty()) check_sbatch_word(option, value);
+  }
+
+  if (!o.nodes.empty()) plan.nodes = parse_count("--nodes", o.nodes, "e.g. --nodes 2 (whole nodes, not tasks).");
+  if (!o.cpus_per_task.empty()) {
+    plan.cpus_per_task = parse_count("--cpus-per-task", o.cpus_per_task,
+                                     "e.g. --cpus-per-task 4: CPU cores for each rank's threads.");
+  }
+  int tasks = 0;
+  if (!o.ntasks_per_node.empty()) {
+    tasks = parse_count("--ntasks-per-node", o.ntasks_per_node,
+                        "e.g. --ntasks-per-node 2: ranks per node (one per GPU on GPU nodes).");
+  }
+
+  // GPUs: --gpus-per-node [TYPE:]N, --gres gpu[:TYPE]:N or --gres shard[:TYPE]:N.
+  int gpus_per_node = 0;
+  if (!o.gpus_per_node.empty()) {
+    const std::size_t colon = o.gpus_per_node.rfind(':');
+    const std::string count = colon == std::string::npos ? o.gpus_per_node : o.gpus_per_node.substr(colon + 1);
+    gpus_per_node = parse_count("--gpus-per-node", count, "write N or TYPE:N, e.g. --gpus-per-node 4 or a100:4.");
+  }
+  GresGpus gres;
+  if (!o.gres.empty()) gres = parse_gres(o.gres);
+  if (gpus_per_node > 0 && (gres.gpus > 0 || gres.shards > 0)) {
+    throw ConfigError("--gpus-per-node " + o.gpus_per_node + " and --gres " + gres.item +
+                          ": expected GPUs requested once, found both options.",
+                      "keep one: --gres gpu:N (the seeds' style) or --gpus-per-node N.");
+  }
+  if (gres.gpus > 0 && gres.shards > 0) {
+    throw ConfigError("--gres '" + o.gres + "': expected whole GPUs (gpu:N) or shards of one (shard:N), found both.",
+                      "use gpu:N for one task per GPU, or shard:N for a single task on a shared GPU (seed 003).");
+  }
+  if (gpus_per_node > 0) {
+    plan.gpus_per_node = gpus_per_node;
+    plan.gpu_request = "--gpus-per-node " + o.gpus_per_node;
+  } else if (gres.gpus > 0) {
+    plan.gpus_per_node = gres.gpus;
+    plan.gpu_request = "--gres " + gres.item;
+  } else if (gres.shards > 0) {
+    plan.gpus_per_node = 1;
+    plan.shard = true;
+    plan.gpu_request = "--gres " + gres.item;
+  }
+  if (tasks == 0) tasks = plan.gpus_per_node > 0 && !plan.shard ? plan.gpus_per_node : 1;
+  plan.tasks_per_node = tasks;
+  if (plan.shard && tasks > 1) {
+    throw ConfigError("--ntasks-per-node " + std::to_string(tasks) + " with " + plan.gpu_request +
+                          ": expected 1 task per node on a shared GPU, found " + std::to_string(tasks) + ".",
+                      "shards give a node's tasks one GPU between them, and NCCL needs a GPU per rank; use "
+                      "--ntasks-per-node 1, or --gres gpu:N for N ranks per node.");
+  }
+  if (plan.gpus_per_node > 0 && !plan.shard && tasks != plan.gpus_per_node) {
+    throw ConfigError("--ntasks-per-node " + std::to_string(tasks) + " with " + plan.gpu_request +
+                          ": expected one task per GPU (" + std::to_string(plan.gpus_per_node) +
+                          " tasks per node), found " + std::to_string(tasks) + ".",
+                      "drop --ntasks-per-node (it follows the GPUs), or request as many GPUs as tasks.");
+  }
+
+  if (!o.time.empty()) plan.time_seconds = parse_time_limit("--time", o.time);
+  if (!o.mem.empty()) plan.mem_mb = parse_memory_mb("--mem", o.mem);
+
+  if (!o.array_chain.empty()) {
+    plan.array_chain = parse_count("--array-chain", o.array_chain,
+                                   "e.g. --array-chain 3 --time 1-00:00:00: three 24 h chunks, each resuming "
+                                   "from the last one's checkpoint.");
+    if (plan.array_chain < 2 || plan.array_chain > kMaxArrayChain) {
+      throw ConfigError("--array-chain " + o.array_chain + ": expected 2-" + std::to_string(kMaxArrayChain) +
+                            " chunks, found " + o.array_chain + ".",
+                        "drop the option for a single job; SLURM's MaxArraySize is 1001 by default.");
+    }
+  }
+  plan.output = !o.output.empty() ? o.output : plan.array_chain > 0 ? kDefaultArrayOutput : kDefaultOutput;
+
+  // The signal: it must reach the tasks, train must checkpoint on it, and it must come before the end.
+  const std::string signal = o.signal.empty() ? kDefaultSignal : o.signal;
+  if (signal != "none") {
+    const SignalSpec spec = parse_signal_spec("--signal", signal);
+    if (spec.batch_only) {
+      throw ConfigError("--signal '" + signal + "': expected the signal to go to the job's tasks, found 'B:', "
+                            "which sends it to the batch shell only.",
+                        "drop 'B:' (e.g. --signal " + spec.name + "@" + std::to_string(spec.lead_seconds) +
+                            "): train runs in srun's tasks and checkpoints when they get the signal; the batch "
+                            "shell runs no training.");
+    }
+    bool given = false;
+    const std::vector<std::string> handled = train_preempt_signals(o.train_args, given);
+    if (std::find(handled.begin(), handled.end(), spec.name) == handled.end()) {
+      throw ConfigError("--signal '" + signal + "': expected a signal train checkpoints on (" +
+                            (handled.empty() ? std::string("none, with --preempt-signals none")
+                                             : join(handled, ", ") + (given ? "" : ", its default")) +
+                            "), found " + spec.name + ".",
+                        "use --signal USR2@120, or pass train --preempt-signals with " + spec.name +
+                            " after '--'; --signal none sends nothing.");
+    }
+    if (plan.time_seconds > 0 && spec.lead_seconds >= plan.time_seconds) {
+      throw ConfigError("--signal '" + signal + "' with --time " + o.time + ": expected the signal's " +
+                            std::to_string(spec.lead_seconds) + " s lead to be shorter than the time limit (" +
+                            duration_text(plan.time_seconds) + "), found it longer.",
+                        "the signal would come as the job starts, and train would checkpoint and requeue at "
+                        "once, for ever; give a longer --time or a shorter lead, e.g. --signal " + spec.name + "@" +
+                            std::to_string(std::max<std::int64_t>(10, plan.time_seconds / 4)) + ".");
+    }
+    if (spec.name == "USR1") {
+      plan.warnings.push_back("--signal " + signal + ": NCCL may use SIGUSR1 itself; USR2 is the safer choice "
+                              "(submitit moved its default to USR2 for that reason).");
+    }
+    plan.signal = spec;
+  }
+
+  for (const std::string& line : o.setup) {
+    check_single_line("--setup", line);
+    if (line.find_first_not_of(" \t") == std::string::npos) {
+      throw ConfigError("--setup: expected a shell command, found an empty line.",
+                        "e.g. --setup 'module load cuda/12.2' or --setup 'source .venv/bin/activate'.");
+    }
+  }
+  if (!o.container.empty()) check_single_line("--container", o.container);
+  if (!o.stage_subdir.empty() && o.stage_data.empty()) {
+    throw ConfigError("--stage-subdir '" + o.stage_subdir + "': expected it with --stage-data, found no archive.",
+                      "add --stage-data ARCHIVE, or drop --stage-subdir.");
+  }
+  if (!o.stage_data.empty()) {
+    check_single_line("--stage-data", o.stage_data);
+    if (!is_tar_archive(o.stage_data)) {
+      throw ConfigError("--stage-data '" + o.stage_data + "': expected a tar archive (.tar, .tar.gz, .tgz, "
+                            ".tar.bz2, .tar.xz, .tar.zst), found another name.",
+                        "repack the data folder: tar -cf data.tar -C PARENT FOLDER (uncompressed extracts "
+                        "fastest), then --stage-data data.tar --stage-subdir FOLDER.");
+    }
+    if (!o.stage_subdir.empty()) {
+      check_single_line("--stage-subdir", o.stage_subdir);
+      bool dotdot = false;
+      for (const std::string& part : split(o.stage_subdir, '/')) dotdot = dotdot || part == "..";
+      if (o.stage_subdir[0] == '/' || dotdot) {
+        throw ConfigError("--stage-subdir '" + o.stage_subdir + "': expected a folder inside the archive "
+                              "(relative, without '..'), found '" + o.stage_subdir + "'.",
+                          "name the folder as `tar -tf ARCHIVE` lists it, e.g. cifar-10-batches-bin.");
+      }
+    }
+    bool data_given = false;
+    const std::string data = last_flag_value(o.train_args, {"--data"}, &data_given);
+    if (data_given) {
+      throw ConfigError("--stage-data '" + o.stage_data + "' with train's --data " + data +
+                            ": expected one source for the data, found both.",
+                        "drop --data from the train arguments: the script passes train the staged folder.");
+    }
+  }
+  return plan;
+}
+
+std::string render_sbatch_script(const SbatchOptions& o, const SbatchPlan& plan) {
+  std::ostringstream s;
+  const std::string& name = plan.job_name;
+  const std::string log_folder = output_folder(plan.output);
+  const bool chain = plan.array_chain > 0;
+  auto line = [&](const std::string& text) { s << text << "\n"; };
+
+  line("#!/bin/bash");
+  line("# " + name + ": data-parallel training with libtrain's `train` under SLURM, one srun task per rank.");
+  {
+    std::string layout = "# Asks for " + std::to_string(plan.nodes) + " node(s) x " + std::to_string(plan.tasks_per_node) +
+                         " task(s)";
+    if (plan.gpus_per_node > 0) {
+      layout += plan.shard ? ", on a shared GPU (" + plan.gpu_request + ")"
+                           : ", one per GPU (" + plan.gpu_request + ")";
+    }
+    if (plan.cpus_per_task > 0) layout += ", " + std::to_string(plan.cpus_per_task) + " CPUs per task";
+    if (!o.partition.empty()) layout += ", partition " + o.partition;
+    if (!o.time.empty()) layout += ", time limit " + o.time;
+    line(layout + "; train picks NCCL on GPUs, else Gloo.");
+  }
+  line("# Generated by `trainctl sbatch` (launcher/src/sbatch.cpp), so don't edit it by hand; it is what");
+  if (o.command.empty()) {
+    line("#   trainctl sbatch ... (command not recorded)");
+  } else {
+    std::string cmd = "#   trainctl";
+    for (const std::string& word : o.command) cmd += " " + shell_quote(word);
+    line(cmd);
+  }
+  line("# prints. scripts/regenerate-wrappers.sh reruns it for the committed wrappers (scripts/ddp*.sh), and");
+  line("# a test fails when they drift from the generator. See docs/slurm.md.");
+  line("#");
+  line("# Submit from the repository root. Arguments go to train, whose last copy of a flag wins, and");
+  line("# sbatch's own options win over the #SBATCH lines below:");
+  if (!log_folder.empty()) {
+    line("#   mkdir -p " + log_folder + "     # once: SLURM opens the log before the script runs, and fails the job without it");
+  }
+  line("#   sbatch SCRIPT --epochs 1");
+  line("#   sbatch -N 4 --ntasks-per-node=2 SCRIPT --epochs 1");
+  line("# Set TRAIN_BIN=/path/to/train (and TRAINCTL_BIN) to use another build than build/bin/train.");
+  line("#SBATCH --job-name=" + name);
+  line("#SBATCH --nodes=" + std::to_string(plan.nodes));
+  line("#SBATCH --ntasks-per-node=" + std::to_string(plan.tasks_per_node));
+  if (plan.cpus_per_task > 0) line("#SBATCH --cpus-per-task=" + std::to_string(plan.cpus_per_task));
+  if (!o.gpus_per_node.empty()) line("#SBATCH --gpus-per-node=" + o.gpus_per_node);
+  if (!o.gres.empty()) line("#SBATCH --gres=" + o.gres);
+  if (!o.mem.empty()) line("#SBATCH --mem=" + o.mem);
+  if (!o.time.empty()) line("#SBATCH --time=" + o.time);
+  if (!o.partition.empty()) line("#SBATCH --partition=" + o.partition);
+  if (!o.account.empty()) line("#SBATCH --account=" + o.account);
+  if (!o.qos.empty()) line("#SBATCH --qos=" + o.qos);
+  if (!o.constraint.empty()) line("#SBATCH --constraint=" + o.constraint);
+  if (chain) {
+    line("# A chain of " + std::to_string(plan.array_chain) + " chunks, one at a time (%1): each resumes from the "
+         "checkpoint the last one");
+    line("# wrote when its time ran out (seed 004's --array 1-N%1); the chunks after a finished run are cancelled.");
+    line("#SBATCH --array=1-" + std::to_string(plan.array_chain) + "%1");
+  }
+  line("# Requeued runs append to the same log (--open-mode=append).");
+  line("#SBATCH --output=" + plan.output);
+  line("#SBATCH --open-mode=append");
+  line("# SLURM may requeue the job when a node fails or it is preempted; it then resumes from its checkpoint.");
+  line("#SBATCH --requeue");
+  if (plan.signal) {
+    const SignalSpec& sig = *plan.signal;
+    line("# " + sig.name + " " + std::to_string(sig.lead_seconds) +
+         " s before the time limit (SLURM may send it up to 60 s earlier), to every task of");
+    line("# the job's steps: train checkpoints on it and " +
+         std::string(chain ? "stops; the next chunk resumes." : "requeues the job, which resumes."));
+    line("# Not \"B:" + sig.name + "\": B: signals only the batch shell, which runs no training, so the tasks would");
+    line("# be killed at the time limit without a checkpoint. USR2 rather than USR1 because NCCL may use");
+    line("# SIGUSR1 (submitit made the same choice).");
+    line("#SBATCH --signal=" + std::string(sig.reservation ? "R:" : "") + sig.name + "@" +
+         std::to_string(sig.lead_seconds));
+  }
+  line("");
+  line("set -euo pipefail");
+  line("say() { echo \"" + name + ": $*\" >&2; }");
+  line("");
+  line("if [[ -z \"${SLURM_JOB_ID:-}\" ]]; then");
+  line("  say \"not inside a SLURM job (SLURM_JOB_ID is unset): expected to run as a batch job, whose srun starts \\");
+  line("one train task per rank, found a plain shell.\"");
+  line("  say \"Hint: submit it: sbatch $0 [TRAIN ARGS], e.g. sbatch $0 --epochs 1 (after mkdir -p " +
+       (log_folder.empty() ? std::string("logs") : log_folder) + "); \\");
+  line("on one machine without SLURM: build/bin/trainctl local --nproc 2 -- build/bin/train --epochs 1.\"");
+  line("  exit 1");
+  line("fi");
+  line("cd \"$SLURM_SUBMIT_DIR\"");
+  if (!log_folder.empty()) line("mkdir -p " + shell_quote(log_folder));
+  if (plan.signal) {
+    line("# The batch shell gets " + plan.signal->name + " only from `scancel --signal=" + plan.signal->name +
+         " --full`; the tasks checkpoint on their own.");
+    line("trap 'say \"batch shell got SIG" + plan.signal->name + "; the train tasks handle it\"' " + plan.signal->name);
+  }
+  line("# Since Slurm 22.05 srun doesn't take --cpus-per-task from the job; SRUN_CPUS_PER_TASK passes it on.");
+  line("if [[ -n \"${SLURM_CPUS_PER_TASK:-}\" ]]; then export SRUN_CPUS_PER_TASK=\"$SLURM_CPUS_PER_TASK\"; fi");
+  if (!o.setup.empty()) {
+    line("");
+    line("# Environment (--setup), set up in the batch shell: srun passes it on to the tasks. `set +u` because");
+    line("# module, venv and conda scripts read unset variables.");
+    line("set +u");
+    for (const std::string& setup : o.setup) line(setup);
+    line("set -u");
+  }
+  line("");
+  line("TRAIN_BIN=\"${TRAIN_BIN:-build/bin/train}\"");
+  line("TRAINCTL_BIN=\"${TRAINCTL_BIN:-$(dirname \"$TRAIN_BIN\")/trainctl}\"");
+  line("if [[ ! -x \"$TRAIN_BIN\" ]]; then");
+  line("  say \"train program: expected an executable file at '$TRAIN_BIN' (TRAIN_BIN, relative to the submit dir \\");
+  line("$SLURM_SUBMIT_DIR), found none.\"");
+  line("  say \"Hint: build it (scripts/build.sh) and submit from the repository root, or submit with \\");
+  line("TRAIN_BIN=/path/to/train in the environment.\"");
+  line("  exit 1");
+  line("fi");
+  const std::string container =
+      o.container.empty() ? "" : "apptainer exec --nv " + shell_quote(o.container) + " ";
+  if (!o.stage_data.empty()) {
+    line("");
+    line("# Data staging (--stage-data): the archive is extracted on every node into $SLURM_TMPDIR (node-local,");
+    line("# removed by SLURM), or where the site doesn't set it into a per-job folder under /tmp that this");
+    line("# script removes when training ends.");
+    line("STAGE_ARCHIVE=" + shell_quote(o.stage_data));
+    line("if [[ -n \"${SLURM_TMPDIR:-}\" ]]; then");
+    line("  STAGE_ROOT=\"$SLURM_TMPDIR\"; STAGE_OWNED=0");
+    line("else");
+    line("  STAGE_ROOT=\"/tmp/train-$(id -un)-$SLURM_JOB_ID\"; STAGE_OWNED=1");
+    line("fi");
+    line("STAGE_DIR=\"$STAGE_ROOT/data" + (o.stage_subdir.empty() ? "" : "/" + o.stage_subdir) + "\"");
+  }
+  line("");
+  line("# One checkpoint folder per job (per chain for arrays): a requeued run or the next chunk resumes from");
+  line("# it. A --checkpoint-dir among the arguments wins, as train keeps the last copy of a flag.");
+  line("CKPT_DIR=\"checkpoints/${SLURM_JOB_NAME:-" + name + "}-${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}\"");
+  line("JOB_TASKS_PER_NODE=\"${SLURM_TASKS_PER_NODE:-${SLURM_NTASKS_PER_NODE:-1}}\"  # steps below overwrite it");
+  line("TRAIN_ARGS=(--checkpoint-dir \"$CKPT_DIR\" --resume auto)");
+  line("# train's default thread count is the machine's cores over its tasks; the job's share is smaller.");
+  line("if [[ -n \"${SLURM_CPUS_PER_TASK:-}\" ]]; then TRAIN_ARGS+=(--threads \"$SLURM_CPUS_PER_TASK\"); fi");
+  std::string fixed;
+  for (const std::string& arg : o.train_args) fixed += " " + shell_quote(arg);
+  if (chain) fixed += " --no-requeue";  // the next chunk continues, rather than a requeue of this one
+  if (!fixed.empty()) line("TRAIN_ARGS+=(" + fixed.substr(1) + ")");
+  if (!o.stage_data.empty()) line("TRAIN_ARGS+=(--data \"$STAGE_DIR\")");
+  line("TRAIN_ARGS+=(\"$@\")");
+  line("");
+  line("echo \"" + name + ": job $SLURM_JOB_ID${SLURM_ARRAY_TASK_ID:+ (chunk $SLURM_ARRAY_TASK_ID of array "
+       "$SLURM_ARRAY_JOB_ID)}${SLURM_RESTART_COUNT:+, restart $SLURM_RESTART_COUNT}: \\");
+  line("${SLURM_JOB_NUM_NODES:-1} node(s) ${SLURM_JOB_NODELIST:-?}, tasks per node $JOB_TASKS_PER_NODE, \\");
+  line("${SLURM_CPUS_PER_TASK:-1} CPU(s) per task, GPUs per node ${SLURM_GPUS_ON_NODE:-0}; \\");
+  line("train $TRAIN_BIN, checkpoints in $CKPT_DIR\"");
+  if (!o.stage_data.empty()) {
+    line("");
+    line("if [[ ! -r \"$STAGE_ARCHIVE\" ]]; then");
+    line("  say \"--stage-data: expected a readable archive at '$STAGE_ARCHIVE' (relative to $SLURM_SUBMIT_DIR), \\");
+    line("found none.\"");
+    line("  say \"Hint: regenerate the script with the archive's path, or submit from the folder it is relative to.\"");
+    line("  exit 1");
+    line("fi");
+    line("srun --ntasks=\"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 mkdir -p \"$STAGE_ROOT/data\"");
+    line("srun --ntasks=\"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 tar -xf \"$STAGE_ARCHIVE\" -C \"$STAGE_ROOT/data\" || {");
+    line("  say \"--stage-data: extracting '$STAGE_ARCHIVE' into $STAGE_ROOT/data failed on a node (see above).\"");
+    line("  say \"Hint: check the archive (tar -tf) and the free space of $STAGE_ROOT on the nodes.\"");
+    line("  exit 1");
+    line("}");
+  }
+  line("");
+  line("# Preflight, one task per node: the data is readable there, CUDA sees the GPUs the job asked for, and");
+  line("# the tasks match the GPUs. A failed check stops the job before any rank waits for its peers.");
+  line("if [[ -x \"$TRAINCTL_BIN\" ]]; then");
+  std::string preflight = "  srun --ntasks=\"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 " + container +
+                          "\"$TRAINCTL_BIN\" preflight --tasks-per-node \"$JOB_TASKS_PER_NODE\"";
+  if (plan.shard) {
+    preflight += " --expect-gpus 1";
+  } else if (plan.gpus_per_node > 0) {
+    preflight += " --expect-gpus \"${SLURM_GPUS_ON_NODE:-" + std::to_string(plan.gpus_per_node) + "}\"";
+  }
+  line(preflight + " \\");
+  line("    -- \"${TRAIN_ARGS[@]}\" || {");
+  line("    say \"preflight failed (see above): training not started.\"");
+  line("    say \"Hint: fix what the failed check names, or submit to other nodes (--partition, --constraint, --exclude).\"");
+  line("    exit 1");
+  line("  }");
+  line("else");
+  line("  say \"warning: no trainctl at '$TRAINCTL_BIN' (TRAINCTL_BIN): preflight checks skipped.\"");
+  line("fi");
+  line("");
+  line("rc=0");
+  line("srun --kill-on-bad-exit=1 " + container + "\"$TRAIN_BIN\" \"${TRAIN_ARGS[@]}\" || rc=$?");
+  if (!o.stage_data.empty()) {
+    line("if [[ \"$STAGE_OWNED\" == 1 ]]; then");
+    line("  srun --ntasks=\"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 rm -rf \"$STAGE_ROOT\" || true");
+    line("fi");
+  }
+  if (chain) {
+    line("if (( rc == 0 )) && [[ -n \"${SLURM_ARRAY_JOB_ID:-}\" ]]; then");
+    line("  scancel --state=PENDING \"$SLURM_ARRAY_JOB_ID\" || true  # training is done: drop the chunks left");
+    line("fi");
+  }
+  line("if (( rc == 75 )); then");
+  line("  say \"train stopped early and saved a checkpoint in $CKPT_DIR (exit 75): " +
+       std::string(chain ? "the next chunk resumes from it.\"" : "the requeued job resumes from it.\""));
+  line("elif (( rc != 0 )); then");
+  line("  say \"training failed: srun exit code $rc. Hint: the first error above names the rank and host; \\");
+  line("to go on from the checkpoints in $CKPT_DIR, if any, resubmit with --checkpoint-dir $CKPT_DIR.\"");
+  line("fi");
+  line("exit \"$rc\"");
+  return s.str();
+}
+
+std::string generate_sbatch_script(const SbatchOptions& options) {
+  return render_sbatch_script(options, plan_sbatch(options));
+}
+
+}  // namespace train

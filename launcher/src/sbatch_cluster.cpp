@@ -1,0 +1,399 @@
+// `trainctl sbatch`'s conversations with a live cluster: partition limits from sinfo (checked against
+// a request before it can wait in the queue for ever), `sbatch --test-only` and submission.
+#include "train/launcher/sbatch.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "train/error.h"
+#include "train/launcher/env.h"
+#include "train/launcher/local_launch.h"
+
+namespace train {
+namespace detail {
+
+/// A finished command.
+struct CommandResult {
+  bool started = false;   ///< false when the program could not be executed
+  bool timed_out = false;
+  int exit_code = -1;     ///< exit status, or 128 + signal
+  std::string out;
+  std::string err;
+};
+
+/// Runs argv (found on PATH) with `input` on its stdin, capturing stdout and stderr; SIGKILL after
+/// timeout_s. Never throws for a failing command: the caller decides what a failure means.
+CommandResult run_command(const std::vector<std::string>& argv, const std::string& input, double timeout_s) {
+  CommandResult result;
+  int in[2], out[2], err[2];
+  if (pipe2(in, O_CLOEXEC) != 0) return result;
+  if (pipe2(out, O_CLOEXEC) != 0) {
+    close(in[0]);
+    close(in[1]);
+    return result;
+  }
+  if (pipe2(err, O_CLOEXEC) != 0) {
+    for (const int fd : {in[0], in[1], out[0], out[1]}) close(fd);
+    return result;
+  }
+  std::vector<char*> cargv;
+  for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(in[0], STDIN_FILENO);
+    dup2(out[1], STDOUT_FILENO);
+    dup2(err[1], STDERR_FILENO);
+    signal(SIGPIPE, SIG_DFL);
+    execvp(cargv[0], cargv.data());
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  close(err[1]);
+  if (pid < 0) {
+    for (const int fd : {in[1], out[0], err[0]}) close(fd);
+    return result;
+  }
+  result.started = true;
+  // Writes to a command that exited early must fail with EPIPE, not kill us.
+  struct sigaction ignore {}, old {};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGPIPE, &ignore, &old);
+  int in_fd = in[1], out_fd = out[0], err_fd = err[0];
+  for (const int fd : {in_fd, out_fd, err_fd}) fcntl(fd, F_SETFL, O_NONBLOCK);
+  std::size_t written = 0;
+  if (input.empty()) {
+    close(in_fd);
+    in_fd = -1;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (out_fd >= 0 || err_fd >= 0) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      kill(pid, SIGKILL);
+      result.timed_out = true;
+      break;
+    }
+    std::vector<pollfd> fds;
+    if (in_fd >= 0) fds.push_back({in_fd, POLLOUT, 0});
+    if (out_fd >= 0) fds.push_back({out_fd, POLLIN, 0});
+    if (err_fd >= 0) fds.push_back({err_fd, POLLIN, 0});
+    if (poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) break;
+    if (in_fd >= 0) {
+      const ssize_t n = write(in_fd, input.data() + written, input.size() - written);
+      if (n > 0) written += static_cast<std::size_t>(n);
+      if ((n < 0 && errno != EAGAIN && errno != EINTR) || written == input.size()) {
+        close(in_fd);
+        in_fd = -1;
+      }
+    }
+    for (auto [fd, into] : {std::pair<int*, std::string*>{&out_fd, &result.out}, {&err_fd, &result.err}}) {
+      char buf[8192];
+      while (*fd >= 0) {
+        const ssize_t n = read(*fd, buf, sizeof(buf));
+        if (n > 0) {
+          into->append(buf, static_cast<std::size_t>(n));
+        } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+          close(*fd);
+          *fd = -1;
+        } else {
+          break;
+        }
+      }
+    }
+  }
+  for (const int fd : {in_fd, out_fd, err_fd}) {
+    if (fd >= 0) close(fd);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  sigaction(SIGPIPE, &old, nullptr);
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) result.exit_code = 128 + WTERMSIG(status);
+  if (result.exit_code == 127 && result.out.empty() && result.err.empty()) result.started = false;
+  return result;
+}
+
+}  // namespace detail
+
+namespace {
+
+/// Seconds sinfo gets before the cluster counts as unreachable and its checks are skipped (a
+/// controller answers in milliseconds; an unreachable one makes sinfo retry for about 10 s).
+constexpr double kSinfoTimeoutSeconds = 5;
+/// Seconds sbatch gets before it counts as hanging.
+constexpr double kSbatchTimeoutSeconds = 60;
+
+/// The leading number of sinfo's fields such as "2", "64+" or "128000"; -1 when there is none.
+std::int64_t leading_number(const std::string& text) {
+  std::size_t end = 0;
+  while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end])) != 0) ++end;
+  if (end == 0 || end > 18) return -1;
+  return std::stoll(text.substr(0, end));
+}
+
+/// GPUs a gres string offers per node: the largest count of a gpu (or, for shards, shard) entry,
+/// e.g. 4 for "gpu:a100:4(S:0-1),shard:a100:256"; 0 when there is none.
+int gres_count(const std::string& gres, const std::string& name) {
+  int best = 0;
+  std::size_t start = 0;
+  // Commas also appear inside "(S:0-1)"; items start after a comma outside parentheses.
+  int depth = 0;
+  for (std::size_t i = 0; i <= gres.size(); ++i) {
+    const char c = i < gres.size() ? gres[i] : ',';
+    if (c == '(') ++depth;
+    if (c == ')') --depth;
+    if (c != ',' || depth > 0) continue;
+    std::string item = gres.substr(start, i - start);
+    start = i + 1;
+    item = item.substr(0, item.find('('));
+    if (item.rfind(name + ":", 0) != 0 && item != name) continue;
+    const std::size_t colon = item.rfind(':');
+    const std::int64_t n = colon == std::string::npos ? 1 : leading_number(item.substr(colon + 1));
+    best = std::max<int>(best, n < 0 ? 1 : static_cast<int>(std::min<std::int64_t>(n, 1 << 20)));
+  }
+  return best;
+}
+
+std::string names_of(const std::vector<PartitionInfo>& partitions) {
+  std::string out;
+  for (const PartitionInfo& p : partitions) out += (out.empty() ? "" : ", ") + p.name + (p.is_default ? " (default)" : "");
+  return out;
+}
+
+std::string trim(const std::string& s) {
+  const std::size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+}  // namespace
+
+std::vector<PartitionInfo> parse_sinfo_partitions(const std::string& text) {
+  std::vector<PartitionInfo> partitions;
+  std::set<std::string> timed;  // partitions whose MaxTime was read
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t nl = text.find('\n', start);
+    if (nl == std::string::npos) nl = text.size();
+    const std::string line = trim(text.substr(start, nl - start));
+    start = nl + 1;
+    std::vector<std::string> f;
+    std::size_t from = 0;
+    while (true) {
+      const std::size_t bar = line.find('|', from);
+      f.push_back(trim(line.substr(from, bar == std::string::npos ? std::string::npos : bar - from)));
+      if (bar == std::string::npos) break;
+      from = bar + 1;
+    }
+    if (f.size() != 7 || f[0].empty()) continue;
+    std::string name = f[0];
+    const bool is_default = name.back() == '*';
+    if (is_default) name.pop_back();
+    auto it = std::find_if(partitions.begin(), partitions.end(), [&](const PartitionInfo& p) { return p.name == name; });
+    if (it == partitions.end()) {
+      PartitionInfo p;
+      p.name = name;
+      p.availability = f[1];
+      partitions.push_back(p);
+      it = partitions.end() - 1;
+    }
+    PartitionInfo& p = *it;
+    p.is_default = p.is_default || is_default;
+    p.nodes += static_cast<int>(std::max<std::int64_t>(0, leading_number(f[2])));
+    p.max_cpus_per_node = std::max<int>(p.max_cpus_per_node, static_cast<int>(std::max<std::int64_t>(0, leading_number(f[3]))));
+    p.max_memory_mb = std::max(p.max_memory_mb, leading_number(f[4]));
+    if (f[5] != "(null)" && !f[5].empty()) p.gres.push_back(f[5]);
+    if (timed.insert(name).second) {
+      // MaxTime belongs to the partition, so every line of it shows the same one.
+      const std::string& l = f[6];
+      if (l != "infinite" && l != "UNLIMITED" && l != "n/a" && !l.empty()) {
+        try {
+          p.max_time_seconds = parse_time_limit("MaxTime", l);
+        } catch (const Error&) {
+          p.max_time_seconds = kTimeUnlimited;
+        }
+      }
+    }
+  }
+  return partitions;
+}
+
+std::optional<std::vector<PartitionInfo>> query_partitions() {
+  try {
+    find_program("sinfo", current_environment());
+  } catch (const ConfigError&) {
+    return std::nullopt;  // no SLURM client here: nothing to check against
+  }
+  const detail::CommandResult r =
+      detail::run_command({"sinfo", "-h", "-o", kSinfoPartitionFormat}, "", kSinfoTimeoutSeconds);
+  if (!r.started || r.timed_out || r.exit_code != 0) return std::nullopt;
+  std::vector<PartitionInfo> partitions = parse_sinfo_partitions(r.out);
+  if (partitions.empty()) return std::nullopt;
+  return partitions;
+}
+
+std::vector<std::string> check_against_partitions(const SbatchOptions& o, const SbatchPlan& plan,
+                                                  const std::vector<PartitionInfo>& partitions) {
+  std::vector<std::string> warnings;
+  const PartitionInfo* part = nullptr;
+  for (const PartitionInfo& p : partitions) {
+    if (o.partition.empty() ? p.is_default : p.name == o.partition) part = &p;
+  }
+  if (part == nullptr) {
+    if (o.partition.empty()) return warnings;  // no default partition: sbatch will say what it wants
+    throw ConfigError("--partition " + o.partition + ": expected one of this cluster's partitions (" +
+                          names_of(partitions) + "), found '" + o.partition + "' (sinfo).",
+                      "pick one of those, or drop --partition to use the default.");
+  }
+  const std::string where = "partition " + part->name + (o.partition.empty() ? " (the default)" : "");
+  if (part->availability != "up") {
+    warnings.push_back(where + " is " + part->availability + " (sinfo): the job will wait until it is up.");
+  }
+  if (plan.nodes > part->nodes) {
+    throw ConfigError("--nodes " + std::to_string(plan.nodes) + ": expected at most the " + std::to_string(part->nodes) +
+                          " node(s) of " + where + ", found " + std::to_string(plan.nodes) + " requested (sinfo).",
+                      "ask for fewer nodes, or a bigger partition (--partition).");
+  }
+  const int cpus = plan.tasks_per_node * std::max(1, plan.cpus_per_task);
+  if (part->max_cpus_per_node > 0 && cpus > part->max_cpus_per_node) {
+    throw ConfigError("--ntasks-per-node " + std::to_string(plan.tasks_per_node) + " x --cpus-per-task " +
+                          std::to_string(std::max(1, plan.cpus_per_task)) + ": expected at most the " +
+                          std::to_string(part->max_cpus_per_node) + " CPUs of a node in " + where + ", found " +
+                          std::to_string(cpus) + " CPUs per node requested (sinfo).",
+                      "use fewer tasks or CPUs per task on each node, and more nodes (--nodes), instead.");
+  }
+  if (plan.mem_mb > 0 && part->max_memory_mb > 0 && plan.mem_mb > part->max_memory_mb) {
+    throw ConfigError("--mem " + o.mem + ": expected at most the " + std::to_string(part->max_memory_mb) +
+                          " MB of a node in " + where + ", found " + std::to_string(plan.mem_mb) + " MB requested (sinfo).",
+                      "--mem is per node; ask for less, or leave it out to get the partition's default.");
+  }
+  if (plan.time_seconds != 0 && part->max_time_seconds != kTimeUnlimited &&
+      (plan.time_seconds == kTimeUnlimited || plan.time_seconds > part->max_time_seconds)) {
+    throw ConfigError("--time " + o.time + ": expected at most the MaxTime of " + where + " (" +
+                          std::to_string(part->max_time_seconds / 60) + " min), found " +
+                          (plan.time_seconds == kTimeUnlimited ? std::string("no limit")
+                                                               : std::to_string(plan.time_seconds / 60) + " min") +
+                          " (sinfo).",
+                      "a job over the partition's limit waits for ever (PartitionTimeLimit) or is rejected; ask "
+                      "for less and chain chunks with --array-chain N.");
+  }
+  if (plan.gpus_per_node > 0) {
+    const std::string kind = plan.shard ? "shard" : "gpu";
+    int offered = 0;
+    for (const std::string& g : part->gres) offered = std::max(offered, gres_count(g, kind));
+    if (offered == 0) {
+      const std::string gres_text = part->gres.empty() ? std::string("no gres at all") : "only gres " + part->gres.front();
+      throw ConfigError(plan.gpu_request + ": expected " + where + " to have GPUs (gres " + kind +
+                            "), found " + gres_text + " there (sinfo).",
+                        "submit to a GPU partition (--partition, see sinfo -o '%P %G'), or drop the GPU request "
+                        "to train on CPUs with Gloo.");
+    }
+    if (!plan.shard && plan.gpus_per_node > offered) {
+      throw ConfigError(plan.gpu_request + ": expected at most the " + std::to_string(offered) + " GPUs of a node in " +
+                            where + ", found " + std::to_string(plan.gpus_per_node) + " per node requested (sinfo).",
+                        "ask for fewer GPUs per node and more nodes (--nodes).");
+    }
+  }
+  return warnings;
+}
+
+TestOnlyResult parse_test_only(const std::string& message) {
+  static const std::regex kPattern(
+      R"(Job (\S+) to start at (\S+) using (\d+) processors on nodes (\S+) in partition (\S+))");
+  std::smatch m;
+  if (!std::regex_search(message, m, kPattern)) {
+    throw ConfigError("sbatch --test-only: expected 'Job N to start at TIME using P processors on nodes N in "
+                          "partition P', found: " + trim(message),
+                      "run sbatch --test-only yourself to see the whole answer; sinfo and squeue show what the "
+                      "cluster has and who is ahead in the queue.");
+  }
+  TestOnlyResult r;
+  r.job_id = m[1];
+  r.start_time = m[2];
+  r.processors = m[3];
+  r.nodes = m[4];
+  r.partition = m[5];
+  r.raw = trim(message);
+  return r;
+}
+
+namespace {
+
+detail::CommandResult run_sbatch(const std::vector<std::string>& args, const std::string& script) {
+  try {
+    find_program("sbatch", current_environment());
+  } catch (const ConfigError&) {
+    throw ConfigError("sbatch: expected SLURM's sbatch on PATH, found none.",
+                      "run this on the cluster's login node, or write the script with --out FILE and copy it there.");
+  }
+  std::vector<std::string> argv = {"sbatch"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  detail::CommandResult r = detail::run_command(argv, script, kSbatchTimeoutSeconds);
+  if (r.timed_out) {
+    throw ConfigError("sbatch: expected an answer within " + std::to_string(int(kSbatchTimeoutSeconds)) +
+                          " s, found none (killed).",
+                      "the controller may be down or overloaded; check with sinfo and scontrol ping.");
+  }
+  return r;
+}
+
+}  // namespace
+
+TestOnlyResult sbatch_test_only(const std::string& script) {
+  const detail::CommandResult r = run_sbatch({"--test-only"}, script);
+  if (r.exit_code != 0) {
+    throw ConfigError("sbatch --test-only: expected the script to be accepted, found exit code " +
+                          std::to_string(r.exit_code) + ": " + trim(r.err + r.out),
+                      "sbatch names the option it rejects; sinfo shows the partitions, nodes, CPUs and gres there are.");
+  }
+  return parse_test_only(r.err + r.out);
+}
+
+std::string sbatch_submit(const std::string& script, const std::string& output_pattern) {
+  const std::string folder = output_folder(output_pattern);
+  if (!folder.empty()) {
+    const std::string made = [&]() -> std::string {
+      std::string path;
+      for (std::size_t i = 0; i <= folder.size(); ++i) {
+        if (i < folder.size() && folder[i] != '/') continue;
+        path = folder.substr(0, i);
+        if (path.empty()) continue;
+        if (mkdir(path.c_str(), 0777) != 0 && errno != EEXIST) return path + ": " + std::strerror(errno);
+      }
+      return "";
+    }();
+    if (!made.empty()) {
+      throw ConfigError("--output " + output_pattern + ": expected to create the log folder, found " + made + ".",
+                        "SLURM fails a job whose log folder is missing; create it, or submit from a writable folder.");
+    }
+  }
+  const detail::CommandResult r = run_sbatch({"--parsable"}, script);
+  if (r.exit_code != 0) {
+    throw ConfigError("sbatch: expected the job to be accepted, found exit code " + std::to_string(r.exit_code) +
+                          ": " + trim(r.err + r.out),
+                      "sbatch names the option it rejects; try trainctl sbatch --test-only with the same options.");
+  }
+  const std::string id = trim(r.out).substr(0, trim(r.out).find(';'));  // --parsable: "ID" or "ID;CLUSTER"
+  if (id.empty() || !std::all_of(id.begin(), id.end(), [](unsigned char c) { return std::isdigit(c) != 0 || c == '_'; })) {
+    throw ConfigError("sbatch --parsable: expected a job id on stdout, found '" + trim(r.out) + "'.",
+                      "check squeue -u $USER for the job; the site's sbatch may print extra text.");
+  }
+  return id;
+}
+
+}  // namespace train

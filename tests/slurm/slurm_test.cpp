@@ -1,0 +1,494 @@
+// SLURM tests against a real cluster (the local one of scripts/local-slurm.sh): the committed wrapper
+// scripts/ddp.sh submitted with `sbatch --wait` on 2 nodes x 1 and x 2 tasks, compared with
+// `trainctl local`; the preflight stopping a bad job; staged data in an array chain; a preemption
+// signal, requeue and resume; `trainctl sbatch --submit/--test-only` and its cluster checks;
+// generated scripts accepted by `sbatch --test-only`; `trainctl hostnames` against scontrol.
+// A cluster that doesn't answer is a failure (start it), unless TRAIN_TEST_SLURM=0 skips them.
+#include <gtest/gtest.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_process.h"
+#include "test_util.h"
+
+namespace train {
+namespace {
+
+using test::Env;
+using test::TestProcess;
+
+/// How long one job may take from submission to its end before the test cancels it.
+constexpr double kJobTimeoutSeconds = 240;
+/// train's arguments for a short run: 2000 images per rank on 2 ranks, one thread each.
+const std::vector<std::string> kQuickTrainArgs = {"--epochs", "1", "--limit-train-samples", "4000",
+                                                  "--limit-test-samples", "500", "--threads", "1"};
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+std::string source_path(const std::string& rel) { return std::string(TRAIN_SOURCE_DIR) + "/" + rel; }
+std::string bin(const std::string& name) { return std::string(TRAIN_BINARY_DIR) + "/bin/" + name; }
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0;
+}
+
+std::string user_name() {
+  const passwd* pw = getpwuid(getuid());
+  return pw != nullptr ? pw->pw_name : "user";
+}
+
+/// The SLURM config clients should use: $SLURM_CONF, else the local cluster's, else SLURM's default.
+std::string slurm_conf() {
+  const char* conf = std::getenv("SLURM_CONF");
+  if (conf != nullptr && *conf != '\0') return conf;
+  const std::string local = source_path(".slurm/slurm.conf");
+  return exists(local) ? local : "";
+}
+
+/// The test's environment for SLURM commands and jobs: no SLURM_* of an enclosing job, the cluster's
+/// config, and the train program this build made.
+Env slurm_env() {
+  Env env = test::hermetic_env();
+  const std::string conf = slurm_conf();
+  if (!conf.empty()) env["SLURM_CONF"] = conf;
+  env["TRAIN_BIN"] = bin("train");
+  env["TRAINCTL_BIN"] = bin("trainctl");
+  return env;
+}
+
+/// Runs a command in a folder (as if submitted from there) and waits for it, killed after timeout_s.
+std::unique_ptr<TestProcess> run_in(const std::string& dir, const std::vector<std::string>& argv, const Env& env,
+                                    double timeout_s = 60) {
+  std::vector<std::string> full = {"/bin/sh", "-c", "cd \"$0\" && exec \"$@\"", dir};
+  full.insert(full.end(), argv.begin(), argv.end());
+  return test::run_process(full, env, timeout_s);
+}
+
+/// Why the cluster can't run the tests ("" when it can): the SLURM commands and two responding nodes.
+std::string cluster_problem(const Env& env) {
+  for (const char* tool : {"sbatch", "sinfo", "scontrol", "scancel", "srun"}) {
+    if (test::find_on_path(tool).empty()) return std::string(tool) + " is not on PATH (SLURM's client is not installed).";
+  }
+  const auto p = test::run_process({test::find_on_path("sinfo"), "-h", "-N", "-o", "%N %t %c"}, env, 20);
+  if (!p->finished() || p->exit_code() != 0) {
+    std::string err = p->err();
+    while (!err.empty() && err.back() == '\n') err.pop_back();
+    return "sinfo fails (exit " + std::to_string(p->exit_code()) + "): " + err + " (SLURM_CONF=" +
+           (env.count("SLURM_CONF") ? env.at("SLURM_CONF") : "unset") + ")";
+  }
+  int ready = 0;
+  for (const std::string& line : test::lines_of(p->out())) {
+    std::istringstream in(line);
+    std::string node, state;
+    int cpus = 0;
+    in >> node >> state >> cpus;
+    if ((state.rfind("idle", 0) == 0 || state.rfind("mix", 0) == 0 || state.rfind("alloc", 0) == 0) && cpus >= 2) ++ready;
+  }
+  if (ready < 2) return "expected 2 nodes with 2 CPUs up (idle, mix or alloc), found sinfo says:\n" + p->out();
+  return "";
+}
+
+/// Base of the SLURM tests: fails when the cluster is down, skips when TRAIN_TEST_SLURM=0.
+class SlurmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* flag = std::getenv("TRAIN_TEST_SLURM");
+    if (flag != nullptr && std::string(flag) == "0") {
+      GTEST_SKIP() << "TRAIN_TEST_SLURM=0: the SLURM tests are turned off";
+    }
+    env_ = slurm_env();
+    const std::string problem = cluster_problem(env_);
+    if (!problem.empty()) {
+      FAIL() << "No usable SLURM cluster: " << problem
+             << "\nHint: start the local one with `scripts/local-slurm.sh start` (as root; see docs/local-slurm.md), "
+                "or set TRAIN_TEST_SLURM=0 to skip the slurm tests.";
+    }
+  }
+
+  /// Skips a test that needs the LibTorch train program when this build has none.
+  bool have_train() const { return exists(bin("train")); }
+
+  Env env_;
+};
+
+/// A job submitted with `sbatch --parsable --wait` and what became of it.
+struct Job {
+  std::string id;
+  int sbatch_exit = -1;
+  std::string sbatch_err;
+};
+
+/// Submits with `sbatch --parsable --wait ARGS` from `dir` and waits for the job's end; a job still
+/// running after the timeout is cancelled and the test fails.
+Job submit_and_wait(const std::string& dir, const std::vector<std::string>& args, const Env& env,
+                    const std::function<void(const std::string& id)>& while_running = nullptr) {
+  std::vector<std::string> argv = {"/bin/sh", "-c", "cd \"$0\" && exec \"$@\"", dir, test::find_on_path("sbatch"),
+                                   "--parsable", "--wait"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  TestProcess sbatch(argv, env);
+  Job job;
+  const bool submitted = sbatch.wait_for_stdout([](const std::string& out) { return out.find('\n') != std::string::npos; }, 30);
+  job.id = test::lines_of(sbatch.out()).empty() ? "" : test::lines_of(sbatch.out()).front();
+  job.id = job.id.substr(0, job.id.find(';'));
+  if (!submitted || job.id.empty()) {
+    sbatch.wait(5);
+    ADD_FAILURE() << "sbatch did not submit (exit " << sbatch.exit_code() << "): " << sbatch.err();
+    return job;
+  }
+  if (while_running) while_running(job.id);
+  if (!sbatch.wait(kJobTimeoutSeconds)) {
+    test::run_process({test::find_on_path("scancel"), job.id}, env, 20);
+    sbatch.wait(30);
+    ADD_FAILURE() << "job " << job.id << " did not end within " << kJobTimeoutSeconds << " s; cancelled it";
+  }
+  job.sbatch_exit = sbatch.exit_code();
+  job.sbatch_err = sbatch.err();
+  return job;
+}
+
+/// The job's state from `scontrol show job` (kept for MinJobAge after the end), else from the last line
+/// for it in the local cluster's jobcomp file (a requeued job has several).
+std::string job_state(const std::string& id, const Env& env) {
+  const auto p = test::run_process({test::find_on_path("scontrol"), "show", "job", id}, env, 20);
+  const std::size_t at = p->out().find("JobState=");
+  if (p->exit_code() == 0 && at != std::string::npos) {
+    return p->out().substr(at + 9, p->out().find_first_of(" \n", at) - at - 9);
+  }
+  const std::string conf = env.count("SLURM_CONF") ? env.at("SLURM_CONF") : "";
+  const std::string jobcomp = conf.substr(0, conf.rfind('/') + 1) + "jobcomp.txt";
+  std::string state = "unknown (scontrol: " + p->err() + ")";
+  for (const std::string& line : test::lines_of(test::read_text(jobcomp))) {
+    if (line.rfind("JobId=" + id + " ", 0) != 0) continue;
+    const std::size_t s = line.find("JobState=");
+    if (s != std::string::npos) state = line.substr(s + 9, line.find(' ', s) - s - 9);
+  }
+  return state;
+}
+
+/// The last line for a job in the local cluster's jobcomp file ("" when there is none).
+std::string jobcomp_line(const std::string& id, const Env& env) {
+  const std::string conf = env.count("SLURM_CONF") ? env.at("SLURM_CONF") : "";
+  std::string last;
+  for (const std::string& line : test::lines_of(test::read_text(conf.substr(0, conf.rfind('/') + 1) + "jobcomp.txt"))) {
+    if (line.rfind("JobId=" + id + " ", 0) == 0) last = line;
+  }
+  return last;
+}
+
+/// The trainer's done line: the log's last non-empty line, parsed.
+nlohmann::json done_line(const std::string& log) {
+  const std::string last = test::last_line(log);
+  try {
+    return nlohmann::json::parse(last);
+  } catch (const std::exception&) {
+    ADD_FAILURE() << "the log's last line is not the done line: '" << last << "'\nlog:\n" << log;
+    return nlohmann::json::object();
+  }
+}
+
+/// params_sha256 of the same training under `trainctl local --nproc N`, in `dir`.
+std::string local_reference(const std::string& dir, int nproc, const std::vector<std::string>& train_args) {
+  std::vector<std::string> argv = {bin("trainctl"), "local", "--nproc", std::to_string(nproc), "--no-prefix", "--",
+                                   bin("train")};
+  argv.insert(argv.end(), train_args.begin(), train_args.end());
+  const auto p = run_in(dir, argv, test::hermetic_env(), 300);
+  EXPECT_EQ(p->exit_code(), 0) << p->err();
+  const nlohmann::json done = nlohmann::json::parse(test::last_line(p->out()), nullptr, false);
+  if (done.is_discarded() || !done.contains("params_sha256")) {
+    ADD_FAILURE() << "trainctl local printed no done line: " << p->out() << p->err();
+    return "";
+  }
+  EXPECT_EQ(done.value("world_size", 0), nproc);
+  return done["params_sha256"];
+}
+
+std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// ---- jobs ---------------------------------------------------------------------------------------
+
+TEST_F(SlurmTest, DdpOnTwoNodesCompletesLikeTrainctlLocal) {
+  if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
+  test::TempDir dir("slurm-ddp-2x1");
+  mkdir(dir.file("logs").c_str(), 0755);
+  const Job job = submit_and_wait(dir.path(), concat({source_path("scripts/ddp.sh")}, kQuickTrainArgs), env_);
+  ASSERT_FALSE(job.id.empty());
+  const std::string log = test::read_text(dir.file("logs/ddp-" + job.id + ".out"));
+  EXPECT_EQ(job.sbatch_exit, 0) << job.sbatch_err << "\nlog:\n" << log;
+  EXPECT_EQ(job_state(job.id, env_), "COMPLETED") << log;
+  EXPECT_TRUE(contains(jobcomp_line(job.id, env_), "JobState=COMPLETED")) << jobcomp_line(job.id, env_);
+
+  // The summary first, then one preflight line per node, then training; the done line last.
+  const std::vector<std::string> lines = test::lines_of(log);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines[0].rfind("ddp: job " + job.id + ": 2 node(s) node[1-2], tasks per node 1(x2), 1 CPU(s) per task, "
+                           "GPUs per node 0; train " + bin("train") + ", checkpoints in checkpoints/ddp-" + job.id, 0),
+            0u)
+      << lines[0];
+  EXPECT_TRUE(contains(log, "preflight node1: ok (data: 4 IDX files (fashion-mnist)")) << log;
+  EXPECT_TRUE(contains(log, "preflight node2: ok (data: 4 IDX files (fashion-mnist)")) << log;
+  const nlohmann::json done = done_line(log);
+  EXPECT_EQ(done.value("event", ""), "done");
+  EXPECT_EQ(done.value("world_size", 0), 2);
+  EXPECT_TRUE(exists(dir.file("checkpoints/ddp-" + job.id))) << "no checkpoint folder for the job";
+
+  // The same arguments under `trainctl local --nproc 2` give the same parameters.
+  EXPECT_EQ(done.value("params_sha256", "?"), local_reference(dir.path(), 2, kQuickTrainArgs));
+}
+
+TEST_F(SlurmTest, DdpOnTwoNodesWithTwoTasksEach) {
+  if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
+  test::TempDir dir("slurm-ddp-2x2");
+  mkdir(dir.file("logs").c_str(), 0755);
+  const Job job = submit_and_wait(
+      dir.path(), concat({"-N", "2", "--ntasks-per-node=2", source_path("scripts/ddp.sh")}, kQuickTrainArgs), env_);
+  ASSERT_FALSE(job.id.empty());
+  const std::string log = test::read_text(dir.file("logs/ddp-" + job.id + ".out"));
+  EXPECT_EQ(job.sbatch_exit, 0) << job.sbatch_err << "\nlog:\n" << log;
+  EXPECT_EQ(job_state(job.id, env_), "COMPLETED") << log;
+  EXPECT_TRUE(contains(log, "tasks per node 2(x2)")) << log;
+  EXPECT_TRUE(contains(log, "preflight node1: ok (data: 4 IDX files (fashion-mnist) readable in "
+                            "/usr/share/datasets/fashion-mnist; tasks: 2 on this node")) << log;
+  const nlohmann::json done = done_line(log);
+  EXPECT_EQ(done.value("event", ""), "done");
+  EXPECT_EQ(done.value("world_size", 0), 4);
+}
+
+TEST_F(SlurmTest, FailedPreflightStopsTheJobBeforeTraining) {
+  if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
+  test::TempDir dir("slurm-preflight");
+  mkdir(dir.file("logs").c_str(), 0755);
+  const Job job = submit_and_wait(dir.path(), {source_path("scripts/ddp.sh"), "--data", "/nonexistent/fm"}, env_);
+  ASSERT_FALSE(job.id.empty());
+  const std::string log = test::read_text(dir.file("logs/ddp-" + job.id + ".out"));
+  EXPECT_NE(job.sbatch_exit, 0) << log;
+  EXPECT_EQ(job_state(job.id, env_), "FAILED") << log;
+  for (const char* node : {"node1", "node2"}) {
+    EXPECT_TRUE(contains(log, std::string("preflight ") + node + ": FAILED: --data '/nonexistent/fm': expected a "
+                              "folder with the fashion-mnist files on this node, found nothing at that path. Hint: "))
+        << log;
+  }
+  EXPECT_TRUE(contains(log, "ddp: preflight failed (see above): training not started.")) << log;
+  EXPECT_FALSE(contains(log, "rendezvous")) << log;
+}
+
+TEST_F(SlurmTest, StagedDataInAnArrayChain) {
+  if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
+  const std::string data = test::fashion_mnist_dir();
+  if (data.empty()) GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";
+  test::TempDir dir("slurm-stage");
+  const std::string parent = data.substr(0, data.rfind('/'));
+  const std::string folder = data.substr(data.rfind('/') + 1);
+  const auto tar = test::run_process({"/bin/tar", "-cf", dir.file("fm.tar"), "-C", parent, folder}, env_, 60);
+  ASSERT_EQ(tar->exit_code(), 0) << tar->err();
+  const auto gen = run_in(dir.path(),
+                          {bin("trainctl"), "sbatch", "--job-name", "stage", "--nodes", "2", "--stage-data", "fm.tar",
+                           "--stage-subdir", folder, "--array-chain", "2", "--time", "10", "--out", "stage.sh"},
+                          env_);
+  ASSERT_EQ(gen->exit_code(), 0) << gen->err();
+  mkdir(dir.file("logs").c_str(), 0755);
+  const Job job = submit_and_wait(dir.path(), {"stage.sh", "--epochs", "1", "--limit-train-samples", "1000",
+                                               "--limit-test-samples", "200", "--threads", "1"},
+                                  env_);
+  ASSERT_FALSE(job.id.empty());
+  const std::string log = test::read_text(dir.file("logs/stage-" + job.id + "_1.out"));
+  EXPECT_EQ(job.sbatch_exit, 0) << job.sbatch_err << "\nlog:\n" << log;
+  EXPECT_EQ(job_state(job.id + "_1", env_), "COMPLETED") << log;
+  EXPECT_EQ(job_state(job.id + "_2", env_), "CANCELLED") << "the chunk after a finished run is cancelled";
+  EXPECT_FALSE(exists(dir.file("logs/stage-" + job.id + "_2.out")));
+  // The chunk's own job id names the staging folder under /tmp (the local cluster sets no SLURM_TMPDIR).
+  const std::string marker = "stage: job ";
+  ASSERT_EQ(log.rfind(marker, 0), 0u) << log;
+  const std::string chunk_id = log.substr(marker.size(), log.find(' ', marker.size()) - marker.size());
+  EXPECT_TRUE(contains(log, " (chunk 1 of array " + job.id + ")")) << log;
+  const std::string staged = "/tmp/train-" + user_name() + "-" + chunk_id;
+  EXPECT_TRUE(contains(log, "preflight node1: ok (data: 4 IDX files (fashion-mnist) readable in " + staged + "/data/" +
+                                folder + ";")) << log;
+  EXPECT_FALSE(exists(staged)) << staged << " was not removed after training";
+  EXPECT_TRUE(exists(dir.file("checkpoints/stage-" + job.id))) << "chunks share checkpoints/NAME-ARRAYJOBID";
+  const nlohmann::json done = done_line(log);
+  EXPECT_EQ(done.value("event", ""), "done");
+  EXPECT_EQ(done.value("world_size", 0), 2);
+}
+
+TEST_F(SlurmTest, PreemptionSignalCheckpointsRequeuesAndResumes) {
+  if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
+  test::TempDir dir("slurm-requeue");
+  mkdir(dir.file("logs").c_str(), 0755);
+  const std::vector<std::string> args = {"--epochs", "2", "--limit-train-samples", "3000", "--limit-test-samples",
+                                         "200", "--threads", "1"};
+  const Job job = submit_and_wait(dir.path(), concat({source_path("scripts/ddp.sh")}, args), env_, [&](const std::string& id) {
+    // What --signal=USR2@120 does before the time limit, now: USR2 to the job's steps (not the batch shell).
+    const std::string log = dir.file("logs/ddp-" + id + ".out");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!contains(test::read_text(log), "Train Epoch: 1") && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    const auto p = test::run_process({test::find_on_path("scancel"), "--signal=USR2", id}, env_, 20);
+    EXPECT_EQ(p->exit_code(), 0) << p->err();
+  });
+  ASSERT_FALSE(job.id.empty());
+  const std::string log = test::read_text(dir.file("logs/ddp-" + job.id + ".out"));
+  EXPECT_EQ(job.sbatch_exit, 0) << job.sbatch_err << "\nlog:\n" << log;
+  EXPECT_EQ(job_state(job.id, env_), "COMPLETED") << log;
+  // Both runs append to one log (--open-mode=append); the second says it is a restart and resumes.
+  EXPECT_TRUE(contains(log, "stopping for signal User defined signal 2")) << log;
+  EXPECT_TRUE(contains(log, "requeued job " + job.id)) << log;
+  EXPECT_TRUE(contains(log, "ddp: job " + job.id + ", restart 1: 2 node(s)")) << log;
+  EXPECT_TRUE(contains(log, "resumed from checkpoints/ddp-" + job.id + "/ckpt-")) << log;
+  const nlohmann::json done = done_line(log);
+  EXPECT_EQ(done.value("event", ""), "done");
+  EXPECT_EQ(done.value("world_size", 0), 2);
+  // Resuming is exact: the same parameters as an uninterrupted run.
+  EXPECT_EQ(done.value("params_sha256", "?"), local_reference(dir.path(), 2, args));
+}
+
+TEST_F(SlurmTest, TrainctlSubmitMakesTheLogFolderAndPrintsTheJobId) {
+  if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
+  test::TempDir dir("slurm-submit");
+  const auto p = run_in(dir.path(),
+                        {bin("trainctl"), "sbatch", "--job-name", "submitted", "--submit", "--", "--epochs", "1",
+                         "--max-steps", "2", "--limit-test-samples", "100", "--threads", "1"},
+                        env_);
+  ASSERT_EQ(p->exit_code(), 0) << p->err();
+  const std::string id = test::last_line(p->out());
+  ASSERT_TRUE(!id.empty() && id.find_first_not_of("0123456789") == std::string::npos) << p->out();
+  EXPECT_TRUE(contains(p->err(), "submitted job " + id + " (submitted), log logs/submitted-" + id + ".out")) << p->err();
+  EXPECT_TRUE(exists(dir.file("logs"))) << "--submit creates the log folder before sbatch";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(kJobTimeoutSeconds);
+  std::string state;
+  while (std::chrono::steady_clock::now() < deadline) {
+    state = job_state(id, env_);
+    if (state != "PENDING" && state != "RUNNING" && state != "CONFIGURING" && state != "COMPLETING") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  if (state == "PENDING" || state == "RUNNING") test::run_process({test::find_on_path("scancel"), id}, env_, 20);
+  const std::string log = test::read_text(dir.file("logs/submitted-" + id + ".out"));
+  EXPECT_EQ(state, "COMPLETED") << log;
+  EXPECT_EQ(done_line(log).value("event", ""), "done");
+}
+
+// ---- generated scripts on the live cluster ------------------------------------------------------
+
+TEST_F(SlurmTest, SbatchTestOnlyAcceptsGeneratedScripts) {
+  test::TempDir dir("slurm-test-only");
+  const std::vector<std::vector<std::string>> option_sets = {
+      {},
+      {"--job-name", "ddp", "--nodes", "2", "--ntasks-per-node", "2"},
+      {"--job-name", "cpus", "--nodes", "2", "--cpus-per-task", "2", "--mem", "1000", "--time", "10", "--partition",
+       "debug"},
+      {"--job-name", "chain", "--array-chain", "3", "--time", "1-00:00:00", "--signal", "TERM@600"},
+      {"--setup", "module load x", "--container", "img.sif", "--stage-data", "d.tar", "--stage-subdir", "x",
+       "--signal", "none", "--output", "out/%j.txt", "--", "--epochs", "3"},
+      {"--nodes", "1", "--time", "2-3:30:15", "--signal", "R:USR2@300"},
+  };
+  int n = 0;
+  for (const std::vector<std::string>& options : option_sets) {
+    const std::string script = dir.file("gen" + std::to_string(n++) + ".sh");
+    std::vector<std::string> argv = {bin("trainctl"), "sbatch", "--out", script};
+    argv.insert(argv.end(), options.begin(), options.end());
+    const auto gen = test::run_process(argv, env_, 30);
+    ASSERT_EQ(gen->exit_code(), 0) << gen->err();
+    const auto p = run_in(dir.path(), {test::find_on_path("sbatch"), "--test-only", script}, env_);
+    EXPECT_EQ(p->exit_code(), 0) << script << ": " << p->err();
+    EXPECT_TRUE(contains(p->err(), " to start at ")) << p->err();
+  }
+  // The committed wrappers too, except the GPU one: this cluster has no GPUs, and sbatch says so.
+  for (const char* name : {"scripts/ddp.sh", "scripts/ddp-cpu-debug.sh"}) {
+    const auto p = run_in(dir.path(), {test::find_on_path("sbatch"), "--test-only", source_path(name)}, env_);
+    EXPECT_EQ(p->exit_code(), 0) << name << ": " << p->err();
+    EXPECT_TRUE(contains(p->err(), " to start at ")) << p->err();
+  }
+  const auto gpu = run_in(dir.path(), {test::find_on_path("sbatch"), "--test-only", source_path("scripts/ddp-gpu.sh")}, env_);
+  EXPECT_NE(gpu->exit_code(), 0);
+  EXPECT_TRUE(contains(gpu->err(), "gres")) << gpu->err();
+
+  // trainctl asks for itself, and says when the job would start.
+  const auto t = run_in(dir.path(), {bin("trainctl"), "sbatch", "--nodes", "2", "--test-only"}, env_);
+  EXPECT_EQ(t->exit_code(), 0) << t->err();
+  EXPECT_TRUE(contains(t->out(), "sbatch --test-only: the job would start at ")) << t->out();
+  EXPECT_TRUE(contains(t->out(), " on node[1-2] in partition debug (2 processors)")) << t->out();
+}
+
+TEST_F(SlurmTest, CommittedWrappersMatchTheGenerator) {
+  test::TempDir dir("slurm-wrappers");
+  Env env = env_;
+  env["TRAINCTL"] = bin("trainctl");
+  const auto p = test::run_process({"/bin/bash", source_path("scripts/regenerate-wrappers.sh"), dir.path()}, env, 60);
+  ASSERT_EQ(p->exit_code(), 0) << p->err();
+  for (const char* name : {"ddp.sh", "ddp-gpu.sh", "ddp-cpu-debug.sh"}) {
+    EXPECT_EQ(test::read_text(source_path(std::string("scripts/") + name)), test::read_text(dir.file(name)))
+        << "scripts/" << name << " drifted from `trainctl sbatch`: rerun scripts/regenerate-wrappers.sh";
+  }
+}
+
+TEST_F(SlurmTest, ValidationAsksTheLiveCluster) {
+  struct Case {
+    std::vector<std::string> options;
+    std::string fragment;
+  };
+  const std::vector<Case> cases = {
+      {{"--nodes", "3"}, "--nodes 3: expected at most the 2 node(s) of partition debug (the default), found 3 requested (sinfo)."},
+      {{"--ntasks-per-node", "3"}, "expected at most the 2 CPUs of a node in partition debug"},
+      {{"--gres", "gpu:1"}, "--gres gpu:1: expected partition debug (the default) to have GPUs (gres gpu)"},
+      {{"--gpus-per-node", "1"}, "--gpus-per-node 1: expected partition debug (the default) to have GPUs"},
+      {{"--partition", "gpu"}, "--partition gpu: expected one of this cluster's partitions (debug (default))"},
+      {{"--mem", "4G"}, "--mem 4G: expected at most the 2000 MB of a node in partition debug"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> argv = {bin("trainctl"), "sbatch"};
+    argv.insert(argv.end(), c.options.begin(), c.options.end());
+    const auto p = test::run_process(argv, env_, 30);
+    EXPECT_EQ(p->exit_code(), 1) << c.fragment;
+    EXPECT_TRUE(contains(p->err(), c.fragment)) << p->err();
+    EXPECT_TRUE(contains(p->err(), "Hint: ")) << p->err();
+    // Without the cluster checks the same request generates.
+    argv.push_back("--no-cluster-checks");
+    EXPECT_EQ(test::run_process(argv, env_, 30)->exit_code(), 0) << c.fragment;
+  }
+}
+
+// ---- hostlists ------------------------------------------------------------------------------------
+
+TEST_F(SlurmTest, TrainctlHostnamesMatchesScontrol) {
+  // The full table of expressions lives in tests/launcher/hostlist_test.cpp (against a minimal config);
+  // this runs a part of it through the live cluster's scontrol, plus the cluster's own node list.
+  const auto sinfo = test::run_process({test::find_on_path("sinfo"), "-h", "-o", "%N"}, env_, 20);
+  ASSERT_EQ(sinfo->exit_code(), 0) << sinfo->err();
+  std::vector<std::string> exprs = {test::last_line(sinfo->out()), "node[1-2]", "node[01-04,07]",
+                                    "a,b[1-2],c-ib[001,003]", "gpu[1-2]-ib[3-4]", "n[098-101]", "linux[1,2]",
+                                    "linux1,linux2", "my-node-01,my-node-02", "x[1-2]y[1-2]z[1-2]", "n[9-11]"};
+  for (const std::string& expr : exprs) {
+    const auto ours = test::run_process({bin("trainctl"), "hostnames", expr}, env_, 20);
+    const auto theirs = test::run_process({test::find_on_path("scontrol"), "show", "hostnames", expr}, env_, 20);
+    ASSERT_EQ(theirs->exit_code(), 0) << expr << ": " << theirs->err();
+    EXPECT_EQ(ours->exit_code(), 0) << expr << ": " << ours->err();
+    EXPECT_EQ(ours->out(), theirs->out()) << "expression: " << expr;
+  }
+  // Inside a job, both read SLURM_JOB_NODELIST.
+  const auto job = test::run_process(
+      {test::find_on_path("srun"), "-N", "2", "-n", "2", "--time=1", "/bin/sh", "-c",
+       "echo \"$(\"$0\" hostnames | tr '\\n' ' ')| $(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | tr '\\n' ' ')\"",
+       bin("trainctl")},
+      env_, 60);
+  ASSERT_EQ(job->exit_code(), 0) << job->err();
+  const std::vector<std::string> lines = test::lines_of(job->out());
+  ASSERT_EQ(lines.size(), 2u) << job->out();
+  for (const std::string& line : lines) EXPECT_EQ(line, "node1 node2 | node1 node2 ") << job->out();
+}
+
+}  // namespace
+}  // namespace train
