@@ -25,8 +25,8 @@
 # USR2 120 s before the time limit (SLURM may send it up to 60 s earlier), to every task of
 # the job's steps: train checkpoints on it and requeues the job, which resumes.
 # Not "B:USR2": B: signals only the batch shell, which runs no training, so the tasks would
-# be killed at the time limit without a checkpoint. USR2 rather than USR1 because NCCL may use
-# SIGUSR1 (submitit made the same choice).
+# be killed at the time limit without a checkpoint. USR2 is the default rather than USR1 because
+# NCCL may use SIGUSR1 (submitit made the same choice).
 #SBATCH --signal=USR2@120
 
 set -euo pipefail

@@ -209,28 +209,48 @@ Command add_sbatch(CLI::App& app, const std::vector<std::string>& before_dashes,
       "See docs/slurm.md.\n");
   auto o = std::make_shared<train::SbatchOptions>();
   auto out = std::make_shared<std::string>();
-  cmd->add_option("--nodes", o->nodes, "nodes (default 1)");
-  cmd->add_option("--ntasks-per-node", o->ntasks_per_node, "ranks per node (default: the GPUs per node, else 1)");
-  cmd->add_option("--gpus-per-node", o->gpus_per_node, "GPUs per node, [TYPE:]N; one rank per GPU");
-  cmd->add_option("--cpus-per-task", o->cpus_per_task, "CPU cores per rank");
-  cmd->add_option("--mem", o->mem, "memory per node, N[K|M|G|T]");
-  cmd->add_option("--time", o->time, "time limit: minutes, m:s, h:m:s, d-h, d-h:m, d-h:m:s or INFINITE");
-  cmd->add_option("--partition", o->partition, "partition (default: the cluster's default)");
-  cmd->add_option("--account", o->account, "account to charge");
-  cmd->add_option("--qos", o->qos, "quality of service");
-  cmd->add_option("--gres", o->gres, "generic resources per node: gpu:N, gpu:TYPE:N, shard:N");
-  cmd->add_option("--constraint", o->constraint, "node features, e.g. v100");
-  cmd->add_option("--job-name", o->job_name, std::string("job name (default ") + train::kDefaultJobName + ")");
-  cmd->add_option("--output", o->output, std::string("log file pattern (default ") + train::kDefaultOutput + ")");
-  cmd->add_option("--array-chain", o->array_chain, "N chunks run one after another (--array=1-N%1), each resuming from the last checkpoint");
+  cmd->add_option("--nodes", o->nodes, "nodes (default 1)")
+      ->type_name("N");
+  cmd->add_option("--ntasks-per-node", o->ntasks_per_node, "ranks per node (default: the GPUs per node, else 1)")
+      ->type_name("N");
+  cmd->add_option("--gpus-per-node", o->gpus_per_node, "GPUs per node, [TYPE:]N; one rank per GPU")
+      ->type_name("[TYPE:]N");
+  cmd->add_option("--cpus-per-task", o->cpus_per_task, "CPU cores per rank")
+      ->type_name("N");
+  cmd->add_option("--mem", o->mem, "memory per node, N[K|M|G|T]")
+      ->type_name("SIZE");
+  cmd->add_option("--time", o->time, "time limit: minutes, m:s, h:m:s, d-h, d-h:m, d-h:m:s or INFINITE")
+      ->type_name("LIMIT");
+  cmd->add_option("--partition", o->partition, "partition (default: the cluster's default)")
+      ->type_name("NAME");
+  cmd->add_option("--account", o->account, "account to charge")
+      ->type_name("NAME");
+  cmd->add_option("--qos", o->qos, "quality of service")
+      ->type_name("NAME");
+  cmd->add_option("--gres", o->gres, "generic resources per node: gpu:N, gpu:TYPE:N, shard:N")
+      ->type_name("SPEC");
+  cmd->add_option("--constraint", o->constraint, "node features, e.g. v100")
+      ->type_name("FEATURES");
+  cmd->add_option("--job-name", o->job_name, std::string("job name (default ") + train::kDefaultJobName + ")")
+      ->type_name("NAME");
+  cmd->add_option("--output", o->output, std::string("log file pattern (default ") + train::kDefaultOutput + ")")
+      ->type_name("PATTERN");
+  cmd->add_option("--array-chain", o->array_chain, "N chunks run one after another (--array=1-N%1), each resuming from the last checkpoint")
+      ->type_name("N");
   cmd->add_option("--signal", o->signal, std::string("[R:]SIG[@SECONDS] sent to the tasks before the time limit, or none (default ") +
-                                             train::kDefaultSignal + ")");
+                                             train::kDefaultSignal + ")")
+      ->type_name("SPEC");
   cmd->add_option("--setup", o->setup, "a shell line run before srun, e.g. 'module load cuda' (repeatable)")
-      ->allow_extra_args(false);
-  cmd->add_option("--container", o->container, "run the tasks in `apptainer exec --nv IMAGE`");
-  cmd->add_option("--stage-data", o->stage_data, "tar archive extracted onto every node ($SLURM_TMPDIR) and given to train as --data");
-  cmd->add_option("--stage-subdir", o->stage_subdir, "the folder inside the --stage-data archive that holds the data files");
-  cmd->add_option("--out", *out, "write the script to FILE (mode 755) instead of stdout");
+      ->allow_extra_args(false)
+      ->type_name("LINE");
+  cmd->add_option("--container", o->container, "run the tasks in `apptainer exec --nv IMAGE`")
+      ->type_name("IMAGE");
+  cmd->add_option("--stage-data", o->stage_data, "tar archive extracted onto every node ($SLURM_TMPDIR) and given to train as --data")
+      ->type_name("ARCHIVE");
+  cmd->add_option("--stage-subdir", o->stage_subdir, "the folder inside the --stage-data archive that holds the data files")
+      ->type_name("DIR");
+  cmd->add_option("--out", *out, "write the script to FILE (mode 755) instead of stdout")
+      ->type_name("FILE");
   cmd->add_flag("--submit", "submit the script with sbatch and print the job id");
   cmd->add_flag("--test-only", "ask sbatch --test-only when the job would start (nothing is submitted)");
   cmd->add_flag("--no-cluster-checks", "don't compare the request with the partitions sinfo reports");
@@ -321,11 +341,13 @@ Command add_preflight(CLI::App& app, const std::vector<std::string>& after_dashe
       "SLURM_GPUS_ON_NODE); that there is one task per GPU. Prints one line per node; a failed check\n"
       "prints its error and a hint on stderr and exits 1.\n");
   auto o = std::make_shared<train::PreflightOptions>();
-  cmd->add_option("--data", o->data_dir, "the data folder (default: train's --data, else its default folder)");
+  cmd->add_option("--data", o->data_dir, "the data folder (default: train's --data, else its default folder)")
+      ->type_name("DIR");
   cmd->add_option("--expect-gpus", o->expect_gpus, "GPUs the job asked for per node (default: SLURM_GPUS_ON_NODE, else 0)")
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--tasks-per-node", o->tasks_per_node,
-                  "the job's tasks per node, SLURM notation like 2(x2) (default: SLURM_TASKS_PER_NODE)");
+                  "the job's tasks per node, SLURM notation like 2(x2) (default: SLURM_TASKS_PER_NODE)")
+      ->type_name("TPN");
   cmd->add_option("TRAIN_ARGS", o->train_args, "train's arguments, after '--'");
   return {cmd, [o, &after_dashes]() {
     o->train_args.insert(o->train_args.end(), after_dashes.begin(), after_dashes.end());
@@ -345,7 +367,8 @@ Command add_preflight(CLI::App& app, const std::vector<std::string>& after_dashe
 int main(int argc, char** argv) {
   CLI::App app{
       "trainctl: launcher tools for libtrain. Expands SLURM host lists, shows the distributed\n"
-      "environment a rank resolves, and starts ranks on one machine.\n"
+      "environment a rank resolves, starts ranks on one machine, generates and submits sbatch\n"
+      "scripts, and checks a job's nodes before training.\n"
       "Run 'trainctl SUBCOMMAND --help' for a subcommand's options.",
       "trainctl"};
   app.set_version_flag("--version", "trainctl " TRAIN_VERSION);

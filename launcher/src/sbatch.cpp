@@ -580,8 +580,8 @@ std::string render_sbatch_script(const SbatchOptions& o, const SbatchPlan& plan)
     line("# the job's steps: train checkpoints on it and " +
          std::string(chain ? "stops; the next chunk resumes." : "requeues the job, which resumes."));
     line("# Not \"B:" + sig.name + "\": B: signals only the batch shell, which runs no training, so the tasks would");
-    line("# be killed at the time limit without a checkpoint. USR2 rather than USR1 because NCCL may use");
-    line("# SIGUSR1 (submitit made the same choice).");
+    line("# be killed at the time limit without a checkpoint. USR2 is the default rather than USR1 because");
+    line("# NCCL may use SIGUSR1 (submitit made the same choice).");
     line("#SBATCH --signal=" + std::string(sig.reservation ? "R:" : "") + sig.name + "@" +
          std::to_string(sig.lead_seconds));
   }

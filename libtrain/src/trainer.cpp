@@ -37,6 +37,7 @@
 #include <fstream>
 #include <thread>
 
+#include <sched.h>
 #include <unistd.h>
 
 namespace train {
@@ -419,8 +420,14 @@ TrainResult run_training(const TrainConfig& c, const DistEnv& env) {
 
   int threads = c.threads;
   if (threads == 0) {
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    threads = std::max(1, cores / std::max(1, env.local_world_size));
+    // The CPUs this process may run on (SLURM's task affinity, taskset, cgroup cpusets), not
+    // every core of the machine; shared among the ranks on this node.
+    cpu_set_t set;
+    int cores = 0;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) cores = CPU_COUNT(&set);
+    if (cores <= 0) cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const bool shared = cores >= static_cast<int>(std::thread::hardware_concurrency());
+    threads = std::max(1, shared ? cores / std::max(1, env.local_world_size) : cores);
   }
   at::set_num_threads(threads);
 

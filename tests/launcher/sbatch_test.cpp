@@ -249,7 +249,7 @@ TEST(SbatchScript, DefaultsForAPlainCpuOrGpuJob) {
                                                        "--signal=USR2@120"}));
   // The signal's comment explains B: and USR1.
   EXPECT_TRUE(contains(s, "B: signals only the batch shell")) << s;
-  EXPECT_TRUE(contains(s, "NCCL may use\n# SIGUSR1")) << s;
+  EXPECT_TRUE(contains(s, "# NCCL may use SIGUSR1 (submitit made the same choice)")) << s;
   // Refuses to run outside a job, then works from the submit dir.
   EXPECT_TRUE(contains(s, "if [[ -z \"${SLURM_JOB_ID:-}\" ]]; then")) << s;
   EXPECT_TRUE(contains(s, "sbatch $0 --epochs 1")) << s;
