@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -337,7 +338,7 @@ TEST_F(SlurmTest, PreemptionSignalCheckpointsRequeuesAndResumes) {
     while (!contains(test::read_text(log), "Train Epoch: 1") && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    const auto p = test::run_process({test::find_on_path("scancel"), "--signal=USR2", id}, env_, 20);
+    const auto p = test::run_process({test::find_on_path("scancel"), "--signal=USR2", "--full", id}, env_, 20);
     EXPECT_EQ(p->exit_code(), 0) << p->err();
   });
   ASSERT_FALSE(job.id.empty());
@@ -354,6 +355,96 @@ TEST_F(SlurmTest, PreemptionSignalCheckpointsRequeuesAndResumes) {
   EXPECT_EQ(done.value("world_size", 0), 2);
   // Resuming is exact: the same parameters as an uninterrupted run.
   EXPECT_EQ(done.value("params_sha256", "?"), local_reference(dir.path(), 2, args));
+}
+
+// A job that runs into its --time limit with no --signal at all: train knows the end time from
+// squeue, checkpoints --time-margin seconds before it, requeues, and the second run finishes.
+TEST_F(SlurmTest, TimeLimitIsCheckpointedAndRequeuedNotKilled) {
+  if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
+  test::TempDir dir("slurm-timelimit");
+  mkdir(dir.file("logs").c_str(), 0755);
+  // One full epoch on 2 ranks x 1 thread takes ~35 s here, more than the 30 s before the margin.
+  const auto gen = test::run_process({bin("trainctl"), "sbatch", "--nodes", "2", "--ntasks-per-node", "1", "--time", "1",
+                                      "--signal", "none", "--job-name", "tl", "--no-cluster-checks",
+                                      "--out", dir.file("tl.sh"), "--", "--time-margin", "30"}, env_, 30);
+  ASSERT_EQ(gen->exit_code(), 0) << gen->err();
+  const std::vector<std::string> args = {"--epochs", "1", "--limit-test-samples", "500", "--threads", "1",
+                                         "--log-interval", "50"};
+  const Job job = submit_and_wait(dir.path(), concat({dir.file("tl.sh")}, args), env_);
+  ASSERT_FALSE(job.id.empty());
+  const std::string log = test::read_text(dir.file("logs/tl-" + job.id + ".out"));
+  EXPECT_EQ(job_state(job.id, env_), "COMPLETED") << log;
+  EXPECT_TRUE(contains(log, "stopping for the job's time limit")) << log;
+  EXPECT_TRUE(contains(log, "requeued job " + job.id)) << log;
+  EXPECT_TRUE(contains(log, "resumed from checkpoints/tl-" + job.id + "/ckpt-")) << log;
+  EXPECT_FALSE(contains(log, "DUE TO TIME LIMIT")) << "slurm killed the job:\n" << log;
+  const nlohmann::json done = done_line(log);
+  EXPECT_EQ(done.value("event", ""), "done");
+  EXPECT_EQ(done.value("steps", 0), 469);  // ceil(30000 / 64): nothing trained twice, nothing lost
+}
+
+namespace {
+// The pid of the train task with this job id and SLURM_PROCID, found through /proc/*/environ.
+int find_task_pid(const std::string& job_id, int procid) {
+  for (const std::string& entry : train::test::lines_of(train::test::run_process(
+           {"/bin/sh", "-c", "ls /proc | grep -E '^[0-9]+$'"}, test::hermetic_env(), 10)->out())) {
+    const std::string comm = test::read_text("/proc/" + entry + "/comm");
+    if (comm.rfind("train", 0) != 0 || comm.rfind("trainctl", 0) == 0) continue;
+    std::string environ = test::read_text("/proc/" + entry + "/environ");
+    for (char& c : environ) if (c == '\0') c = '\n';
+    if (contains(environ, "\nSLURM_JOB_ID=" + job_id + "\n") &&
+        contains(environ, "\nSLURM_PROCID=" + std::to_string(procid) + "\n")) {
+      return std::stoi(entry);
+    }
+  }
+  return -1;
+}
+}  // namespace
+
+// kill -9 of one rank: the job ends soon (well within --dist-timeout) with an error naming the
+// task, and a resubmission pointed at the job's checkpoints resumes from the last one.
+TEST_F(SlurmTest, KilledRankEndsTheJobAndResubmissionResumes) {
+  if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
+  test::TempDir dir("slurm-kill9");
+  mkdir(dir.file("logs").c_str(), 0755);
+  const std::vector<std::string> args = {"--epochs", "1", "--limit-train-samples", "12000", "--limit-test-samples",
+                                         "300", "--threads", "1", "--checkpoint-every", "10", "--dist-timeout", "60",
+                                         "--log-interval", "5"};
+  double seconds_to_end = 0;
+  const Job job = submit_and_wait(dir.path(), concat({source_path("scripts/ddp.sh")}, args), env_, [&](const std::string& id) {
+    const std::string ckpt = dir.file("checkpoints/ddp-" + id + "/ckpt-10.pt");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+    while (!exists(ckpt) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    const int pid = find_task_pid(id, 1);
+    ASSERT_GT(pid, 0) << "no train process with SLURM_PROCID=1 for job " << id;
+    ASSERT_EQ(::kill(pid, SIGKILL), 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    while (!job_state(id, env_).empty() && job_state(id, env_) == "RUNNING" &&
+           std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    seconds_to_end = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+  ASSERT_FALSE(job.id.empty());
+  const std::string log = test::read_text(dir.file("logs/ddp-" + job.id + ".out"));
+  EXPECT_EQ(job_state(job.id, env_), "FAILED") << log;
+  EXPECT_LT(seconds_to_end, 60.0) << "the job must end within the distributed timeout\n" << log;
+  EXPECT_TRUE(contains(log, "task 1")) << "srun names the killed task:\n" << log;
+  EXPECT_TRUE(contains(log, "training failed")) << log;
+  EXPECT_TRUE(contains(log, "resubmit with --checkpoint-dir checkpoints/ddp-" + job.id)) << log;
+
+  // The resubmission, told where the checkpoints are, goes on from the newest one.
+  const Job again = submit_and_wait(
+      dir.path(), concat(concat({source_path("scripts/ddp.sh")}, args), {"--checkpoint-dir", "checkpoints/ddp-" + job.id}),
+      env_);
+  const std::string log2 = test::read_text(dir.file("logs/ddp-" + again.id + ".out"));
+  EXPECT_EQ(job_state(again.id, env_), "COMPLETED") << log2;
+  EXPECT_TRUE(contains(log2, "resumed from checkpoints/ddp-" + job.id + "/ckpt-")) << log2;
+  const nlohmann::json done = done_line(log2);
+  EXPECT_EQ(done.value("event", ""), "done");
+  EXPECT_EQ(done.value("steps", 0), 94);  // ceil(6000 / 64) per rank
 }
 
 TEST_F(SlurmTest, TrainctlSubmitMakesTheLogFolderAndPrintsTheJobId) {
