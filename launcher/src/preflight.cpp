@@ -2,6 +2,7 @@
 // where CUDA was not available, and found out only from the training script's traceback): data
 // readable here, CUDA GPUs visible where the job asked for them, one task per GPU.
 #include "train/launcher/preflight.h"
+#include "train/launcher/sbatch.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -19,22 +20,6 @@
 namespace train {
 namespace {
 
-/// The last value of `--name V` or `--name=V` in args ("" and found=false when absent).
-std::string last_value(const std::vector<std::string>& args, const std::string& name, bool* found = nullptr) {
-  std::string value;
-  bool seen = false;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == name && i + 1 < args.size()) {
-      value = args[i + 1];
-      seen = true;
-    } else if (args[i].rfind(name + "=", 0) == 0) {
-      value = args[i].substr(name.size() + 1);
-      seen = true;
-    }
-  }
-  if (found != nullptr) *found = seen;
-  return value;
-}
 
 std::string env_value(const EnvMap& env, const std::string& name) {
   const auto it = env.find(name);
@@ -192,11 +177,11 @@ PreflightReport run_preflight(const PreflightOptions& o, const EnvMap& env) {
   auto fail = [&](const Error& e) { report.errors.push_back(e.what()); };
 
   // Data: the same folder train will read, by train's rules.
-  std::string model = last_value(o.train_args, "--model");
+  std::string model = detail::last_flag_value(o.train_args, {"--model"});
   if (model.empty()) model = "mnist";
-  std::string dataset = last_value(o.train_args, "--dataset");
+  std::string dataset = detail::last_flag_value(o.train_args, {"--dataset"});
   if (dataset.empty()) dataset = model == "cifar10" ? "cifar10" : model == "mnist" ? "fashion-mnist" : "";
-  std::string data = o.data_dir.empty() ? last_value(o.train_args, "--data") : o.data_dir;
+  std::string data = o.data_dir.empty() ? detail::last_flag_value(o.train_args, {"--data"}) : o.data_dir;
   if (data.empty() && dataset == "fashion-mnist") {
     data = env_value(env, "TRAIN_FASHION_MNIST_DIR");
     if (data.empty()) data = kDefaultFashionMnistDir;
@@ -243,8 +228,8 @@ PreflightReport run_preflight(const PreflightOptions& o, const EnvMap& env) {
                  ? std::stoi(on_node)
                  : 0;
   }
-  const std::string device = last_value(o.train_args, "--device");
-  const std::string backend = last_value(o.train_args, "--backend");
+  const std::string device = detail::last_flag_value(o.train_args, {"--device"});
+  const std::string backend = detail::last_flag_value(o.train_args, {"--backend"});
   const bool cpu_only = device == "cpu" || backend == "gloo";
   const int visible = count_visible_gpus(env, o.proc_gpus_dir);
   DIR* driver = ::opendir(o.proc_gpus_dir.c_str());

@@ -99,26 +99,6 @@ void check_single_line(const std::string& option, const std::string& value) {
   }
 }
 
-/// The value of the last `--flag V` or `--flag=V` among train's arguments (train keeps the last
-/// copy of a flag), or "" when it is not there. `names` are the flag's spellings.
-std::string last_flag_value(const std::vector<std::string>& args, const std::vector<std::string>& names,
-                            bool* found = nullptr) {
-  std::string value;
-  bool seen = false;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    for (const std::string& name : names) {
-      if (args[i] == name && i + 1 < args.size()) {
-        value = args[i + 1];
-        seen = true;
-      } else if (args[i].rfind(name + "=", 0) == 0) {
-        value = args[i].substr(name.size() + 1);
-        seen = true;
-      }
-    }
-  }
-  if (found != nullptr) *found = seen;
-  return value;
-}
 
 /// GPUs requested through --gres: gpu[:type]:N, or shard[:type]:N.
 struct GresGpus {
@@ -170,7 +150,7 @@ GresGpus parse_gres(const std::string& gres) {
 
 /// The signals train checkpoints on, as given to it (last --preempt-signals), upper case, no "SIG".
 std::vector<std::string> train_preempt_signals(const std::vector<std::string>& args, bool& given) {
-  const std::string value = last_flag_value(args, {"--preempt-signals", "--preempt-signal"}, &given);
+  const std::string value = detail::last_flag_value(args, {"--preempt-signals", "--preempt-signal"}, &given);
   if (!given) return kTrainDefaultPreemptSignals;
   std::vector<std::string> out;
   if (value == "none" || value.empty()) return out;
@@ -204,6 +184,31 @@ std::string duration_text(std::int64_t seconds) {
 }
 
 }  // namespace
+
+namespace detail {
+
+/// The value of the last `--flag V` or `--flag=V` among train's arguments (train keeps the last
+/// copy of a flag), or "" when it is not there. `names` are the flag's spellings.
+std::string last_flag_value(const std::vector<std::string>& args, const std::vector<std::string>& names,
+                            bool* found) {
+  std::string value;
+  bool seen = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    for (const std::string& name : names) {
+      if (args[i] == name && i + 1 < args.size()) {
+        value = args[i + 1];
+        seen = true;
+      } else if (args[i].rfind(name + "=", 0) == 0) {
+        value = args[i].substr(name.size() + 1);
+        seen = true;
+      }
+    }
+  }
+  if (found != nullptr) *found = seen;
+  return value;
+}
+
+}  // namespace detail
 
 std::string shell_quote(const std::string& value) {
   const bool plain = !value.empty() && std::all_of(value.begin(), value.end(), [](unsigned char c) {
@@ -500,7 +505,7 @@ SbatchPlan plan_sbatch(const SbatchOptions& o) {
       }
     }
     bool data_given = false;
-    const std::string data = last_flag_value(o.train_args, {"--data"}, &data_given);
+    const std::string data = detail::last_flag_value(o.train_args, {"--data"}, &data_given);
     if (data_given) {
       throw ConfigError("--stage-data '" + o.stage_data + "' with train's --data " + data +
                             ": expected one source for the data, found both.",

@@ -328,7 +328,6 @@ struct Progress {
   int64_t batches_done = 0;      // batches of `epoch` already trained by every rank
   int64_t step = 0;              // optimizer steps so far
   double lr = 0;
-  double loss_sum = 0;           // this epoch's summed per-step loss (this rank)
   int64_t epoch_steps = 0;
   int64_t images_total = 0;
   double train_seconds = 0;
@@ -650,7 +649,6 @@ TrainResult run_training(const TrainConfig& c, const DistEnv& env) {
     result.preempt_reason = reason;
     log::warn("stopping for " + reason + " at epoch " + std::to_string(prog.epoch) + ", step " + std::to_string(prog.step));
     if (ckdir && env.rank == 0) {
-      prog.loss_sum = 0;
       write_checkpoint(*ckdir, *model, *optimizer, prog, loss_sum, run_shape, env, device, result);
     } else if (!ckdir) {
       log::warn("no --checkpoint-dir: the progress of this run is lost");
