@@ -31,4 +31,5 @@ if [ "$state" != COMPLETED ] || [ -z "$result" ]; then
   echo "demo: the job did not complete; see $log" >&2
   exit 1
 fi
+echo "demo: the local SLURM cluster is still up (scripts/local-slurm.sh stop ends it)"
 echo "$result"

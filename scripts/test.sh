@@ -16,4 +16,6 @@ fi
 cleanup() { [ "$started_slurm" = 1 ] && scripts/local-slurm.sh stop >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 cd build
+# Say why the GPU tests skip on a machine without GPUs (ctest itself only prints "Skipped").
+ctest -R 'Gpu' -V 2>/dev/null | grep -E '^[0-9]+: .*(Skipped|needs)' | sed 's/^[0-9]*: /gpu tests: /' || true
 ctest --output-on-failure --timeout 1200 "$@"

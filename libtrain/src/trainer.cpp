@@ -370,8 +370,8 @@ void write_checkpoint(CheckpointDir& dir, models::Model& model, torch::optim::Op
     a.write("rng/cuda", gen.get_state());
   }
   result.checkpoint_path = dir.save(a, p.step);
-  log::info("checkpoint: " + result.checkpoint_path + " (epoch " + std::to_string(p.epoch) + ", step " +
-            std::to_string(p.step) + ")");
+  log::info("checkpoint: " + result.checkpoint_path + " (step " + std::to_string(p.step) + "; resumes at epoch " +
+            std::to_string(p.epoch) + ", batch " + std::to_string(p.batches_done) + ")");
 }
 
 }  // namespace
