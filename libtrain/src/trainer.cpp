@@ -211,6 +211,12 @@ void validate(const TrainConfig& c) {
   if (c.bucket_cap_mb <= 0) bad("--bucket-cap-mb", "a positive size in MB", fmt("%g", c.bucket_cap_mb), "the default is 25");
   if (c.device != "auto" && c.device != "cpu" && c.device != "cuda") bad("--device", "auto, cpu or cuda", "'" + c.device + "'", "");
   if (c.backend != "auto" && c.backend != "gloo" && c.backend != "nccl") bad("--backend", "auto, gloo or nccl", "'" + c.backend + "'", "");
+  if (c.checkpoint_every < 0) bad("--checkpoint-every", "0 (epoch ends only) or a positive number of steps", std::to_string(c.checkpoint_every), "");
+  if (c.keep_checkpoints < 1) bad("--keep-checkpoints", "at least 1", std::to_string(c.keep_checkpoints), "keep 2 or more so a corrupt newest file can fall back");
+  if (c.time_margin_sec < 0) bad("--time-margin", "0 or more seconds", fmt("%g", c.time_margin_sec), "the default is 60");
+  if (c.resume != "auto" && c.resume != "never" && !files::is_regular_file(c.resume)) {
+    bad("--resume", "auto, never or the path of a checkpoint file", "'" + c.resume + "', which is not a file", "list the checkpoints with ls CHECKPOINT_DIR");
+  }
   if (c.tf32 != "auto" && c.tf32 != "on" && c.tf32 != "off") bad("--tf32", "auto, on or off", "'" + c.tf32 + "'", "");
   if (c.optimizer != "auto" && c.optimizer != "adadelta" && c.optimizer != "sgd") bad("--optimizer", "auto, adadelta or sgd", "'" + c.optimizer + "'", "");
   if (c.lr != -1 && !(c.lr > 0)) bad("--lr", "a positive learning rate", fmt("%g", c.lr), "the recipe's default is 1.0 (Adadelta) or 0.1 (SGD)");
