@@ -17,6 +17,7 @@
 namespace train::detail {
 
 struct ProcessGroupImpl {
+  ~ProcessGroupImpl() { stop_heartbeat(); }  // also when create() fails after the rendezvous
   DistEnv env;
   Backend backend = Backend::gloo;
   std::chrono::milliseconds timeout{0};
