@@ -13,7 +13,7 @@ if [ -x scripts/local-slurm.sh ] && [ "${TRAIN_TEST_SLURM:-1}" = 1 ]; then
     started_slurm=1
   fi
 fi
-cleanup() { [ "$started_slurm" = 1 ] && scripts/local-slurm.sh stop >/dev/null 2>&1 || true; }
+cleanup() { [ "$started_slurm" = 1 ] && "$repo/scripts/local-slurm.sh" stop >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 cd build
 # Say why the GPU tests skip on a machine without GPUs (ctest itself only prints "Skipped").
