@@ -8,9 +8,7 @@
 #include <ATen/ops/from_blob.h>
 #include <zlib.h>
 
-#include <cstdio>
 #include <cstring>
-#include <sstream>
 
 namespace train::datasets {
 namespace {

@@ -84,7 +84,7 @@ std::string CheckpointDir::save(torch::serialize::OutputArchive& archive, int64_
   std::memcpy(trailer + 8, digest, 32);
   std::memcpy(trailer + 40, kMagic, 8);
 
-  const std::string final_path = files::join(dir_, "ckpt-" + std::to_string(step) + ".pt");
+  const std::string final_path = path_for(step);
   const std::string tmp = files::join(dir_, ".ckpt-" + std::to_string(step) + ".pt.tmp." + std::to_string(::getpid()));
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
@@ -120,6 +120,10 @@ std::string CheckpointDir::save(torch::serialize::OutputArchive& archive, int64_
     files::remove_file(files[i].path);
   }
   return final_path;
+}
+
+std::string CheckpointDir::path_for(int64_t step) const {
+  return files::join(dir_, "ckpt-" + std::to_string(step) + ".pt");
 }
 
 std::vector<CheckpointFile> CheckpointDir::list() const {

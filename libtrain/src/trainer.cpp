@@ -520,7 +520,7 @@ TrainResult run_training(const TrainConfig& c, const DistEnv& env) {
       pg->broadcast(t, 0);
       chosen = t.cpu().item<int64_t>();
       if (env.rank != 0 && chosen >= 0) {
-        resume_path = files::join(c.checkpoint_dir, "ckpt-" + std::to_string(chosen) + ".pt");
+        resume_path = ckdir->path_for(chosen);
         resume_archive = CheckpointDir::load_file(resume_path);
       }
     }

@@ -48,6 +48,9 @@ class CheckpointDir {
 
   const std::string& dir() const { return dir_; }
 
+  /// The file name the checkpoint of `step` has in this folder.
+  std::string path_for(int64_t step) const;
+
   /// Verifies one file's trailer and checksum; on success returns the archive bytes, otherwise
   /// throws train::CheckpointError saying what is wrong with it.
   static std::vector<char> read_verified(const std::string& path);
