@@ -1,6 +1,7 @@
 // The `train` program: flags -> TrainConfig, environment -> DistEnv, run, print the done line.
 // Errors are logged with rank and host and end the process non-zero so srun ends the step.
 #include "train/error.h"
+#include "train/host_memory.h"
 #include "train/launcher/env.h"
 #include "train/log.h"
 #include "train/models/model.h"
@@ -61,6 +62,12 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "libtrain 0.1.0");
   bool list_models = false;
   app.add_flag("--list-models", list_models, "print the registered models and exit");
+  std::string heap = "reuse";
+  app.add_option("--heap", heap,
+                 "reuse: keep freed tensor memory for the next step (glibc mallopt; far fewer page "
+                 "faults on CPU) | default: the C library's own thresholds")
+      ->check(CLI::IsMember({"reuse", "default"}))
+      ->capture_default_str();
   // Later copies of a flag win, so `sbatch scripts/ddp.sh --epochs 1` can override the script's defaults.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   add_flags(app, config);
@@ -80,6 +87,10 @@ int main(int argc, char** argv) {
   try {
     env = train::resolve_env(train::current_environment());
     train::log::configure(env.rank, env.world_size, env.host);
+    if (heap == "reuse") {
+      const auto settings = train::host_memory::keep_freed_memory();
+      if (env.rank == 0) train::log::debug(settings.description);
+    }
     train::TrainResult result = train::run_training(config, env);
     if (env.rank == 0) {
       std::cout << train::to_json(result) << std::endl;

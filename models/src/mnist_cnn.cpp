@@ -2,6 +2,7 @@
 #include "train/models/mnist_cnn.h"
 
 #include "train/models/dropout.h"
+#include "train/models/fused.h"
 
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/functional/pooling.h>
@@ -22,11 +23,10 @@ MnistCnn::MnistCnn(const ModelOptions& options) : dropout_(options.dropout) {
 torch::Tensor MnistCnn::forward(torch::Tensor x) {
   x = torch::relu(conv1_->forward(x));
   // max_pool(relu(x)) == relu(max_pool(x)) exactly, gradients included (ReLU is monotone and
-  // both pick the same window element); pooling first runs the ReLU on 4x fewer values.
-  x = torch::max_pool2d(conv2_->forward(x), /*kernel_size=*/2);
-  x = torch::relu(x);
+  // both pick the same window element), so pool, ReLU and dropout1 run as one fused pass over
+  // the conv2 output (models/src/fused.cpp), equal bit for bit to the composed ops.
   const bool drop = dropout_ && is_training();
-  if (drop) x = fast_dropout(x, dropout1_->options.p(), /*training=*/true);
+  x = max_pool2_relu_dropout(conv2_->forward(x), dropout1_->options.p(), drop);
   x = torch::flatten(x, /*start_dim=*/1);
   x = torch::relu(fc1_->forward(x));
   if (drop) x = fast_dropout(x, dropout2_->options.p(), /*training=*/true);

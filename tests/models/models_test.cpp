@@ -2,11 +2,17 @@
 #include "train/error.h"
 #include "train/models/cifar_cnn.h"
 #include "train/models/dropout.h"
+#include "train/models/fused.h"
 #include "train/models/mnist_cnn.h"
 #include "train/models/model.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <limits>
 
 using namespace train::models;
 
@@ -107,4 +113,132 @@ TEST(FastDropout, KeepsOneMinusPScaledAndReproducible) {
   auto d = train::models::fast_dropout(x, 0.25, true);
   at::set_num_threads(2);
   EXPECT_TRUE(torch::equal(a.detach(), d.detach()));
+}
+
+namespace {
+
+// The composed ops the fused kernel replaces, as MnistCnn ran them before.
+torch::Tensor composed_pool_relu_dropout(const torch::Tensor& x, double p, bool training) {
+  auto y = torch::relu(torch::max_pool2d(x, 2));
+  return training && p > 0 ? fast_dropout(y, p, true) : y;
+}
+
+bool bitwise_equal(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() &&
+         std::memcmp(a.contiguous().data_ptr(), b.contiguous().data_ptr(), a.nbytes()) == 0;
+}
+
+}  // namespace
+
+// Both kernel sets (AVX-512 where this CPU has it, and the portable one) run every case.
+class FusedPoolReluDropout : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    force_portable_fused_kernels(GetParam());
+    std::cout << "[ fused kernels: " << fused_kernels_isa() << " ]" << std::endl;
+    if (!GetParam() && fused_kernels_isa() != "avx512") {
+      std::cout << "[ this CPU has no AVX-512: the portable kernels run in both passes ]" << std::endl;
+    }
+  }
+  void TearDown() override { force_portable_fused_kernels(false); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Kernels, FusedPoolReluDropout, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "portable" : "best"; });
+
+TEST_P(FusedPoolReluDropout, EqualsComposedOpsBitForBit) {
+  struct Case {
+    std::vector<int64_t> shape;
+    double p;
+    bool training;
+    bool ties;
+  };
+  const std::vector<Case> cases = {
+      {{8, 64, 24, 24}, 0.25, true, false},  // MnistCnn's conv2 output
+      {{2, 3, 70, 66}, 0.5, true, false},    // rows longer than one 16-wide vector step
+      {{3, 5, 7, 9}, 0.25, true, false},     // odd sizes: floor mode drops the last row/column
+      {{4, 6, 10, 10}, 0.5, true, true},     // ties and exact zeros everywhere
+      {{2, 3, 8, 8}, 0.0, true, false},      // no dropout
+      {{2, 3, 8, 8}, 0.25, false, false},    // eval mode
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(::testing::PrintToString(c.shape) + " p=" + std::to_string(c.p));
+    torch::manual_seed(5);
+    auto base = c.ties ? torch::randint(-2, 3, c.shape).to(torch::kFloat) : torch::randn(c.shape);
+    auto x1 = base.clone().requires_grad_(true);
+    auto x2 = base.clone().requires_grad_(true);
+    torch::manual_seed(99);
+    auto y1 = composed_pool_relu_dropout(x1, c.p, c.training);
+    const auto after1 = torch::randn({1});  // generator state after the op
+    torch::manual_seed(99);
+    auto y2 = max_pool2_relu_dropout(x2, c.p, c.training);
+    const auto after2 = torch::randn({1});
+    EXPECT_TRUE(bitwise_equal(y1, y2)) << "forward";
+    EXPECT_TRUE(torch::equal(after1, after2)) << "the same generator draws";
+    auto g = torch::randn(y1.sizes());
+    y1.backward(g);
+    y2.backward(g);
+    EXPECT_TRUE(bitwise_equal(x1.grad(), x2.grad())) << "backward";
+    EXPECT_GT(x2.grad().ne(0).sum().item<int64_t>(), 0) << "some gradient flows";
+  }
+}
+
+TEST_P(FusedPoolReluDropout, NaNAndInfinityFollowATen) {
+  auto base = torch::randn({2, 2, 4, 4});
+  base.index_put_({0, 0, 0, 1}, std::numeric_limits<float>::quiet_NaN());
+  base.index_put_({0, 1, 2, 2}, -std::numeric_limits<float>::infinity());
+  base.index_put_({0, 1, 2, 3}, -std::numeric_limits<float>::infinity());
+  base.index_put_({0, 1, 3, 2}, -std::numeric_limits<float>::infinity());
+  base.index_put_({0, 1, 3, 3}, -std::numeric_limits<float>::infinity());
+  base.index_put_({1, 0, 1, 1}, std::numeric_limits<float>::infinity());
+  auto x1 = base.clone().requires_grad_(true);
+  auto x2 = base.clone().requires_grad_(true);
+  auto y1 = composed_pool_relu_dropout(x1, 0.0, false);
+  auto y2 = max_pool2_relu_dropout(x2, 0.0, false);
+  EXPECT_TRUE(std::isnan(y2[0][0][0][0].item<float>()));
+  EXPECT_TRUE(torch::equal(y1.nan_to_num(-7), y2.nan_to_num(-7)));
+  auto g = torch::ones(y1.sizes());
+  y1.backward(g);
+  y2.backward(g);
+  EXPECT_TRUE(bitwise_equal(x1.grad(), x2.grad()));
+
+  // Many NaNs, infinities and ties at random places, with dropout: the gradient lands on the
+  // same window element (the last NaN, else the first maximum) as ATen's.
+  torch::manual_seed(8);
+  auto many = torch::randint(-1, 2, {4, 8, 10, 34}).to(torch::kFloat);
+  const auto special = torch::rand(many.sizes());
+  many.masked_fill_(special < 0.1, std::numeric_limits<float>::quiet_NaN());
+  many.masked_fill_(special > 0.95, std::numeric_limits<float>::infinity());
+  many.masked_fill_((special > 0.9) & (special <= 0.95), -std::numeric_limits<float>::infinity());
+  auto m1 = many.clone().requires_grad_(true);
+  auto m2 = many.clone().requires_grad_(true);
+  torch::manual_seed(4);
+  auto z1 = composed_pool_relu_dropout(m1, 0.25, true);
+  torch::manual_seed(4);
+  auto z2 = max_pool2_relu_dropout(m2, 0.25, true);
+  EXPECT_TRUE(torch::equal(z1.isnan(), z2.isnan()));
+  EXPECT_TRUE(torch::equal(z1.nan_to_num(-7, 1e30, -1e30), z2.nan_to_num(-7, 1e30, -1e30)));
+  auto gz = torch::randn(z1.sizes());
+  z1.backward(gz);
+  z2.backward(gz);
+  EXPECT_TRUE(torch::equal(m1.grad().isnan(), m2.grad().isnan()));
+  EXPECT_TRUE(torch::equal(m1.grad().nan_to_num(-7), m2.grad().nan_to_num(-7)));
+}
+
+TEST_P(FusedPoolReluDropout, NoGradPathAndOtherDtypesFallBack) {
+  auto x = torch::randn({2, 3, 6, 6});
+  {
+    torch::NoGradGuard no_grad;
+    EXPECT_TRUE(bitwise_equal(max_pool2_relu_dropout(x, 0.0, false), torch::relu(torch::max_pool2d(x, 2))));
+  }
+  auto xd = x.to(torch::kDouble);
+  EXPECT_TRUE(torch::equal(max_pool2_relu_dropout(xd, 0.0, false), torch::relu(torch::max_pool2d(xd, 2))));
+  // Thread count doesn't change anything.
+  at::set_num_threads(1);
+  torch::manual_seed(3);
+  auto a = max_pool2_relu_dropout(x, 0.25, true);
+  at::set_num_threads(2);
+  torch::manual_seed(3);
+  auto b = max_pool2_relu_dropout(x, 0.25, true);
+  EXPECT_TRUE(bitwise_equal(a, b));
 }
