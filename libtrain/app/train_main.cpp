@@ -40,6 +40,9 @@ void add_flags(CLI::App& app, train::TrainConfig& c) {
   app.add_option("--backend", c.backend, "auto | gloo | nccl")->capture_default_str();
   app.add_option("--dist-timeout", c.dist_timeout_sec, "seconds before a missing or stalled peer is an error")->capture_default_str();
   app.add_option("--bucket-cap-mb", c.bucket_cap_mb, "DDP gradient bucket size in MB")->capture_default_str();
+  app.add_option("--shm-allreduce", c.shm_allreduce,
+                 "auto: ranks on one machine sum CPU gradients through shared memory | off: always Gloo")
+      ->capture_default_str();
   app.add_option("--tf32", c.tf32, "TF32 on CUDA: auto (PyTorch's defaults), on, off")->capture_default_str();
   app.add_flag("--deterministic", c.deterministic, "deterministic cuDNN algorithms (slower)");
   app.add_option("--checkpoint-dir", c.checkpoint_dir, "write checkpoints here (shared by all nodes); enables resume");

@@ -4,8 +4,10 @@
 
 #include "process_group_impl.h"
 #include "train/error.h"
+#include "train/log.h"
 
 #include <ATen/ops/cat.h>
+#include <ATen/ops/from_blob.h>
 #include <ATen/ops/mul.h>
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/zeros.h>
@@ -27,6 +29,10 @@ struct DistributedDataParallel::State {
     std::vector<at::Tensor> views;   // views of flat, shaped like each param
     size_t pending = 0;              // gradients still missing in this backward
     c10::intrusive_ptr<c10d::Work> work;
+    // Shared-memory path: flat lives in this rank's slot at shm_offset; the sum appears in
+    // result_views (the same place in the shared result region).
+    size_t shm_offset = 0;
+    std::vector<at::Tensor> result_views;
   };
   struct Slot {
     size_t bucket = 0;
@@ -39,6 +45,8 @@ struct DistributedDataParallel::State {
   std::vector<std::string> names;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // keeps the hooks alive
   std::vector<Slot> slots;
+  // Declared before the buckets: their flat buffers may live in its mapping.
+  std::unique_ptr<detail::ShmGroup> shm;
   std::vector<Bucket> buckets;
   at::Tensor scale;  // 0-dim CPU tensor 1/world: a wrapped scalar for any device
   std::mutex mu;
@@ -57,6 +65,7 @@ struct DistributedDataParallel::State {
   }
 
   void launch_ready_buckets() {
+    if (shm) return;  // summed synchronously in finalize(): no background thread competes for cores
     // Buckets are launched in bucket order on every rank, never in ready order: c10d matches
     // collectives by sequence, so a different order would pair up different buckets.
     while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
@@ -114,14 +123,23 @@ struct DistributedDataParallel::State {
     }
     for (size_t k = 0; k < buckets.size(); ++k) {
       Bucket& b = buckets[k];
-      pg->wait(b.work, "DDP gradient allreduce (bucket " + std::to_string(k) + ")");
-      b.work.reset();
+      const std::string op = "DDP gradient allreduce (bucket " + std::to_string(k) + ")";
+      if (shm) {
+        shm->allreduce_sum(b.shm_offset, static_cast<size_t>(b.flat.numel()),
+                           b.flat.scalar_type() == at::kFloat ? detail::ShmGroup::DType::f32
+                                                               : detail::ShmGroup::DType::f64,
+                           op);
+      } else {
+        pg->wait(b.work, op);
+        b.work.reset();
+      }
+      const std::vector<at::Tensor>& summed = shm ? b.result_views : b.views;
       for (size_t j = 0; j < b.params.size(); ++j) {
         at::Tensor& p = params[b.params[j]];
         if (p.grad().defined()) {
-          p.mutable_grad().copy_(b.views[j]);
+          p.mutable_grad().copy_(summed[j]);
         } else {
-          p.mutable_grad() = b.views[j].clone();
+          p.mutable_grad() = summed[j].clone();
         }
       }
     }
@@ -228,16 +246,50 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
                        1024.0 * 1024.0;
     if (open_bytes >= cap) open = SIZE_MAX;
   }
+  // CPU float/double gradients of ranks that share one machine are summed through shared
+  // memory: the buckets' flat buffers live in this rank's slot of the segment.
+  std::vector<size_t> offsets;
+  size_t shm_bytes = 0;
+  bool shm_dtypes = device.is_cpu();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    int64_t numel = 0;
+    for (size_t k : groups[g]) numel += s.params[k].numel();
+    const auto type = group_types[g];
+    if (type != at::kFloat && type != at::kDouble) shm_dtypes = false;
+    offsets.push_back(shm_bytes);
+    shm_bytes += (static_cast<size_t>(numel) * c10::elementSize(type) + 63) / 64 * 64;
+  }
+  if (shm_dtypes && options.shared_memory && pg_->backend() == Backend::gloo && pg_->size() > 1) {
+    std::string why;
+    s.shm = s.pg->create_shm_group(shm_bytes, &why);
+    if (s.shm) {
+      log::debug("DDP: gradients are summed in shared memory (" + std::to_string(shm_bytes >> 10) +
+                 " KiB per rank)");
+    } else {
+      log::debug("DDP: Gloo sums the gradients (" + why + ")");
+    }
+  }
   for (size_t g = 0; g < groups.size(); ++g) {
     State::Bucket b;
     int64_t numel = 0;
     for (size_t k : groups[g]) numel += s.params[k].numel();
-    b.flat = at::zeros({numel}, s.params[groups[g].front()].options().requires_grad(false));
+    const auto opts = s.params[groups[g].front()].options().requires_grad(false);
+    at::Tensor result;
+    if (s.shm) {
+      b.shm_offset = offsets[g];
+      b.flat = at::from_blob(static_cast<char*>(s.shm->slot()) + offsets[g], {numel}, opts);
+      b.flat.zero_();
+      result = at::from_blob(const_cast<char*>(static_cast<const char*>(s.shm->result())) + offsets[g],
+                             {numel}, opts);
+    } else {
+      b.flat = at::zeros({numel}, opts);
+    }
     int64_t off = 0;
     for (size_t j = 0; j < groups[g].size(); ++j) {
       size_t k = groups[g][j];
       b.params.push_back(k);
       b.views.push_back(b.flat.narrow(0, off, s.params[k].numel()).view(s.params[k].sizes()));
+      if (s.shm) b.result_views.push_back(result.narrow(0, off, s.params[k].numel()).view(s.params[k].sizes()));
       off += s.params[k].numel();
       s.slots[k].bucket = g;
       s.slots[k].index_in_bucket = j;

@@ -13,6 +13,7 @@
 #endif
 
 #include <cstdlib>
+#include <cstring>
 
 #include <unistd.h>
 
@@ -115,6 +116,27 @@ std::string ProcessGroupImpl::diagnose_peers() {
   }
 }
 
+std::unique_ptr<ShmGroup> ProcessGroupImpl::create_shm_group(size_t capacity, std::string* why_not) {
+  if (!shared_memory_allreduce || backend != Backend::gloo || env.world_size < 2 || !store) {
+    if (why_not) *why_not = "not enabled for this process group";
+    return nullptr;
+  }
+  ShmGroup::Exchange ex;
+  ex.set = [this](const std::string& k, const std::string& v) {
+    store->set(k, std::vector<uint8_t>(v.begin(), v.end()));
+  };
+  ex.get = [this](const std::string& k) {
+    const auto v = store->get(k);
+    return std::string(v.begin(), v.end());
+  };
+  std::unique_ptr<ShmGroup> group;
+  const std::string key = std::to_string(shm_groups_created++);
+  guarded("setting up the shared-memory allreduce", [&] {
+    group = ShmGroup::create(ex, key, env.rank, env.world_size, capacity, timeout, where(env), env.host, why_not);
+  });
+  return group;
+}
+
 void ProcessGroupImpl::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& op) {
   guarded(op, [&] { work->wait(timeout); });
 }
@@ -138,6 +160,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const DistEnv& env,
   impl->backend = options.backend;
   impl->timeout = options.timeout;
   impl->device_index = options.device_index;
+  impl->shared_memory_allreduce = options.shared_memory_allreduce;
   if (env.master_port <= 0 || env.master_port > 65535) {
     throw ConfigError("MASTER_PORT: expected 1..65535, found " + std::to_string(env.master_port) + ".",
                       "unset MASTER_PORT to let libtrain derive one from the job id.");
@@ -169,6 +192,12 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const DistEnv& env,
       o->threads = 2;
       impl->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, env.rank, env.world_size, o);
     });
+    if (impl->shared_memory_allreduce && env.world_size > 1) {
+      std::string why;
+      impl->small_shm = impl->create_shm_group(detail::ProcessGroupImpl::kSmallShmBytes, &why);
+      log::debug(impl->small_shm ? std::string("small allreduces go through shared memory")
+                                 : "small allreduces use Gloo (" + why + ")");
+    }
   } else {
 #ifdef TRAIN_HAVE_NCCL
     impl->guarded("creating the NCCL backend", [&] {
@@ -194,6 +223,20 @@ const DistEnv& ProcessGroup::env() const { return impl_->env; }
 std::chrono::milliseconds ProcessGroup::timeout() const { return impl_->timeout; }
 
 void ProcessGroup::allreduce_sum(at::Tensor& tensor) {
+  detail::ShmGroup* shm = impl_->small_shm.get();
+  const auto type = tensor.scalar_type();
+  if (shm != nullptr && tensor.device().is_cpu() && tensor.is_contiguous() &&
+      (type == at::kFloat || type == at::kDouble || type == at::kLong) &&
+      tensor.nbytes() <= shm->capacity()) {
+    std::memcpy(shm->slot(), tensor.const_data_ptr(), tensor.nbytes());
+    shm->allreduce_sum(0, static_cast<size_t>(tensor.numel()),
+                       type == at::kFloat    ? detail::ShmGroup::DType::f32
+                       : type == at::kDouble ? detail::ShmGroup::DType::f64
+                                             : detail::ShmGroup::DType::i64,
+                       "allreduce");
+    std::memcpy(tensor.mutable_data_ptr(), shm->result(), tensor.nbytes());
+    return;
+  }
   std::vector<at::Tensor> v{tensor};
   c10d::AllreduceOptions o;
   o.reduceOp = c10d::ReduceOp::SUM;
@@ -226,6 +269,7 @@ void ProcessGroup::shutdown() {
   if (impl_->shut_down) return;
   impl_->shut_down = true;
   impl_->stop_heartbeat();
+  impl_->small_shm.reset();
   if (impl_->pg) impl_->pg->shutdown();
   impl_->pg.reset();
   impl_->store.reset();

@@ -1,6 +1,7 @@
 // Private: the c10d store and backend behind train::ProcessGroup, shared by libtrain's sources.
 #pragma once
 
+#include "shm_group.h"
 #include "train/process_group.h"
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -24,7 +25,17 @@ struct ProcessGroupImpl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::Backend> pg;
   int device_index = 0;  // CUDA device of this rank (NCCL)
+  bool shared_memory_allreduce = true;
+  int shm_groups_created = 0;
+  // Small CPU allreduces (the per-step stop check, metrics) go through this when every rank is
+  // on one machine: a few microseconds instead of a Gloo round trip over TCP.
+  std::unique_ptr<ShmGroup> small_shm;
+  static constexpr size_t kSmallShmBytes = 64 * 1024;
   bool shut_down = false;
+
+  /// Collective: a shared-memory group of `capacity` bytes per rank when allowed and every rank
+  /// is on this machine; else null with the reason in *why_not.
+  std::unique_ptr<ShmGroup> create_shm_group(size_t capacity, std::string* why_not);
 
   // Liveness: every rank bumps "beat/<rank>" in the store once a second from its own store
   // connection, so that after a failed collective we can name the ranks that stopped beating.

@@ -208,6 +208,7 @@ void validate(const TrainConfig& c) {
   if (c.threads < 0) bad("--threads", "0 (auto) or a positive count", std::to_string(c.threads), "");
   if (c.log_interval < 1) bad("--log-interval", "a positive number of steps", std::to_string(c.log_interval), "");
   if (c.dist_timeout_sec <= 0) bad("--dist-timeout", "a positive number of seconds", fmt("%g", c.dist_timeout_sec), "the default is 300");
+  if (c.shm_allreduce != "auto" && c.shm_allreduce != "off") bad("--shm-allreduce", "auto or off", "'" + c.shm_allreduce + "'", "auto sums CPU gradients of ranks on one machine in shared memory; off always uses Gloo");
   if (c.bucket_cap_mb <= 0) bad("--bucket-cap-mb", "a positive size in MB", fmt("%g", c.bucket_cap_mb), "the default is 25");
   if (c.device != "auto" && c.device != "cpu" && c.device != "cuda") bad("--device", "auto, cpu or cuda", "'" + c.device + "'", "");
   if (c.backend != "auto" && c.backend != "gloo" && c.backend != "nccl") bad("--backend", "auto, gloo or nccl", "'" + c.backend + "'", "");
@@ -473,6 +474,7 @@ TrainResult run_training(const TrainConfig& c, const DistEnv& env) {
     po.backend = backend;
     po.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.dist_timeout_sec * 1000));
     po.device_index = device.is_cuda() ? device.index() : 0;
+    po.shared_memory_allreduce = c.shm_allreduce == "auto";
     log::info("rendezvous: " + std::to_string(env.world_size) + " ranks at " + env.master_addr + ":" +
               std::to_string(env.master_port) + ", backend " + to_string(backend));
     pg = ProcessGroup::create(env, po);

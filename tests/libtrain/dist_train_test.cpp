@@ -51,6 +51,31 @@ TEST(DistTrain, TwoRanksMatchOneRankWithDoubleBatch) {
   EXPECT_EQ(done(again)["params_sha256"], j2["params_sha256"]);
 }
 
+TEST(DistTrain, SharedMemoryAllreduceGivesGloosBitsAndLogsItsChoice) {
+  if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  // Ranks on one machine sum gradients through shared memory by default; --shm-allreduce off
+  // sends them through Gloo. For 2 ranks both are a + b: the trained parameters are the same bits.
+  auto args = train_args(32, "1000");
+  args.push_back("--max-steps");
+  args.push_back("12");
+  auto shm = run_program(local(2, args), {"TRAIN_LOG_LEVEL=debug"});
+  ASSERT_EQ(shm.exit_code, 0) << shm.err;
+  EXPECT_NE(shm.err.find("DDP: gradients are summed in shared memory"), std::string::npos) << shm.err;
+  args.push_back("--shm-allreduce");
+  args.push_back("off");
+  auto gloo = run_program(local(2, args), {"TRAIN_LOG_LEVEL=debug"});
+  ASSERT_EQ(gloo.exit_code, 0) << gloo.err;
+  EXPECT_NE(gloo.err.find("DDP: Gloo sums the gradients"), std::string::npos) << gloo.err;
+  EXPECT_EQ(done(shm)["params_sha256"], done(gloo)["params_sha256"]);
+  EXPECT_EQ(done(shm)["test_loss"], done(gloo)["test_loss"]);
+  // Nothing is left behind in /dev/shm: the segment's name (libtrain-<pid of rank 0>-...) is
+  // unlinked once every rank has mapped it, so no name may outlive its creator.
+  auto left = run_program({"bash", "-c",
+                           "for f in /dev/shm/libtrain-*; do [ -e \"$f\" ] || continue; p=${f#/dev/shm/libtrain-}; "
+                           "kill -0 ${p%%-*} 2>/dev/null || echo \"stale $f\"; done; echo checked"});
+  EXPECT_EQ(left.out, "checked\n");
+}
+
 TEST(DistTrain, KilledRankIsReportedByTheOthers) {
   if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
   train::test::TempDir d("killrank");

@@ -16,6 +16,12 @@ struct DdpOptions {
   double bucket_cap_mb = 25.0;       ///< later buckets close once they reach this size
   double first_bucket_cap_mb = 1.0;  ///< the first bucket (last layers) is small so it starts early
   bool broadcast_at_start = true;    ///< copy rank 0's parameters and buffers to every rank
+  /// CPU float/double gradients, Gloo, all ranks on one machine: sum the buckets through a
+  /// shared-memory segment (synchronously at the end of backward, each rank summing its share,
+  /// in rank order) instead of Gloo over loopback TCP. Used only if the process group allows it
+  /// (ProcessGroupOptions::shared_memory_allreduce). Deterministic; bit-identical to Gloo for
+  /// 2 ranks, while for more ranks Gloo's ring adds in another order (last-bit differences).
+  bool shared_memory = true;
 };
 
 /// Wraps any module so that after each backward() every parameter's .grad holds the average of

@@ -31,6 +31,9 @@ struct ProcessGroupOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   /// CUDA device of this rank (NCCL only).
   int device_index = 0;
+  /// Gloo only: when every rank runs on one machine, DDP sums CPU gradients through a shared
+  /// memory segment instead of Gloo over loopback TCP (same results). false: always Gloo.
+  bool shared_memory_allreduce = true;
 };
 
 /// The ranks of one job and the collectives among them.

@@ -38,6 +38,7 @@ struct TrainConfig {
   std::string backend = "auto"; ///< auto | gloo | nccl
   double dist_timeout_sec = 300;
   double bucket_cap_mb = 25;
+  std::string shm_allreduce = "auto";  ///< auto (ranks on one machine sum CPU gradients in shared memory) | off
   std::string tf32 = "auto";    ///< auto (PyTorch's defaults: cuDNN yes, matmul no) | on | off
   bool deterministic = false;   ///< deterministic cuDNN algorithms (CUDA runs)
 
