@@ -14,11 +14,16 @@ tp=$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path)')
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAIN_USE_CCACHE=OFF \
   -DCMAKE_PREFIX_PATH="$repo/.deps/usr;$tp" >"$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
 grep "NCCL path" "$out/configure.log"
-cmake --build build-gpu -j "$(nproc)" --target train_program trainctl ddp_test dist_train_test >"$out/build.log" 2>&1 \
+cmake --build build-gpu -j "$(nproc)" --target train_program trainctl ddp_test dist_train_test models_test shm_group_test >"$out/build.log" 2>&1 \
   || { grep -E "error|Error" -A3 "$out/build.log" | head -60; exit 1; }
 rc=0
 set -x
 build-gpu/tests/ddp_test 2>&1 | tee "$out/ddp_test.log" | tail -5; [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+# The host CPU of the GPU machine runs the CPU kernels and the shared-memory allreduce too.
+{ lscpu | grep -E "Model name|Flags" | cut -c1-200; } > "$out/host_cpu.txt"
+build-gpu/tests/models_test 2>&1 | tee "$out/models_test.log" | grep -E "fused kernels|PASSED|FAILED" | sort | uniq -c
+[ "${PIPESTATUS[0]}" = 0 ] || rc=1
+build-gpu/tests/shm_group_test 2>&1 | tee "$out/shm_group_test.log" | tail -3; [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 build-gpu/tests/dist_train_test --gtest_filter='DistTrainGpu.*' 2>&1 | tee "$out/dist_train_gpu.log" | tail -5
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 set +x

@@ -138,6 +138,13 @@ std::unique_ptr<ShmGroup> ProcessGroupImpl::create_shm_group(size_t capacity, st
 }
 
 void ProcessGroupImpl::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& op) {
+  if (backend == Backend::nccl) {
+    // NCCL: wait() makes the current CUDA stream wait for the collective, without blocking the
+    // host. Passing a timeout would turn it into a host-side busy wait every step (c10d does
+    // that for any explicit timeout); NCCL's watchdog enforces the group's timeout instead.
+    guarded(op, [&] { work->wait(); });
+    return;
+  }
   guarded(op, [&] { work->wait(timeout); });
 }
 
