@@ -69,7 +69,11 @@ int main(int argc, char** argv) {
   app.add_option("--heap", heap,
                  "reuse: keep freed tensor memory for the next step (glibc mallopt; far fewer page "
                  "faults on CPU) | default: the C library's own thresholds")
-      ->check(CLI::IsMember({"reuse", "default"}))
+      ->check([](const std::string& v) -> std::string {
+        if (v == "reuse" || v == "default") return "";
+        return "expected reuse or default, found '" + v + "'. Hint: reuse (the default) keeps freed "
+               "tensor memory for the next step; default leaves glibc's own thresholds";
+      })
       ->capture_default_str();
   // Later copies of a flag win, so `sbatch scripts/ddp.sh --epochs 1` can override the script's defaults.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);

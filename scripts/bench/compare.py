@@ -3,9 +3,12 @@ batch, seed and threads, in one invocation, and prints images/s, peak RSS and th
 
 usage: .venv/bin/python scripts/bench/compare.py [--world N] [--threads T]
            [--limit-train-samples N] [--epochs E] [--loaders seeds,resident] [--repeat R]
+           [--cpp-variant 'NAME=ARGS' ...] [--python-tuned-malloc]
 World 1 runs the programs directly; world N > 1 runs `trainctl local --nproc N -- train` against
 `torchrun --standalone --nproc_per_node N reference_mnist.py` (Python DDP over Gloo).
 Peak RSS is the largest single process of the run (one rank), from wait4().
+--cpp-variant adds libtrain runs with extra flags (ablations, e.g. 'gloo=--shm-allreduce off');
+--python-tuned-malloc adds a Python resident run with the glibc thresholds libtrain sets itself.
 """
 import argparse
 import json
@@ -53,6 +56,11 @@ def main():
     p.add_argument("--build", default=os.path.join(REPO, "build"))
     p.add_argument("--device", default="cpu", help="cpu or cuda (one GPU per rank)")
     p.add_argument("--json", help="also write the results here")
+    p.add_argument("--cpp-variant", action="append", default=[], metavar="NAME=ARGS",
+                   help="an extra libtrain run with these extra flags")
+    p.add_argument("--python-tuned-malloc", action="store_true",
+                   help="an extra Python resident run with MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_ "
+                        "as libtrain's --heap reuse sets them")
     a = p.parse_args()
 
     common = ["--data", a.data, "--epochs", str(a.epochs), "--batch-size", str(a.batch_size),
@@ -69,13 +77,19 @@ def main():
               f"--nproc_per_node={a.world}"] + py[1:]
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
 
-    runs = [("libtrain train (C++)", cpp)]
+    runs = [("libtrain train (C++)", cpp, env)]
+    for v in a.cpp_variant:
+        name, _, extra = v.partition("=")
+        runs.append((f"libtrain, {name}", cpp + extra.split(), env))
     for loader in a.loaders.split(","):
-        runs.append((f"python reference, {loader} loader", py + ["--loader", loader]))
+        runs.append((f"python reference, {loader} loader", py + ["--loader", loader], env))
+    if a.python_tuned_malloc:
+        tuned = dict(env, MALLOC_MMAP_THRESHOLD_=str(32 << 20), MALLOC_TRIM_THRESHOLD_=str(1 << 30))
+        runs.append(("python resident, tuned malloc", py + ["--loader", "resident"], tuned))
     results = {}
     for _ in range(a.repeat):
-        for name, cmd in runs:
-            done, wall, rss = peak_rss_mb(cmd, env)
+        for name, cmd, run_env in runs:
+            done, wall, rss = peak_rss_mb(cmd, run_env)
             best = results.get(name)
             if best is None or done["images_per_sec"] > best["images_per_sec"]:
                 results[name] = dict(images_per_sec=done["images_per_sec"], peak_rss_mb=rss, wall_s=wall,

@@ -103,6 +103,14 @@ TEST(TrainCli, BadFlagsGiveClearErrors) {
   EXPECT_EQ(model.exit_code, 2);
   EXPECT_NE(model.err.find("unknown model 'gpt'"), std::string::npos) << model.err;
 
+  auto heap = run_program({bin("train"), "--heap", "bogus"});
+  EXPECT_EQ(heap.exit_code, 2);
+  EXPECT_NE(heap.err.find("--heap: expected reuse or default, found 'bogus'. Hint:"), std::string::npos) << heap.err;
+
+  auto shm = run_program({bin("train"), "--shm-allreduce", "sometimes", "--device", "cpu"});
+  EXPECT_EQ(shm.exit_code, 2);
+  EXPECT_NE(shm.err.find("--shm-allreduce: expected auto or off, found 'sometimes'. Hint:"), std::string::npos) << shm.err;
+
   auto help = run_program({bin("train"), "--help"});
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.out.find("--limit-train-samples"), std::string::npos);

@@ -32,7 +32,8 @@ struct DdpOptions {
 /// (scaled by 1/world) into the bucket's flat buffer and starts its all-reduce, so communication
 /// overlaps the rest of backward. Buckets are launched strictly in bucket order on every rank.
 /// At the end of backward an engine callback waits for the all-reduces and writes the averaged
-/// gradients back. The step has no host synchronisation of its own and works on fixed buffers.
+/// gradients back. CPU ranks that share one machine instead sum their buckets through shared
+/// memory in that callback (DdpOptions::shared_memory; docs/design.md). The step has no host synchronisation of its own and works on fixed buffers.
 ///
 /// Contract: every rank constructs it with the same module structure and calls backward() the
 /// same number of times; every parameter that requires grad must receive a gradient in each
