@@ -5,6 +5,8 @@
 #include "train/error.h"
 #include "train/log.h"
 
+#include <ATen/ops/from_blob.h>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -232,16 +234,23 @@ std::chrono::milliseconds ProcessGroup::timeout() const { return impl_->timeout;
 void ProcessGroup::allreduce_sum(at::Tensor& tensor) {
   detail::ShmGroup* shm = impl_->small_shm.get();
   const auto type = tensor.scalar_type();
-  if (shm != nullptr && tensor.device().is_cpu() && tensor.is_contiguous() &&
+  // The choice depends only on what the contract makes equal on every rank (device, dtype,
+  // size), never on memory layout, so all ranks always take the same path.
+  if (shm != nullptr && tensor.device().is_cpu() &&
       (type == at::kFloat || type == at::kDouble || type == at::kLong) &&
       tensor.nbytes() <= shm->capacity()) {
-    std::memcpy(shm->slot(), tensor.const_data_ptr(), tensor.nbytes());
-    shm->allreduce_sum(0, static_cast<size_t>(tensor.numel()),
+    const at::Tensor in = tensor.contiguous();
+    std::memcpy(shm->slot(), in.const_data_ptr(), in.nbytes());
+    shm->allreduce_sum(0, static_cast<size_t>(in.numel()),
                        type == at::kFloat    ? detail::ShmGroup::DType::f32
                        : type == at::kDouble ? detail::ShmGroup::DType::f64
                                              : detail::ShmGroup::DType::i64,
                        "allreduce");
-    std::memcpy(tensor.mutable_data_ptr(), shm->result(), tensor.nbytes());
+    if (tensor.is_contiguous()) {
+      std::memcpy(tensor.mutable_data_ptr(), shm->result(), tensor.nbytes());
+    } else {
+      tensor.copy_(at::from_blob(const_cast<void*>(shm->result()), tensor.sizes(), tensor.options()));
+    }
     return;
   }
   std::vector<at::Tensor> v{tensor};

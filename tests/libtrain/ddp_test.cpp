@@ -223,6 +223,25 @@ TEST(Ddp, UnusedParameterIsAClearError) {
   });
 }
 
+TEST(ProcessGroup, AllreduceSumForEveryPathAndLayout) {
+  // Ranks of one process share one machine, so small CPU tensors take the shared-memory path
+  // and large ones Gloo; integers, a non-contiguous view and both paths must all give the sum.
+  run_ranks(3, [](int r, std::shared_ptr<train::ProcessGroup> pg) {
+    auto ints = torch::full({5}, static_cast<int64_t>(r + 1) * 1000000007LL, torch::kLong);
+    pg->allreduce_sum(ints);
+    EXPECT_TRUE(torch::equal(ints, torch::full({5}, 6 * 1000000007LL, torch::kLong))) << ints;
+
+    auto base = torch::arange(12, torch::kFloat).reshape({3, 4}) * (r + 1);
+    auto view = base.t();  // non-contiguous
+    pg->allreduce_sum(view);
+    EXPECT_TRUE(torch::equal(base, torch::arange(12, torch::kFloat).reshape({3, 4}) * 6));
+
+    auto big = torch::full({100000}, 0.5 * (r + 1), torch::kDouble);  // 800 KB: over the 64 KiB segment
+    pg->allreduce_sum(big);
+    EXPECT_TRUE(torch::equal(big, torch::full({100000}, 3.0, torch::kDouble)));
+  });
+}
+
 TEST(ProcessGroup, MissingPeerTimesOutNamingTheRendezvous) {
   train::ProcessGroupOptions o;
   o.timeout = std::chrono::seconds(3);
