@@ -157,22 +157,15 @@ std::unique_ptr<ShmGroup> ShmGroup::create(const Exchange& ex, const std::string
     } else if (int e = ::posix_fallocate(fd, 0, static_cast<off_t>(total)); e != 0) {
       problem = "reserving " + std::to_string(total >> 20) + " MiB in /dev/shm: " + std::strerror(e);
     }
-    if (problem.empty()) {
-      void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      if (p == MAP_FAILED) {
-        problem = std::string("mmap: ") + std::strerror(errno);
-      } else {
-        g->base_ = static_cast<char*>(p);
-        g->mapped_bytes_ = total;
-        g->header_ = new (p) Header();
-        g->header_->magic = kMagic;
-        std::snprintf(g->header_->token, sizeof(g->header_->token), "%s", token);
-        g->header_->world = static_cast<uint32_t>(world);
-        g->header_->capacity = capacity;
-        g->header_->count.store(0);
-        g->header_->gen.store(0);
-        g->header_->aborted_by.store(-1);
-      }
+    if (problem.empty() && (problem = g->map(fd, total)).empty()) {
+      g->header_ = new (g->base_) Header();
+      g->header_->magic = kMagic;
+      std::snprintf(g->header_->token, sizeof(g->header_->token), "%s", token);
+      g->header_->world = static_cast<uint32_t>(world);
+      g->header_->capacity = capacity;
+      g->header_->count.store(0);
+      g->header_->gen.store(0);
+      g->header_->aborted_by.store(-1);
     }
     if (fd >= 0) ::close(fd);
     ex.set(prefix + "name", problem.empty() ? name + "|" + token : "");
@@ -191,18 +184,11 @@ std::unique_ptr<ShmGroup> ShmGroup::create(const Exchange& ex, const std::string
         problem = std::string("shm_open ") + name + ": " + std::strerror(errno) + " (another /dev/shm?)";
       } else if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != total) {
         problem = "segment " + name + " has an unexpected size";
-      } else {
-        void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (p == MAP_FAILED) {
-          problem = std::string("mmap: ") + std::strerror(errno);
-        } else {
-          g->base_ = static_cast<char*>(p);
-          g->mapped_bytes_ = total;
-          g->header_ = static_cast<Header*>(p);
-          if (g->header_->magic != kMagic || token != g->header_->token ||
-              g->header_->world != static_cast<uint32_t>(world)) {
-            problem = "segment " + name + " is not this job's";
-          }
+      } else if ((problem = g->map(fd, total)).empty()) {
+        g->header_ = reinterpret_cast<Header*>(g->base_);
+        if (g->header_->magic != kMagic || token != g->header_->token ||
+            g->header_->world != static_cast<uint32_t>(world)) {
+          problem = "segment " + name + " is not this job's";
         }
       }
       if (fd >= 0) ::close(fd);
@@ -227,6 +213,14 @@ std::unique_ptr<ShmGroup> ShmGroup::create(const Exchange& ex, const std::string
   if (rank == 0 && !name.empty()) ::shm_unlink(name.c_str());
   if (!first_problem.empty()) return fail(first_problem);
   return g;
+}
+
+std::string ShmGroup::map(int fd, size_t bytes) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return std::string("mmap: ") + std::strerror(errno);
+  base_ = static_cast<char*>(p);
+  mapped_bytes_ = bytes;
+  return "";
 }
 
 ShmGroup::~ShmGroup() {

@@ -57,6 +57,8 @@ class ShmGroup {
  private:
   struct Header;
   ShmGroup() = default;
+  /// Maps `bytes` of fd shared; "" or the error.
+  std::string map(int fd, size_t bytes);
   void barrier(const std::string& op);
   std::string peer_exited() const;
 
