@@ -65,6 +65,17 @@ void pool_backward_row_portable(const float* g, const uint8_t* codes, int64_t n,
   }
 }
 
+bool avx512_kernels_available() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool ok = kAvx512KernelsBuiltIn && __builtin_cpu_supports("avx512f") &&
+                         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                         __builtin_cpu_supports("avx512vl");
+  return ok;
+#else
+  return false;
+#endif
+}
+
 }  // namespace detail
 
 namespace {

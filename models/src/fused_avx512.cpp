@@ -1,7 +1,8 @@
 // AVX-512 versions of the fused pooling row kernels: 16 outputs per step, masked loads and
 // stores for the row's tail, so rows as short as the MNIST CNN's 12 outputs vectorize. This file
 // is compiled with -mavx512f/bw/dq/vl when the compiler supports them (models/CMakeLists.txt);
-// callers check avx512_kernels_available() first. Nothing here may instantiate an inline or
+// callers check avx512_kernels_available() (fused.cpp, compiled without those flags, since it
+// runs on every CPU) first. Nothing here may instantiate an inline or
 // template function shared with other files (std::min, DropoutMask::hash...): the linker could
 // keep this file's AVX-512 copy for everyone.
 #include "fused_kernels.h"
@@ -44,11 +45,7 @@ inline __mmask16 first_bits(int count) {
 
 }  // namespace
 
-bool avx512_kernels_available() {
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  return ok;
-}
+extern const bool kAvx512KernelsBuiltIn = true;
 
 void pool_forward_row_avx512(const float* r0, const float* r1, int64_t n, float* out,
                              uint8_t* codes, const DropoutMask* mask, int64_t first) {
@@ -120,7 +117,7 @@ void pool_backward_row_avx512(const float* g, const uint8_t* codes, int64_t n, f
 
 #else  // no AVX-512 kernels in this build
 
-bool avx512_kernels_available() { return false; }
+extern const bool kAvx512KernelsBuiltIn = false;
 void pool_forward_row_avx512(const float* r0, const float* r1, int64_t n, float* out,
                              uint8_t* codes, const DropoutMask* mask, int64_t first) {
   pool_forward_row_portable(r0, r1, n, out, codes, mask, first);

@@ -30,7 +30,10 @@ void pool_backward_row_portable(const float* g, const uint8_t* codes, int64_t n,
                                 float* r0, float* r1);
 
 /// True when the AVX-512 kernels were compiled in and this CPU has AVX-512 F, BW, DQ and VL.
+/// Defined in fused.cpp: the check must not itself be compiled with AVX-512 flags.
 bool avx512_kernels_available();
+/// Whether fused_avx512.cpp was built with the AVX-512 kernels (data only, no code).
+extern const bool kAvx512KernelsBuiltIn;
 void pool_forward_row_avx512(const float* r0, const float* r1, int64_t n, float* out,
                              uint8_t* codes, const DropoutMask* mask, int64_t first);
 void pool_backward_row_avx512(const float* g, const uint8_t* codes, int64_t n, float scale,
