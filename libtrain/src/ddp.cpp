@@ -126,9 +126,7 @@ struct DistributedDataParallel::State {
       const std::string op = "DDP gradient allreduce (bucket " + std::to_string(k) + ")";
       if (shm) {
         shm->allreduce_sum(b.shm_offset, static_cast<size_t>(b.flat.numel()),
-                           b.flat.scalar_type() == at::kFloat ? detail::ShmGroup::DType::f32
-                                                               : detail::ShmGroup::DType::f64,
-                           op);
+                           *detail::shm_dtype_of(b.flat.scalar_type()), op);
       } else {
         pg->wait(b.work, op);
         b.work.reset();
@@ -248,16 +246,18 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   }
   // CPU float/double gradients of ranks that share one machine are summed through shared
   // memory: the buckets' flat buffers live in this rank's slot of the segment.
+  // (Floating-point gradients only: an integer parameter can't require grad.)
   std::vector<size_t> offsets;
+  std::vector<int64_t> numels;
   size_t shm_bytes = 0;
   bool shm_dtypes = device.is_cpu();
   for (size_t g = 0; g < groups.size(); ++g) {
     int64_t numel = 0;
     for (size_t k : groups[g]) numel += s.params[k].numel();
-    const auto type = group_types[g];
-    if (type != at::kFloat && type != at::kDouble) shm_dtypes = false;
+    numels.push_back(numel);
+    if (!detail::shm_dtype_of(group_types[g])) shm_dtypes = false;
     offsets.push_back(shm_bytes);
-    shm_bytes += (static_cast<size_t>(numel) * c10::elementSize(type) + 63) / 64 * 64;
+    shm_bytes += (static_cast<size_t>(numel) * c10::elementSize(group_types[g]) + 63) / 64 * 64;
   }
   if (shm_dtypes && options.shared_memory && pg_->backend() == Backend::gloo && pg_->size() > 1) {
     std::string why;
@@ -271,8 +271,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   }
   for (size_t g = 0; g < groups.size(); ++g) {
     State::Bucket b;
-    int64_t numel = 0;
-    for (size_t k : groups[g]) numel += s.params[k].numel();
+    const int64_t numel = numels[g];
     const auto opts = s.params[groups[g].front()].options().requires_grad(false);
     at::Tensor result;
     if (s.shm) {

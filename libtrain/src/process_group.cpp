@@ -233,19 +233,13 @@ std::chrono::milliseconds ProcessGroup::timeout() const { return impl_->timeout;
 
 void ProcessGroup::allreduce_sum(at::Tensor& tensor) {
   detail::ShmGroup* shm = impl_->small_shm.get();
-  const auto type = tensor.scalar_type();
+  const auto dtype = detail::shm_dtype_of(tensor.scalar_type());
   // The choice depends only on what the contract makes equal on every rank (device, dtype,
   // size), never on memory layout, so all ranks always take the same path.
-  if (shm != nullptr && tensor.device().is_cpu() &&
-      (type == at::kFloat || type == at::kDouble || type == at::kLong) &&
-      tensor.nbytes() <= shm->capacity()) {
+  if (shm != nullptr && dtype && tensor.device().is_cpu() && tensor.nbytes() <= shm->capacity()) {
     const at::Tensor in = tensor.contiguous();
     std::memcpy(shm->slot(), in.const_data_ptr(), in.nbytes());
-    shm->allreduce_sum(0, static_cast<size_t>(in.numel()),
-                       type == at::kFloat    ? detail::ShmGroup::DType::f32
-                       : type == at::kDouble ? detail::ShmGroup::DType::f64
-                                             : detail::ShmGroup::DType::i64,
-                       "allreduce");
+    shm->allreduce_sum(0, static_cast<size_t>(in.numel()), *dtype, "allreduce");
     if (tensor.is_contiguous()) {
       std::memcpy(tensor.mutable_data_ptr(), shm->result(), tensor.nbytes());
     } else {

@@ -12,10 +12,21 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 namespace train::detail {
+
+/// The shared-memory allreduce's element type for a tensor dtype; nullopt where it has none.
+inline std::optional<ShmGroup::DType> shm_dtype_of(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return ShmGroup::DType::f32;
+    case at::kDouble: return ShmGroup::DType::f64;
+    case at::kLong: return ShmGroup::DType::i64;
+    default: return std::nullopt;
+  }
+}
 
 struct ProcessGroupImpl {
   ~ProcessGroupImpl() { stop_heartbeat(); }  // also when create() fails after the rendezvous

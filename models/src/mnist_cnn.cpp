@@ -5,11 +5,8 @@
 #include "train/models/fused.h"
 
 #include <torch/nn/functional/activation.h>
-#include <torch/nn/functional/pooling.h>
 
 namespace train::models {
-
-namespace F = torch::nn::functional;
 
 MnistCnn::MnistCnn(const ModelOptions& options) : dropout_(options.dropout) {
   conv1_ = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3).stride(1)));
