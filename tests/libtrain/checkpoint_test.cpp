@@ -178,8 +178,10 @@ TEST(Checkpoint, FailedWriteKeepsTheLastGoodOne) {
 TEST(Checkpoint, PreemptedWithoutCheckpointDirExitsWithTheDocumentedCode) {
   if (dataset_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
   train::test::TempDir d("cknone");
+  // 20000 samples (313 steps, several seconds at any speed): the signal after the third step must
+  // land before the run could finish on its own.
   const std::string cmd = bin("train") + " --data " + dataset_dir() +
-                          " --epochs 1 --limit-train-samples 1200 --limit-test-samples 100 --device cpu --threads 1 --log-interval 1";
+                          " --epochs 1 --limit-train-samples 20000 --limit-test-samples 100 --device cpu --threads 1 --log-interval 1";
   auto r = run_and_signal(cmd, 3, "TERM", d.file("err.log"));
   EXPECT_NE(r.out.find("rc=75"), std::string::npos) << r.out;
   EXPECT_NE(train::test::read_text(d.file("err.log")).find("no --checkpoint-dir"), std::string::npos);
