@@ -186,6 +186,23 @@ comm_params() {
 # `hostname` = node1/node2 (resolving to 127.0.0.2/3) as on a real cluster.
 use_uts() { [[ "${TRAIN_SLURM_NO_UTS:-0}" != 1 ]] && unshare --uts true 2>/dev/null; }
 
+# The first job id this start may hand out: past every id the completion log already holds, so ids
+# never repeat on this machine even when slurmctld's saved state is gone (a user's view of
+# jobcomp.txt, like sacct's, must name one job per id).
+first_job_id() {
+    local max=0 id
+    # A running slurmctld keeps the value it started with.
+    if ctld_alive && id="$(grep -o '^FirstJobId=[0-9]*' "$CONF" 2>/dev/null | cut -d= -f2)" && [[ -n "$id" ]]; then
+        echo "$id"
+        return
+    fi
+    if [[ -r "$DIR/jobcomp.txt" ]]; then
+        id="$(grep -o '^JobId=[0-9]*' "$DIR/jobcomp.txt" | cut -d= -f2 | sort -n | tail -n 1)"
+        [[ -n "$id" ]] && max="$id"
+    fi
+    echo $((max + 1))
+}
+
 write_conf() {
     local n tmp="$CONF.tmp.$$"
     mkdir -p "$DIR" "$RUN" "$LOG" "$DIR/state" "$DIR/spool"
@@ -220,6 +237,7 @@ Waittime=0
 MailProg=/bin/true
 JobCompType=jobcomp/filetxt
 JobCompLoc=$DIR/jobcomp.txt
+FirstJobId=$(first_job_id)
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool/%n
 SlurmctldPidFile=$RUN/slurmctld.pid

@@ -131,8 +131,11 @@ std::string slurm_gpu_allocation(const EnvMap& env) {
   auto add = [&](const std::string& name, const std::string& v) { out += (out.empty() ? "" : ", ") + name + "=" + v; };
   const std::string on_node = value("SLURM_GPUS_ON_NODE");
   if (!on_node.empty() && on_node != "0") add("SLURM_GPUS_ON_NODE", on_node);
-  for (const char* name : {"SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_PER_NODE", "SLURM_GPUS",
-                           "SLURM_GPUS_PER_TASK"}) {
+  for (const char* name : {"SLURM_JOB_GPUS", "SLURM_STEP_GPUS"}) {  // GPU indices: "0" is a GPU
+    const std::string v = value(name);
+    if (!v.empty()) add(name, v);
+  }
+  for (const char* name : {"SLURM_GPUS_PER_NODE", "SLURM_GPUS", "SLURM_GPUS_PER_TASK"}) {  // counts
     const std::string v = value(name);
     if (!v.empty() && v != "0") add(name, v);
   }
@@ -140,9 +143,8 @@ std::string slurm_gpu_allocation(const EnvMap& env) {
   // outside a job it may be a user's own setting, so it counts only inside one.
   const bool in_job = !value("SLURM_JOB_ID").empty() || !value("SLURM_JOBID").empty();
   const std::string visible = value(kVisibleDevices);
-  if (in_job && (!out.empty() || (!visible.empty() && valid_entry(visible.substr(0, visible.find(',')), -1)))) {
-    if (!visible.empty()) add(kVisibleDevices, visible);
-  }
+  const bool names_devices = !visible.empty() && valid_entry(visible.substr(0, visible.find(',')), -1);
+  if (names_devices && (!out.empty() || in_job)) add(kVisibleDevices, visible);
   return out;
 }
 

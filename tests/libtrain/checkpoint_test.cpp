@@ -7,6 +7,7 @@
 #include "train/files.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
@@ -30,13 +31,14 @@ nlohmann::json last_json(const std::string& out) {
   return j;
 }
 
-// Runs `cmd` in the background, sends `sig` once its stderr holds `lines` progress lines,
-// and waits for it. Returns the shell's output: the program's stdout, then "rc=N".
+// Runs `cmd` in the background, sends `sig` once its stderr holds `lines` progress lines (an
+// event, not a delay), and waits for it. Returns the shell's output: the program's stdout, then
+// "rc=N".
 train::test::RunResult run_and_signal(const std::string& cmd, int lines, const std::string& sig,
                                       const std::string& err_file) {
   const std::string script =
       cmd + " 2> " + err_file + " & pid=$!\n"
-      "while [ \"$(grep -c 'Train Epoch' " + err_file + " 2>/dev/null)\" -lt " + std::to_string(lines) +
+      "while n=$(grep -c 'Train Epoch' " + err_file + " 2>/dev/null); [ \"${n:-0}\" -lt " + std::to_string(lines) +
       " ] && kill -0 $pid 2>/dev/null; do sleep 0.02; done\n"
       "kill -" + sig + " $pid 2>/dev/null\nwait $pid; echo rc=$?\n";
   return run_program({"bash", "-c", script}, {}, 300);
@@ -51,25 +53,26 @@ std::string uninterrupted_sha(const std::string& launcher_prefix, const std::str
   return j.value("params_sha256", std::string("missing"));
 }
 
+// Stops the run with SIGUSR2 right after each of `stop_steps` (TRAIN_FAULT_SIGNAL_AT_STEP raises
+// it inside the rank at that exact step, so no timing decides where it lands), resumes each time,
+// and checks the finished run equals an uninterrupted one bit for bit.
 void check_resume_bit_for_bit(const std::string& launcher_prefix, const std::string& extra,
-                              std::vector<int> stop_after_lines) {
+                              const std::vector<std::string>& stop_steps) {
   const std::string want = uninterrupted_sha(launcher_prefix, extra);
   train::test::TempDir d("ckresume");
   const std::string ck = d.file("ck");
-  int preemptions = 0;
-  for (int lines : stop_after_lines) {
-    auto r = run_and_signal(launcher_prefix + train_cmd(ck, extra), lines, "USR2", d.file("err.log"));
-    const std::string err = train::test::read_text(d.file("err.log"));
-    if (r.out.find("rc=75") != std::string::npos) {
-      ++preemptions;
-      EXPECT_NE(r.out.find("\"event\":\"preempted\""), std::string::npos) << r.out << err;
-      EXPECT_NE(err.find("stopping for"), std::string::npos) << err;
-    } else {
-      // The signal came after the last step: the run simply finished.
-      EXPECT_NE(r.out.find("rc=0"), std::string::npos) << r.out << err;
-    }
+  int64_t last_step = 0;
+  for (const std::string& at : stop_steps) {
+    auto r = run_program({"bash", "-c", launcher_prefix + train_cmd(ck, extra)}, {"TRAIN_FAULT_SIGNAL_AT_STEP=" + at}, 300);
+    EXPECT_EQ(r.exit_code, 75) << r.err;
+    auto j = last_json(r.out);
+    EXPECT_EQ(j["event"], "preempted") << r.out;
+    const int64_t step = std::stoll(at.substr(0, at.find(':')));
+    EXPECT_EQ(j["steps"], step) << "stops right after the step it was signalled in";
+    EXPECT_GT(step, last_step);
+    last_step = step;
+    EXPECT_NE(r.err.find("stopping for"), std::string::npos) << r.err;
   }
-  EXPECT_GE(preemptions, 2) << "the signals should have interrupted the run";
   auto fin = run_program({"bash", "-c", launcher_prefix + train_cmd(ck, extra)}, {}, 300);
   ASSERT_EQ(fin.exit_code, 0) << fin.err;
   auto j = last_json(fin.out);
@@ -82,14 +85,16 @@ void check_resume_bit_for_bit(const std::string& launcher_prefix, const std::str
 
 TEST(Checkpoint, ResumeIsBitForBitWorld1) {
   if (dataset_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
-  // Stops mid-epoch 1, across the epoch boundary and mid-epoch 2.
-  check_resume_bit_for_bit("", "", {5, 12, 14});
+  // Stops mid-epoch 1, mid-epoch 1 again, and mid-epoch 2 (step 19 ends epoch 1).
+  check_resume_bit_for_bit("", "", {"5:USR2", "12:USR2", "23:USR2"});
 }
 
 TEST(Checkpoint, ResumeIsBitForBitWorld2) {
   if (dataset_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
   // Batch 32 per rank keeps 19 steps an epoch.
-  check_resume_bit_for_bit(bin("trainctl") + " local --nproc 2 --no-prefix -- ", "--batch-size 32", {7, 20});
+  // The signal reaches one rank only (as a node-local preemption would); the ranks agree to stop.
+  check_resume_bit_for_bit(bin("trainctl") + " local --nproc 2 --no-prefix -- ", "--batch-size 32",
+                           {"7:USR2:1", "22:USR2:0"});
 }
 
 TEST(Checkpoint, CorruptNewestFallsBackToPrevious) {
@@ -175,14 +180,72 @@ TEST(Checkpoint, FailedWriteKeepsTheLastGoodOne) {
   EXPECT_EQ(last_json(done.out)["params_sha256"], want);
 }
 
+TEST(Checkpoint, ARealSignalFromOutsideStopsTheRunAtAStepBoundary) {
+  if (dataset_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  train::test::TempDir d("cksignal");
+  // 20000 samples: 313 steps, so the signal sent after the third progress line always lands mid-run.
+  const std::string cmd = bin("train") + " --data " + dataset_dir() +
+                          " --epochs 1 --limit-train-samples 20000 --limit-test-samples 100 --device cpu --threads 1"
+                          " --log-interval 1 --checkpoint-dir " + d.file("ck");
+  auto r = run_and_signal(cmd, 3, "USR2", d.file("err.log"));
+  const std::string err = train::test::read_text(d.file("err.log"));
+  ASSERT_NE(r.out.find("rc=75"), std::string::npos) << r.out << err;
+  auto j = last_json(r.out.substr(0, r.out.find("rc=")));
+  EXPECT_EQ(j["event"], "preempted");
+  EXPECT_EQ(j["reason"], "signal SIGUSR2");
+  EXPECT_GE(j["steps"].get<int64_t>(), 3);
+  EXPECT_LT(j["steps"].get<int64_t>(), 313);
+  EXPECT_TRUE(train::files::exists(j["checkpoint"].get<std::string>())) << r.out;
+}
+
 TEST(Checkpoint, PreemptedWithoutCheckpointDirExitsWithTheDocumentedCode) {
   if (dataset_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
-  train::test::TempDir d("cknone");
-  // 20000 samples (313 steps, several seconds at any speed): the signal after the third step must
-  // land before the run could finish on its own.
   const std::string cmd = bin("train") + " --data " + dataset_dir() +
-                          " --epochs 1 --limit-train-samples 20000 --limit-test-samples 100 --device cpu --threads 1 --log-interval 1";
-  auto r = run_and_signal(cmd, 3, "TERM", d.file("err.log"));
-  EXPECT_NE(r.out.find("rc=75"), std::string::npos) << r.out;
-  EXPECT_NE(train::test::read_text(d.file("err.log")).find("no --checkpoint-dir"), std::string::npos);
+                          " --epochs 1 --limit-train-samples 2000 --limit-test-samples 100 --device cpu --threads 1";
+  auto r = run_program({"bash", "-c", cmd}, {"TRAIN_FAULT_SIGNAL_AT_STEP=3:USR2"}, 300);
+  EXPECT_EQ(r.exit_code, 75) << r.err;
+  EXPECT_NE(r.err.find("no --checkpoint-dir"), std::string::npos) << r.err;
+  EXPECT_EQ(last_json(r.out)["event"], "preempted");
+}
+
+// A plain scancel sends SIGTERM: checkpoint, never requeue, exit 128 + 15, and say so.
+TEST(Checkpoint, SigtermCheckpointsAndStopsWithoutRequeue) {
+  if (dataset_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  train::test::TempDir d("ckterm");
+  const std::string ck = d.file("ck");
+  // SLURM_JOB_ID makes the run believe it is a job; squeue and scontrol are stand-ins that record
+  // their calls, so the test sees that a cancel never asks for a requeue.
+  const std::string fake = d.file("bin");
+  train::files::make_dirs(fake);
+  const std::string calls = d.file("calls.log");
+  for (const std::string tool : {"squeue", "scontrol"}) {
+    const std::string body = "#!/bin/sh\necho \"" + tool + " $*\" >> " + calls + "\n";
+    train::test::write_file(fake + "/" + tool, std::vector<uint8_t>(body.begin(), body.end()));
+    ::chmod((fake + "/" + tool).c_str(), 0755);
+  }
+  auto r = run_program({"bash", "-c", "PATH=" + fake + ":$PATH " + train_cmd(ck)},
+                       {"TRAIN_FAULT_SIGNAL_AT_STEP=6:TERM", "SLURM_JOB_ID=999999"}, 300);
+  EXPECT_EQ(r.exit_code, 143) << r.err;
+  auto j = last_json(r.out);
+  EXPECT_EQ(j["event"], "cancelled") << r.out;
+  EXPECT_EQ(j["requeued"], false);
+  EXPECT_EQ(j["steps"], 6);
+  EXPECT_NE(r.err.find("SIGTERM (cancelled: no requeue)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("cancelled: not requeued; the same command resumes from"), std::string::npos) << r.err;
+  const std::string called = train::test::read_text(calls);
+  EXPECT_NE(called.find("squeue"), std::string::npos) << "the job's end time is asked for";
+  EXPECT_EQ(called.find("scontrol"), std::string::npos) << called;
+  // The checkpoint it wrote resumes to the uninterrupted result.
+  auto fin = run_program({"bash", "-c", train_cmd(ck)}, {}, 300);
+  ASSERT_EQ(fin.exit_code, 0) << fin.err;
+  EXPECT_EQ(last_json(fin.out)["params_sha256"], uninterrupted_sha(""));
+}
+
+TEST(Checkpoint, TermListedAsAPreemptionSignalRequeuesAsAsked) {
+  if (dataset_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  train::test::TempDir d("cktermlisted");
+  auto r = run_program({"bash", "-c", train_cmd(d.file("ck"), "--preempt-signals USR2,TERM")},
+                       {"TRAIN_FAULT_SIGNAL_AT_STEP=4:TERM"}, 300);
+  EXPECT_EQ(r.exit_code, 75) << r.err;
+  EXPECT_EQ(last_json(r.out)["event"], "preempted");
 }

@@ -1,6 +1,7 @@
 // Multi-process training through `trainctl local` over Gloo on loopback: parity with a single
 // process, determinism, and a killed rank reported by the survivors.
 #include "test_util.h"
+#include "train/files.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -133,6 +134,32 @@ TEST(DistTrain, LauncherEndsTheJobWhenARankFails) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("/nonexistent"), std::string::npos) << r.err;
   EXPECT_LT(r.seconds, 60.0);
+}
+
+// torchrun runs a compiled program with --no-python. Its agent serves the rendezvous store on
+// MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True): the ranks must connect to it as clients
+// rather than bind it again.
+TEST(DistTrain, TorchrunStandaloneTrainsLikeTrainctlLocal) {
+  if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  const std::string torchrun = std::string(TRAIN_SOURCE_DIR) + "/.venv/bin/torchrun";
+  if (train::test::venv_python().empty() || !train::files::exists(torchrun)) {
+    GTEST_SKIP() << "no torchrun in the venv (" << torchrun << "): scripts/setup.sh installs torch there";
+  }
+  auto args = train_args(32, "1000");
+  args.insert(args.end(), {"--max-steps", "8"});
+  std::vector<std::string> cmd = {torchrun, "--standalone", "--nproc_per_node", "2", "--no-python"};
+  cmd.insert(cmd.end(), args.begin(), args.end());
+  auto r = run_program(cmd, {}, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.err.find("failed to bind"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("has failed to bind"), std::string::npos) << r.err;
+  // torchrun gives every rank's stdout to the terminal; rank 0 alone prints the done line.
+  auto j = done(r);
+  EXPECT_EQ(j["world_size"], 2);
+  EXPECT_EQ(j["steps"], 8);
+  auto ref = run_program(local(2, args));
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  EXPECT_EQ(j["params_sha256"], done(ref)["params_sha256"]);
 }
 
 // On the GPU machine: the same parity with NCCL, one GPU per rank, against the single-process

@@ -93,11 +93,11 @@ TEST(TrainCli, BadFlagsGiveClearErrors) {
 
   auto zero = run_program({bin("train"), "--epochs", "0", "--device", "cpu"});
   EXPECT_EQ(zero.exit_code, 2);
-  EXPECT_NE(zero.err.find("--epochs: expected at least 1, found 0"), std::string::npos) << zero.err;
+  EXPECT_NE(zero.err.find("--epochs: expected at least 1 epoch, found 0. Hint:"), std::string::npos) << zero.err;
 
   auto device = run_program({bin("train"), "--device", "tpu"});
   EXPECT_EQ(device.exit_code, 2);
-  EXPECT_NE(device.err.find("--device: expected auto, cpu or cuda, found 'tpu'"), std::string::npos) << device.err;
+  EXPECT_NE(device.err.find("--device: expected one of auto, cpu, cuda, found 'tpu'. Hint:"), std::string::npos) << device.err;
 
   auto model = run_program({bin("train"), "--model", "gpt"});
   EXPECT_EQ(model.exit_code, 2);
@@ -105,15 +105,111 @@ TEST(TrainCli, BadFlagsGiveClearErrors) {
 
   auto heap = run_program({bin("train"), "--heap", "bogus"});
   EXPECT_EQ(heap.exit_code, 2);
-  EXPECT_NE(heap.err.find("--heap: expected reuse or default, found 'bogus'. Hint:"), std::string::npos) << heap.err;
+  EXPECT_NE(heap.err.find("--heap: expected one of reuse, default, found 'bogus'. Hint:"), std::string::npos) << heap.err;
 
   auto shm = run_program({bin("train"), "--shm-allreduce", "sometimes", "--device", "cpu"});
   EXPECT_EQ(shm.exit_code, 2);
-  EXPECT_NE(shm.err.find("--shm-allreduce: expected auto or off, found 'sometimes'. Hint:"), std::string::npos) << shm.err;
+  EXPECT_NE(shm.err.find("--shm-allreduce: expected one of auto, off, found 'sometimes'. Hint:"), std::string::npos) << shm.err;
 
   auto help = run_program({bin("train"), "--help"});
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.out.find("--limit-train-samples"), std::string::npos);
+}
+
+// Zero or negative where a count is meant is an error naming the flag; leaving the flag out means
+// the default. Flags where 0 means something (no limit, auto) take 0 and refuse negatives.
+TEST(TrainCli, EveryNumericFlagIsChecked) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--batch-size", "0"}, "--batch-size: expected a positive per-rank batch size, found 0. Hint:"},
+      {{"--batch-size", "-64"}, "--batch-size: expected a positive per-rank batch size, found -64. Hint:"},
+      {{"--batch_size", "0"}, "--batch-size: expected a positive per-rank batch size, found 0. Hint:"},
+      {{"--test-batch-size", "0"}, "--test-batch-size: expected a positive batch size, found 0."},
+      {{"--epochs", "1.5"}, "--epochs: expected at least 1 epoch, found 1.5."},
+      {{"--lr", "0"}, "--lr: expected a positive learning rate, found 0."},
+      {{"--lr", "fast"}, "--lr: expected a positive learning rate, found 'fast', which is not a number."},
+      {{"--gamma", "1.5"}, "--gamma: expected a factor in (0, 1], found 1.5."},
+      {{"--momentum", "-0.1"}, "--momentum: expected a momentum in [0, 1), found -0.1."},
+      {{"--weight-decay", "-1e-4"}, "--weight-decay: expected a weight decay of 0 or more, found -1e-4."},
+      {{"--max-steps", "-1"}, "--max-steps: expected 0 (no limit) or a positive number of steps, found -1."},
+      {{"--limit-train-samples", "-5"}, "--limit-train-samples: expected 0 (all) or a positive count, found -5."},
+      {{"--limit-test-samples", "-5"}, "--limit-test-samples: expected 0 (all) or a positive count, found -5."},
+      {{"--threads", "-2"}, "--threads: expected 0 (auto) or a positive number of threads, found -2."},
+      {{"--log-interval", "0"}, "--log-interval: expected a positive number of steps, found 0."},
+      {{"--dist-timeout", "0"}, "--dist-timeout: expected a positive number of seconds, found 0."},
+      {{"--bucket-cap-mb", "0"}, "--bucket-cap-mb: expected a positive size in MB, found 0."},
+      {{"--checkpoint-every", "-1"}, "--checkpoint-every: expected 0 (epoch ends only) or a positive number of steps"},
+      {{"--keep-checkpoints", "0"}, "--keep-checkpoints: expected a positive count, found 0."},
+      {{"--time-margin", "-5"}, "--time-margin: expected 0 or more seconds, found -5."},
+      {{"--world-size", "0"}, "--world-size: expected a positive number of ranks, found 0."},
+      {{"--preempt-signals", "USR9"}, "--preempt-signals: expected a comma list of signal names"},
+  };
+  for (const Case& k : cases) {
+    std::vector<std::string> argv = {bin("train"), "--device", "cpu", "--data", "/nonexistent"};
+    argv.insert(argv.end(), k.args.begin(), k.args.end());
+    auto r = run_program(argv);
+    EXPECT_EQ(r.exit_code, 2) << k.args[0] << " " << k.args[1] << ": " << r.err;
+    EXPECT_NE(r.err.find(k.message), std::string::npos) << "missing '" << k.message << "' in: " << r.err;
+    EXPECT_NE(r.err.find("Hint:"), std::string::npos) << r.err;
+  }
+}
+
+// A typo in TRAIN_LOG_LEVEL must never hide the error that ends a run.
+TEST(TrainCli, UnknownLogLevelWarnsAndTheErrorIsStillPrinted) {
+  auto r = run_program({bin("train"), "--data", "/nonexistent/data", "--device", "cpu"}, {"TRAIN_LOG_LEVEL=verbose"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("TRAIN_LOG_LEVEL='verbose': expected debug, info, warn or error"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("error [rank 0/1 "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("/nonexistent/data"), std::string::npos) << r.err;
+  // Even at the quietest level the fatal error is printed.
+  auto quiet = run_program({bin("train"), "--data", "/nonexistent/data", "--device", "cpu"}, {"TRAIN_LOG_LEVEL=error"});
+  EXPECT_EQ(quiet.exit_code, 1);
+  EXPECT_NE(quiet.err.find("/nonexistent/data"), std::string::npos) << quiet.err;
+}
+
+// SLURM gave the job GPUs but CUDA has none (this CPU machine, a CPU-only torch): --device auto
+// stops at start naming both, instead of training on the CPU without a word.
+TEST(TrainCli, GpuJobWithoutCudaStopsInsteadOfTrainingOnTheCpu) {
+  const std::string dir = train::test::fashion_mnist_dir();
+  if (dir.empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  const int gpus = [] {
+    auto r = run_program({"sh", "-c", "nvidia-smi -L 2>/dev/null | grep -c '^GPU'"}, {}, 30);
+    return r.exit_code == 0 ? std::atoi(r.out.c_str()) : 0;
+  }();
+  if (gpus > 0) GTEST_SKIP() << "this machine has " << gpus << " GPU(s): CUDA works here, so the check cannot fire";
+  // (No SLURM_JOB_ID: train would ask squeue about that job.)
+  const std::vector<std::string> gpu_job = {"SLURM_GPUS_ON_NODE=1", "SLURM_JOB_GPUS=0", "CUDA_VISIBLE_DEVICES=0"};
+  auto r = run_program({bin("train"), "--data", dir, "--epochs", "1", "--limit-train-samples", "64"}, gpu_job);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("SLURM allocated GPUs to this job (SLURM_GPUS_ON_NODE=1, SLURM_JOB_GPUS=0, "
+                       "CUDA_VISIBLE_DEVICES=0)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("torch reports 0 CUDA devices"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--device cpu"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("Train Epoch"), std::string::npos) << "it trained anyway:\n" << r.err;
+  // --device cpu is the explicit way to train on the CPU in such a job.
+  auto cpu = run_program({bin("train"), "--data", dir, "--epochs", "1", "--limit-train-samples", "64",
+                          "--limit-test-samples", "100", "--device", "cpu"}, gpu_job);
+  EXPECT_EQ(cpu.exit_code, 0) << cpu.err;
+}
+
+TEST(TrainCli, WorldSizeAndInitMethodAreChecked) {
+  auto single = run_program({bin("train"), "--world-size", "2", "--device", "cpu"});
+  EXPECT_EQ(single.exit_code, 2);
+  EXPECT_NE(single.err.find("--world-size 2: expected the ranks to come from SLURM (srun) or torchrun, found a "
+                            "single process"), std::string::npos) << single.err;
+  // Under SLURM, --world-size must equal the step's tasks.
+  const std::vector<std::string> slurm = {"SLURM_JOB_ID=7", "SLURM_PROCID=0", "SLURM_STEP_ID=0", "SLURM_NTASKS=2",
+                                          "SLURM_NNODES=1", "SLURM_LOCALID=0", "SLURM_NODEID=0"};
+  auto wrong = run_program({bin("train"), "--world-size", "4", "--device", "cpu"}, slurm);
+  EXPECT_EQ(wrong.exit_code, 2);
+  EXPECT_NE(wrong.err.find("--world-size=4: expected the 2 tasks that SLURM started in this step"), std::string::npos)
+      << wrong.err;
+  auto bad = run_program({bin("train"), "--init_method", "tcp://node1", "--device", "cpu"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--init-method 'tcp://node1': expected tcp://HOST:PORT"), std::string::npos) << bad.err;
 }
 
 TEST(TrainCli, Cifar10OnWrittenFiles) {

@@ -158,33 +158,40 @@ Job submit_and_wait(const std::string& dir, const std::vector<std::string>& args
   return job;
 }
 
-/// The job's state from `scontrol show job` (kept for MinJobAge after the end), else from the last line
-/// for it in the local cluster's jobcomp file (a requeued job has several).
-std::string job_state(const std::string& id, const Env& env) {
+/// The lines for job `id` run from `workdir` in the local cluster's jobcomp file. A requeued job has
+/// several; the work dir tells this job apart from an earlier cluster's job of the same id.
+std::vector<std::string> jobcomp_lines(const std::string& id, const std::string& workdir, const Env& env) {
+  const std::string conf = env.count("SLURM_CONF") ? env.at("SLURM_CONF") : "";
+  std::vector<std::string> found;
+  for (const std::string& line : test::lines_of(test::read_text(conf.substr(0, conf.rfind('/') + 1) + "jobcomp.txt"))) {
+    if (line.rfind("JobId=" + id + " ", 0) == 0 && contains(line, " WorkDir=" + workdir + " ")) found.push_back(line);
+  }
+  return found;
+}
+
+/// The last jobcomp line of job `id` run from `workdir`, waiting up to 30 s for slurmctld to write
+/// it ("" when it never comes).
+std::string jobcomp_line(const std::string& id, const std::string& workdir, const Env& env) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (true) {
+    const std::vector<std::string> lines = jobcomp_lines(id, workdir, env);
+    if (!lines.empty() || std::chrono::steady_clock::now() >= deadline) return lines.empty() ? "" : lines.back();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+/// The job's state from `scontrol show job` (kept for MinJobAge after the end), else from its last
+/// line in the local cluster's jobcomp file (a requeued job has several).
+std::string job_state(const std::string& id, const Env& env, const std::string& workdir = "") {
   const auto p = test::run_process({test::find_on_path("scontrol"), "show", "job", id}, env, 20);
   const std::size_t at = p->out().find("JobState=");
   if (p->exit_code() == 0 && at != std::string::npos) {
     return p->out().substr(at + 9, p->out().find_first_of(" \n", at) - at - 9);
   }
-  const std::string conf = env.count("SLURM_CONF") ? env.at("SLURM_CONF") : "";
-  const std::string jobcomp = conf.substr(0, conf.rfind('/') + 1) + "jobcomp.txt";
-  std::string state = "unknown (scontrol: " + p->err() + ")";
-  for (const std::string& line : test::lines_of(test::read_text(jobcomp))) {
-    if (line.rfind("JobId=" + id + " ", 0) != 0) continue;
-    const std::size_t s = line.find("JobState=");
-    if (s != std::string::npos) state = line.substr(s + 9, line.find(' ', s) - s - 9);
-  }
-  return state;
-}
-
-/// The last line for a job in the local cluster's jobcomp file ("" when there is none).
-std::string jobcomp_line(const std::string& id, const Env& env) {
-  const std::string conf = env.count("SLURM_CONF") ? env.at("SLURM_CONF") : "";
-  std::string last;
-  for (const std::string& line : test::lines_of(test::read_text(conf.substr(0, conf.rfind('/') + 1) + "jobcomp.txt"))) {
-    if (line.rfind("JobId=" + id + " ", 0) == 0) last = line;
-  }
-  return last;
+  const std::string line = workdir.empty() ? "" : jobcomp_line(id, workdir, env);
+  const std::size_t s = line.find("JobState=");
+  if (s == std::string::npos) return "unknown (scontrol: " + p->err() + ")";
+  return line.substr(s + 9, line.find(' ', s) - s - 9);
 }
 
 /// The trainer's done line: the log's last non-empty line, parsed.
@@ -230,7 +237,7 @@ TEST_F(SlurmTest, DdpOnTwoNodesCompletesLikeTrainctlLocal) {
   const std::string log = test::read_text(dir.file("logs/ddp-" + job.id + ".out"));
   EXPECT_EQ(job.sbatch_exit, 0) << job.sbatch_err << "\nlog:\n" << log;
   EXPECT_EQ(job_state(job.id, env_), "COMPLETED") << log;
-  EXPECT_TRUE(contains(jobcomp_line(job.id, env_), "JobState=COMPLETED")) << jobcomp_line(job.id, env_);
+  EXPECT_TRUE(contains(jobcomp_line(job.id, dir.path(), env_), "JobState=COMPLETED")) << jobcomp_line(job.id, dir.path(), env_);
 
   // The summary first, then one preflight line per node, then training; the done line last.
   const std::vector<std::string> lines = test::lines_of(log);
@@ -346,7 +353,7 @@ TEST_F(SlurmTest, PreemptionSignalCheckpointsRequeuesAndResumes) {
   EXPECT_EQ(job.sbatch_exit, 0) << job.sbatch_err << "\nlog:\n" << log;
   EXPECT_EQ(job_state(job.id, env_), "COMPLETED") << log;
   // Both runs append to one log (--open-mode=append); the second says it is a restart and resumes.
-  EXPECT_TRUE(contains(log, "stopping for signal User defined signal 2")) << log;
+  EXPECT_TRUE(contains(log, "stopping for signal SIGUSR2")) << log;
   EXPECT_TRUE(contains(log, "requeued job " + job.id)) << log;
   EXPECT_TRUE(contains(log, "ddp: job " + job.id + ", restart 1: 2 node(s)")) << log;
   EXPECT_TRUE(contains(log, "resumed from checkpoints/ddp-" + job.id + "/ckpt-")) << log;
@@ -357,32 +364,145 @@ TEST_F(SlurmTest, PreemptionSignalCheckpointsRequeuesAndResumes) {
   EXPECT_EQ(done.value("params_sha256", "?"), local_reference(dir.path(), 2, args));
 }
 
-// A job that runs into its --time limit with no --signal at all: train knows the end time from
-// squeue, checkpoints --time-margin seconds before it, requeues, and the second run finishes.
+// A job that runs into its time limit with no --signal at all: train knows the end time from
+// squeue, checkpoints --time-margin seconds before it, requeues, and the second run finishes. The
+// first run's margin (59.9 s of a 1-minute limit) puts the deadline before training starts, so it
+// stops after its first step on any machine; the requeued run (SLURM_RESTART_COUNT=1) has no
+// margin and finishes. No assumption about how long an epoch takes.
 TEST_F(SlurmTest, TimeLimitIsCheckpointedAndRequeuedNotKilled) {
   if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
   test::TempDir dir("slurm-timelimit");
   mkdir(dir.file("logs").c_str(), 0755);
-  // --time 1 with a 40 s margin: each run trains for ~20 s, then checkpoints and requeues. One
-  // full epoch on 2 ranks x 1 thread takes 27 s (2-core machine, shared-memory allreduce) to
-  // ~45 s (slower machines), so the job needs two runs, or three: the checks below hold for both.
-  const auto gen = test::run_process({bin("trainctl"), "sbatch", "--nodes", "2", "--ntasks-per-node", "1", "--time", "1",
-                                      "--signal", "none", "--job-name", "tl", "--no-cluster-checks",
-                                      "--out", dir.file("tl.sh"), "--", "--time-margin", "40"}, env_, 30);
-  ASSERT_EQ(gen->exit_code(), 0) << gen->err();
-  const std::vector<std::string> args = {"--epochs", "1", "--limit-test-samples", "500", "--threads", "1",
-                                         "--log-interval", "50"};
+  const std::string script =
+      "#!/bin/bash\n"
+      "#SBATCH --job-name=tl --nodes=2 --ntasks-per-node=1 --time=1 --requeue --open-mode=append\n"
+      "#SBATCH --output=logs/tl-%j.out\n"
+      "margin=0; [ \"${SLURM_RESTART_COUNT:-0}\" = 0 ] && margin=59.9\n"
+      "echo \"tl: restart ${SLURM_RESTART_COUNT:-0}, margin $margin\"\n"
+      "srun --kill-on-bad-exit=1 \"$TRAIN_BIN\" --checkpoint-dir ck-$SLURM_JOB_ID --time-margin $margin \"$@\"\n";
+  test::write_file(dir.file("tl.sh"), std::vector<uint8_t>(script.begin(), script.end()));
+  const std::vector<std::string> args = {"--epochs", "1", "--limit-train-samples", "6000", "--limit-test-samples", "500",
+                                         "--threads", "1", "--log-interval", "20"};
   const Job job = submit_and_wait(dir.path(), concat({dir.file("tl.sh")}, args), env_);
   ASSERT_FALSE(job.id.empty());
   const std::string log = test::read_text(dir.file("logs/tl-" + job.id + ".out"));
-  EXPECT_EQ(job_state(job.id, env_), "COMPLETED") << log;
-  EXPECT_TRUE(contains(log, "stopping for the job's time limit")) << log;
+  EXPECT_EQ(job_state(job.id, env_, dir.path()), "COMPLETED") << log;
+  EXPECT_TRUE(contains(log, "SLURM job ends at epoch time")) << log;
+  EXPECT_TRUE(contains(log, "stopping for the job's time limit at epoch 1, step 1")) << log;
   EXPECT_TRUE(contains(log, "requeued job " + job.id)) << log;
-  EXPECT_TRUE(contains(log, "resumed from checkpoints/tl-" + job.id + "/ckpt-")) << log;
+  EXPECT_TRUE(contains(log, "tl: restart 1, margin 0")) << log;
+  EXPECT_TRUE(contains(log, "resumed from ck-" + job.id + "/ckpt-1.pt")) << log;
   EXPECT_FALSE(contains(log, "DUE TO TIME LIMIT")) << "slurm killed the job:\n" << log;
   const nlohmann::json done = done_line(log);
   EXPECT_EQ(done.value("event", ""), "done");
-  EXPECT_EQ(done.value("steps", 0), 469);  // ceil(30000 / 64): nothing trained twice, nothing lost
+  EXPECT_EQ(done.value("steps", 0), 47);  // ceil(3000 / 64): nothing trained twice, nothing lost
+  // Stopping for the time limit and resuming is exact.
+  EXPECT_EQ(done.value("params_sha256", "?"), local_reference(dir.path(), 2, args));
+}
+
+// A plain `scancel` means "stop": train checkpoints, never requeues, and the job ends CANCELLED.
+TEST_F(SlurmTest, PlainScancelCancelsWithoutRequeue) {
+  if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
+  test::TempDir dir("slurm-scancel");
+  mkdir(dir.file("logs").c_str(), 0755);
+  // 60000 samples x 3 epochs: far more than the test lets run; scancel comes once training logs.
+  const std::vector<std::string> args = {"--epochs", "3", "--limit-test-samples", "200", "--threads", "1",
+                                         "--log-interval", "5"};
+  const Job job = submit_and_wait(dir.path(), concat({source_path("scripts/ddp.sh")}, args), env_, [&](const std::string& id) {
+    const std::string log = dir.file("logs/ddp-" + id + ".out");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (!contains(test::read_text(log), "Train Epoch: 1 [") && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    const auto p = test::run_process({test::find_on_path("scancel"), id}, env_, 20);
+    EXPECT_EQ(p->exit_code(), 0) << p->err();
+  });
+  ASSERT_FALSE(job.id.empty());
+  const std::string log = test::read_text(dir.file("logs/ddp-" + job.id + ".out"));
+  EXPECT_EQ(job_state(job.id, env_, dir.path()), "CANCELLED") << log;
+  EXPECT_TRUE(contains(log, "stopping for SIGTERM (cancelled: no requeue)")) << log;
+  EXPECT_TRUE(contains(log, "cancelled: not requeued; the same command resumes from checkpoints/ddp-" + job.id)) << log;
+  EXPECT_FALSE(contains(log, "requeued job")) << log;
+  EXPECT_FALSE(contains(log, "restart 1")) << log;
+  const std::vector<std::string> ckpts = train::test::lines_of(
+      test::run_process({"/bin/sh", "-c", "ls " + dir.file("checkpoints/ddp-" + job.id)}, env_, 10)->out());
+  EXPECT_FALSE(ckpts.empty()) << "the cancel wrote no checkpoint";
+  // The job stays ended: nothing puts it back in the queue.
+  const auto q = test::run_process({test::find_on_path("squeue"), "-h", "-j", job.id, "-o", "%T"}, env_, 20);
+  EXPECT_EQ(q->out(), "") << q->out();
+}
+
+// The job script that cluster wikis hand out, verbatim but for the program line and the
+// rendezvous port (a free one instead of 29500): WORLD_SIZE from SLURM_NNODES x
+// SLURM_NTASKS_PER_NODE, MASTER_ADDR from `scontrol show hostnames | head -n 1`, then srun.
+// Its --cpus-per-task=32 and --mem=32G don't fit the 2-CPU local nodes: the command line
+// overrides them, as sbatch options do.
+TEST_F(SlurmTest, TheWikiJobScriptRunsVerbatim) {
+  if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
+  test::TempDir dir("slurm-wiki");
+  mkdir(dir.file("logs").c_str(), 0755);
+  const std::string port = std::to_string(test::free_port());
+  const std::string script =
+      "#!/bin/bash\n"
+      "#SBATCH --job-name=ddp-torch     # create a short name for your job\n"
+      "#SBATCH -p debug\n"
+      "#SBATCH --nodes=2                # node count\n"
+      "#SBATCH --ntasks-per-node=1      # total number of tasks per node\n"
+      "#SBATCH --cpus-per-task=32        # cpu-cores per task (>1 if multi-threaded tasks)\n"
+      "#SBATCH --mem=32G                # total memory per node (4 GB per cpu-core is default)\n"
+      "#SBATCH --time=1:00:00          # total run time limit (HH:MM:SS)\n"
+      "#SBATCH -o logs/out%j.log\n"
+      "#SBATCH -e logs/err%j.log\n"
+      "\n"
+      "export MASTER_PORT=" + port + "\n"
+      "export WORLD_SIZE=$(($SLURM_NNODES * $SLURM_NTASKS_PER_NODE))\n"
+      "echo \"WORLD_SIZE=\"$WORLD_SIZE\n"
+      "\n"
+      "master_addr=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n"
+      "export MASTER_ADDR=$master_addr\n"
+      "echo \"MASTER_ADDR=\"$MASTER_ADDR\n"
+      "\n"
+      "module purge\n"
+      "source /public/home/lili/.bashrc\n"
+      "conda activate torch22cpu\n"
+      "\n"
+      "srun " + bin("train") + " --epochs=1 --limit-train-samples=2000 --limit-test-samples=500 --threads=1\n";
+  test::write_file(dir.file("wiki.sh"), std::vector<uint8_t>(script.begin(), script.end()));
+  const Job job = submit_and_wait(dir.path(), {"--cpus-per-task=1", "--mem=0", dir.file("wiki.sh")}, env_);
+  ASSERT_FALSE(job.id.empty());
+  const std::string out = test::read_text(dir.file("logs/out" + job.id + ".log"));
+  const std::string err = test::read_text(dir.file("logs/err" + job.id + ".log"));
+  EXPECT_EQ(job.sbatch_exit, 0) << job.sbatch_err << "\nout:\n" << out << "\nerr:\n" << err;
+  EXPECT_EQ(job_state(job.id, env_, dir.path()), "COMPLETED") << err;
+  EXPECT_TRUE(contains(out, "WORLD_SIZE=2")) << out;
+  EXPECT_TRUE(contains(out, "MASTER_ADDR=node1")) << out;
+  EXPECT_TRUE(contains(err, "rendezvous: 2 ranks at node1:" + port)) << err;
+  const nlohmann::json done = done_line(out);
+  EXPECT_EQ(done.value("event", ""), "done");
+  EXPECT_EQ(done.value("world_size", 0), 2);
+  EXPECT_EQ(done.value("params_sha256", "?"),
+            local_reference(dir.path(), 2, {"--epochs=1", "--limit-train-samples=2000", "--limit-test-samples=500",
+                                            "--threads=1"}));
+}
+
+// Both local nodes are this machine, so DDP would sum gradients in shared memory; with
+// --shm-allreduce off Gloo carries them between the nodes' addresses, with the same result.
+TEST_F(SlurmTest, GlooBetweenTheNodesGivesTheSharedMemoryResult) {
+  if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
+  test::TempDir dir("slurm-gloo");
+  mkdir(dir.file("logs").c_str(), 0755);
+  Env env = env_;
+  env["TRAIN_LOG_LEVEL"] = "debug";
+  const Job job = submit_and_wait(
+      dir.path(), concat({source_path("scripts/ddp.sh")}, concat(kQuickTrainArgs, {"--shm-allreduce", "off"})), env);
+  ASSERT_FALSE(job.id.empty());
+  const std::string log = test::read_text(dir.file("logs/ddp-" + job.id + ".out"));
+  EXPECT_EQ(job_state(job.id, env_, dir.path()), "COMPLETED") << log;
+  EXPECT_TRUE(contains(log, "DDP: Gloo sums the gradients")) << log;
+  EXPECT_FALSE(contains(log, "DDP: gradients are summed in shared memory")) << log;
+  const nlohmann::json done = done_line(log);
+  EXPECT_EQ(done.value("world_size", 0), 2);
+  EXPECT_EQ(done.value("params_sha256", "?"), local_reference(dir.path(), 2, kQuickTrainArgs));
 }
 
 namespace {
