@@ -2,17 +2,11 @@
 // a request before it can wait in the queue for ever), `sbatch --test-only` and submission.
 #include "train/launcher/sbatch.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <regex>
 #include <set>
@@ -22,114 +16,9 @@
 #include "train/error.h"
 #include "train/launcher/env.h"
 #include "train/launcher/local_launch.h"
+#include "train/subprocess.h"
 
 namespace train {
-namespace detail {
-
-/// A finished command.
-struct CommandResult {
-  bool started = false;   ///< false when the program could not be executed
-  bool timed_out = false;
-  int exit_code = -1;     ///< exit status, or 128 + signal
-  std::string out;
-  std::string err;
-};
-
-/// Runs argv (found on PATH) with `input` on its stdin, capturing stdout and stderr; SIGKILL after
-/// timeout_s. Never throws for a failing command: the caller decides what a failure means.
-CommandResult run_command(const std::vector<std::string>& argv, const std::string& input, double timeout_s) {
-  CommandResult result;
-  int in[2], out[2], err[2];
-  if (pipe2(in, O_CLOEXEC) != 0) return result;
-  if (pipe2(out, O_CLOEXEC) != 0) {
-    close(in[0]);
-    close(in[1]);
-    return result;
-  }
-  if (pipe2(err, O_CLOEXEC) != 0) {
-    for (const int fd : {in[0], in[1], out[0], out[1]}) close(fd);
-    return result;
-  }
-  std::vector<char*> cargv;
-  for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(in[0], STDIN_FILENO);
-    dup2(out[1], STDOUT_FILENO);
-    dup2(err[1], STDERR_FILENO);
-    signal(SIGPIPE, SIG_DFL);
-    execvp(cargv[0], cargv.data());
-    _exit(127);
-  }
-  close(in[0]);
-  close(out[1]);
-  close(err[1]);
-  if (pid < 0) {
-    for (const int fd : {in[1], out[0], err[0]}) close(fd);
-    return result;
-  }
-  result.started = true;
-  // Writes to a command that exited early must fail with EPIPE, not kill us.
-  struct sigaction ignore {}, old {};
-  ignore.sa_handler = SIG_IGN;
-  sigaction(SIGPIPE, &ignore, &old);
-  int in_fd = in[1], out_fd = out[0], err_fd = err[0];
-  for (const int fd : {in_fd, out_fd, err_fd}) fcntl(fd, F_SETFL, O_NONBLOCK);
-  std::size_t written = 0;
-  if (input.empty()) {
-    close(in_fd);
-    in_fd = -1;
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (out_fd >= 0 || err_fd >= 0) {
-    if (std::chrono::steady_clock::now() >= deadline) {
-      kill(pid, SIGKILL);
-      result.timed_out = true;
-      break;
-    }
-    std::vector<pollfd> fds;
-    if (in_fd >= 0) fds.push_back({in_fd, POLLOUT, 0});
-    if (out_fd >= 0) fds.push_back({out_fd, POLLIN, 0});
-    if (err_fd >= 0) fds.push_back({err_fd, POLLIN, 0});
-    if (poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) break;
-    if (in_fd >= 0) {
-      const ssize_t n = write(in_fd, input.data() + written, input.size() - written);
-      if (n > 0) written += static_cast<std::size_t>(n);
-      if ((n < 0 && errno != EAGAIN && errno != EINTR) || written == input.size()) {
-        close(in_fd);
-        in_fd = -1;
-      }
-    }
-    for (auto [fd, into] : {std::pair<int*, std::string*>{&out_fd, &result.out}, {&err_fd, &result.err}}) {
-      char buf[8192];
-      while (*fd >= 0) {
-        const ssize_t n = read(*fd, buf, sizeof(buf));
-        if (n > 0) {
-          into->append(buf, static_cast<std::size_t>(n));
-        } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-          close(*fd);
-          *fd = -1;
-        } else {
-          break;
-        }
-      }
-    }
-  }
-  for (const int fd : {in_fd, out_fd, err_fd}) {
-    if (fd >= 0) close(fd);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  sigaction(SIGPIPE, &old, nullptr);
-  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) result.exit_code = 128 + WTERMSIG(status);
-  if (result.exit_code == 127 && result.out.empty() && result.err.empty()) result.started = false;
-  return result;
-}
-
-}  // namespace detail
-
 namespace {
 
 /// Seconds sinfo gets before the cluster counts as unreachable and its checks are skipped (a
@@ -239,8 +128,8 @@ std::optional<std::vector<PartitionInfo>> query_partitions() {
   } catch (const ConfigError&) {
     return std::nullopt;  // no SLURM client here: nothing to check against
   }
-  const detail::CommandResult r =
-      detail::run_command({"sinfo", "-h", "-o", kSinfoPartitionFormat}, "", kSinfoTimeoutSeconds);
+  const CommandResult r =
+      run_command({"sinfo", "-h", "-o", kSinfoPartitionFormat}, "", kSinfoTimeoutSeconds);
   if (!r.started || r.timed_out || r.exit_code != 0) return std::nullopt;
   std::vector<PartitionInfo> partitions = parse_sinfo_partitions(r.out);
   if (partitions.empty()) return std::nullopt;
@@ -334,7 +223,7 @@ TestOnlyResult parse_test_only(const std::string& message) {
 
 namespace {
 
-detail::CommandResult run_sbatch(const std::vector<std::string>& args, const std::string& script) {
+CommandResult run_sbatch(const std::vector<std::string>& args, const std::string& script) {
   try {
     find_program("sbatch", current_environment());
   } catch (const ConfigError&) {
@@ -343,7 +232,7 @@ detail::CommandResult run_sbatch(const std::vector<std::string>& args, const std
   }
   std::vector<std::string> argv = {"sbatch"};
   argv.insert(argv.end(), args.begin(), args.end());
-  detail::CommandResult r = detail::run_command(argv, script, kSbatchTimeoutSeconds);
+  CommandResult r = run_command(argv, script, kSbatchTimeoutSeconds);
   if (r.timed_out) {
     throw ConfigError("sbatch: expected an answer within " + std::to_string(int(kSbatchTimeoutSeconds)) +
                           " s, found none (killed).",
@@ -355,7 +244,7 @@ detail::CommandResult run_sbatch(const std::vector<std::string>& args, const std
 }  // namespace
 
 TestOnlyResult sbatch_test_only(const std::string& script) {
-  const detail::CommandResult r = run_sbatch({"--test-only"}, script);
+  const CommandResult r = run_sbatch({"--test-only"}, script);
   if (r.exit_code != 0) {
     throw ConfigError("sbatch --test-only: expected the script to be accepted, found exit code " +
                           std::to_string(r.exit_code) + ": " + trim(r.err + r.out),
@@ -382,7 +271,7 @@ std::string sbatch_submit(const std::string& script, const std::string& output_p
                         "SLURM fails a job whose log folder is missing; create it, or submit from a writable folder.");
     }
   }
-  const detail::CommandResult r = run_sbatch({"--parsable"}, script);
+  const CommandResult r = run_sbatch({"--parsable"}, script);
   if (r.exit_code != 0) {
     throw ConfigError("sbatch: expected the job to be accepted, found exit code " + std::to_string(r.exit_code) +
                           ": " + trim(r.err + r.out),
