@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -326,6 +327,26 @@ TEST(SweepReportCli, PrintsTheTableAndSaysWhyThereIsNoPng) {
   EXPECT_TRUE(contains(missing->err(), "expected the sweep's index file " + dir.file("nothing/sweep.json") +
                                            ", found none. Hint: "))
       << missing->err();
+}
+
+
+TEST(SweepReportCli, DrawsThePngWithMatplotlibWhenThereIsOne) {
+  // The repository's venv (or TRAIN_PYTHON) with matplotlib, as sweep-report looks for it.
+  const char* env_python = std::getenv("TRAIN_PYTHON");
+  std::string python = env_python != nullptr ? env_python : std::string(TRAIN_SOURCE_DIR) + "/.venv/bin/python";
+  const auto probe = test::run_process({python, "-c", "import matplotlib"}, test::hermetic_env(), 60);
+  if (probe->exit_code() != 0) GTEST_SKIP() << python << " has no matplotlib: the no-PNG path is tested above";
+  test::TempDir dir("sweep-report-png");
+  SweepIndex index = sample_index();
+  write_text(dir.file("sweep.json"), render_sweep_index(index));
+  mkdir(dir.file("task-0").c_str(), 0755);
+  write_text(dir.file("task-0/metrics.jsonl"), "{\"event\":\"done\",\"epochs\":1,\"test_accuracy\":0.9}\n");
+  Env env = test::hermetic_env();
+  env["TRAIN_PYTHON"] = python;
+  const auto p = test::run_process({trainctl(), "sweep-report", dir.path()}, env, 120);
+  ASSERT_EQ(p->exit_code(), 0) << p->err();
+  EXPECT_TRUE(contains(p->err(), "wrote " + dir.file("sweep-report.png") + " (matplotlib)")) << p->err();
+  EXPECT_EQ(test::read_text(dir.file("sweep-report.png")).substr(1, 3), "PNG");
 }
 
 }  // namespace
