@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "train/error.h"
@@ -201,6 +202,14 @@ std::vector<JobInfo> query_jobs(const std::string& id) {
   const CommandResult r = run_slurm(argv);
   if (r.exit_code == 0) {
     std::vector<JobInfo> jobs = parse_scontrol_jobs(r.out);
+    // scontrol lists the newest first; users read job and task ids upwards.
+    const auto key = [](const JobInfo& j) {
+      const std::string& base = j.array_job_id.empty() ? j.job_id : j.array_job_id;
+      const bool single_task = !j.array_task_id.empty() && std::isdigit(static_cast<unsigned char>(j.array_task_id[0])) &&
+                               j.array_task_id.find_first_not_of("0123456789") == std::string::npos;
+      return std::make_tuple(base.size(), base, j.array_task_id.empty() ? -1L : single_task ? std::stol(j.array_task_id) : 1L << 40);
+    };
+    std::stable_sort(jobs.begin(), jobs.end(), [&](const JobInfo& a, const JobInfo& b) { return key(a) < key(b); });
     if (!jobs.empty() || id.empty()) return jobs;
   }
   const std::string message = trim(r.err + r.out);
@@ -322,7 +331,8 @@ std::string render_status(const std::vector<JobInfo>& jobs, const std::vector<Jo
   for (std::size_t i = 0; i < jobs.size() && i < progress.size(); ++i) {
     const JobProgress& p = progress[i];
     out += "\n" + jobs[i].id + ":\n";
-    out += "  log         " + (p.log.empty() ? std::string("-") : p.log + (p.log_exists ? "" : " (not written yet)")) + "\n";
+    const std::string missing = is_final_state(jobs[i].state) ? " (no such file)" : " (not written yet)";
+    out += "  log         " + (p.log.empty() ? std::string("-") : p.log + (p.log_exists ? "" : missing)) + "\n";
     out += "  checkpoint  " +
            (!p.checkpoint.empty()       ? p.checkpoint
             : !p.checkpoint_dir.empty() ? "none yet in " + p.checkpoint_dir

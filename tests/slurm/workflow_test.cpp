@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -113,6 +114,19 @@ bool wait_until(const std::function<bool()>& ready, double seconds = kWaitSecond
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return true;
+}
+
+/// The table rows of `trainctl status`, split at whitespace, by job id (the header under "JOBID").
+std::map<std::string, std::vector<std::string>> status_rows(const std::string& out) {
+  std::map<std::string, std::vector<std::string>> rows;
+  for (const std::string& line : test::lines_of(out)) {
+    if (line.empty()) break;  // the table ends at the first blank line
+    std::istringstream in(line);
+    std::vector<std::string> words;
+    for (std::string w; in >> w;) words.push_back(w);
+    if (!words.empty()) rows[words[0]] = words;
+  }
+  return rows;
 }
 
 /// Cancels a job when the test ends, whatever happened (a failed assertion must not leave it queued).
@@ -230,9 +244,16 @@ TEST_F(Workflow, SweepRunsAsOneArrayAndTheReportMatchesTheIndex) {
   // status shows the array's tasks.
   const auto status = run_in(dir.path(), {bin("trainctl"), "status", id}, env_);
   ASSERT_EQ(status->exit_code(), 0) << status->err();
+  const auto rows = status_rows(status->out());
+  EXPECT_EQ(rows.size(), 5u) << status->out();
   for (int t = 0; t < 4; ++t) {
-    EXPECT_TRUE(contains(status->out(), id + "_" + std::to_string(t) + "  wsweep  COMPLETED")) << status->out();
+    const std::string task = id + "_" + std::to_string(t);
+    ASSERT_EQ(rows.count(task), 1u) << status->out();
+    EXPECT_EQ(rows.at(task)[1], "wsweep") << status->out();
+    EXPECT_EQ(rows.at(task)[2], "COMPLETED") << status->out();
   }
+  // Listed in task order.
+  EXPECT_LT(status->out().find(id + "_0 "), status->out().find(id + "_3 ")) << status->out();
 }
 
 TEST_F(Workflow, ResourcesMatchSinfo) {
@@ -332,12 +353,17 @@ TEST_F(Workflow, StatusLogsFollowAndCancelWithSignalOnARunningJob) {
   // status: the running job, from this folder (no id) and by id.
   const auto status = run_in(dir.path(), {bin("trainctl"), "status"}, env_);
   ASSERT_EQ(status->exit_code(), 0) << status->err();
-  const std::vector<std::string> lines = test::lines_of(status->out());
-  ASSERT_GE(lines.size(), 2u) << status->out();
-  EXPECT_EQ(lines[0], "JOBID" + std::string(id.size() > 5 ? id.size() - 3 : 2, ' ') + "NAME  STATE    REASON  ELAPSED   NODES      RESTARTS")
-      << status->out();
-  EXPECT_EQ(lines[1].rfind(id + "  wf    RUNNING  -       ", 0), 0u) << status->out();
-  EXPECT_TRUE(contains(lines[1], "node[1-2]  0")) << status->out();
+  const auto rows = status_rows(status->out());
+  ASSERT_EQ(rows.size(), 2u) << status->out();
+  EXPECT_EQ(rows.at("JOBID"), (std::vector<std::string>{"JOBID", "NAME", "STATE", "REASON", "ELAPSED", "NODES", "RESTARTS"}));
+  ASSERT_EQ(rows.count(id), 1u) << status->out();
+  const std::vector<std::string>& row = rows.at(id);
+  ASSERT_EQ(row.size(), 7u) << status->out();
+  EXPECT_EQ(row[1], "wf");
+  EXPECT_EQ(row[2], "RUNNING");
+  EXPECT_EQ(row[3], "-");
+  EXPECT_EQ(row[5], "node[1-2]");
+  EXPECT_EQ(row[6], "0");
   EXPECT_TRUE(contains(status->out(), "  log         " + dir.file("logs/out" + id + ".log") + "\n")) << status->out();
   EXPECT_TRUE(contains(status->out(), "  checkpoint  none yet in " + dir.file("checkpoints/wf-" + id) + "\n"))
       << status->out();
