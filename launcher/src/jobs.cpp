@@ -304,7 +304,10 @@ JobProgress job_progress(const JobInfo& job) {
     const std::string run_dir = p.checkpoint_dir.substr(0, p.checkpoint_dir.rfind('/'));
     metrics = last_metrics_line(read_file(files::join(run_dir, "metrics.jsonl")));
   }
-  p.metrics = metrics.empty() ? last_metrics_line(text) : metrics;
+  if (metrics.empty()) metrics = last_metrics_line(text);
+  // With --per-rank-logs, train's lines are in the ranks' files; rank 0 logs the progress.
+  if (metrics.empty()) metrics = last_metrics_line(read_file(rank_log_path(p.log, 0)));
+  p.metrics = metrics;
   return p;
 }
 
