@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "train/error.h"
+#include "train/launcher/sweep.h"
 
 namespace train {
 namespace {
@@ -491,7 +492,7 @@ SbatchPlan plan_sbatch(const SbatchOptions& o) {
     plan.array_tasks = static_cast<int>(a.task_args.size());
   }
   plan.output = !o.output.empty()          ? o.output
-                : plan.array_tasks > 0     ? o.array_tasks->run_root + "/task-%a/train.out"
+                : plan.array_tasks > 0     ? o.array_tasks->run_root + "/task-%a/" + kSweepLogFile
                 : plan.array_chain > 0     ? kDefaultArrayOutput
                                            : kDefaultOutput;
   plan.error = o.error;

@@ -265,7 +265,11 @@ std::pair<SweepIndex, std::vector<SweepResult>> read_sweep(const std::string& ou
   SweepIndex index = parse_sweep_index(text, path);
   std::vector<SweepResult> results;
   for (std::size_t i = 0; i < index.tasks.size(); ++i) {
-    const std::string metrics = read_file(files::join(sweep_task_dir(output_dir, static_cast<int>(i)), kSweepMetricsFile));
+    // train appends epoch lines to its --metrics file and prints its done line last on stdout, into
+    // the task's log (DIR/task-N/train.out unless --output moved it).
+    const std::string task_dir = sweep_task_dir(output_dir, static_cast<int>(i));
+    const std::string metrics = read_file(files::join(task_dir, kSweepMetricsFile)) + "\n" +
+                                read_file(files::join(task_dir, kSweepLogFile));
     results.push_back(parse_task_metrics(static_cast<int>(i), index.tasks[i], metrics));
   }
   return {index, results};

@@ -304,8 +304,11 @@ TEST(SweepReportCli, PrintsTheTableAndSaysWhyThereIsNoPng) {
   for (int i = 0; i < 4; ++i) {
     const std::string task = dir.file("task-" + std::to_string(i));
     mkdir(task.c_str(), 0755);
-    write_text(task + "/metrics.jsonl", "{\"event\":\"epoch\",\"epoch\":1,\"test_accuracy\":0.5}\n{\"event\":\"done\","
-                                        "\"epochs\":1,\"test_loss\":0.3,\"test_accuracy\":0.9" + std::to_string(i) + "}\n");
+    // As train writes them: epoch lines in --metrics, the done line last in its log.
+    write_text(task + "/metrics.jsonl", "{\"event\":\"epoch\",\"epoch\":1,\"test_accuracy\":0.5}\n");
+    write_text(task + "/train.out", "sweep: job 5 (task " + std::to_string(i) + " of array 4)\n2026 info [rank 0/1 n] "
+                                    "Test set: ...\n{\"event\":\"done\",\"epochs\":1,\"test_loss\":0.3,"
+                                    "\"test_accuracy\":0.9" + std::to_string(i) + "}\n");
   }
   // No matplotlib and no gnuplot on this PATH (python3 is a fake that fails).
   Env env = no_slurm_env(dir);

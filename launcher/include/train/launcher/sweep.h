@@ -16,6 +16,8 @@ constexpr char kSweepIndexFile[] = "sweep.json";
 constexpr char kSweepScriptFile[] = "sweep.sh";
 /// Each task's metrics (train --metrics), in its run folder.
 constexpr char kSweepMetricsFile[] = "metrics.jsonl";
+/// Each task's log (the array's default --output), in its run folder; train's done line ends it.
+constexpr char kSweepLogFile[] = "train.out";
 /// Most tasks one sweep may have: SLURM's default MaxArraySize (1001) allows indices 0-1000.
 constexpr int kMaxSweepTasks = 1001;
 
@@ -74,7 +76,7 @@ struct SweepResult {
 /// A task's result from the text of its metrics file (JSON lines; lines that aren't JSON are skipped).
 SweepResult parse_task_metrics(int task, const SweepPoint& params, const std::string& metrics_text);
 
-/// Reads DIR/sweep.json and every task's metrics file.
+/// Reads DIR/sweep.json, and every task's metrics file and log (for train's done line).
 /// @throws train::ConfigError when DIR holds no sweep index.
 std::pair<SweepIndex, std::vector<SweepResult>> read_sweep(const std::string& output_dir);
 
