@@ -298,13 +298,14 @@ JobProgress job_progress(const JobInfo& job) {
   if (!p.log_exists) return p;
   p.checkpoint_dir = checkpoint_dir_from_log(text, job.work_dir);
   if (!p.checkpoint_dir.empty()) p.checkpoint = newest_checkpoint(p.checkpoint_dir);
-  // A sweep's task writes its metrics next to its checkpoints (RUN_DIR/metrics.jsonl).
-  std::string metrics;
+  // A sweep's task writes its epoch lines next to its checkpoints (RUN_DIR/metrics.jsonl); train's
+  // done line, once there, is the last JSON line of the log.
+  std::string metrics_file;
   if (!p.checkpoint_dir.empty()) {
     const std::string run_dir = p.checkpoint_dir.substr(0, p.checkpoint_dir.rfind('/'));
-    metrics = last_metrics_line(read_file(files::join(run_dir, "metrics.jsonl")));
+    metrics_file = read_file(files::join(run_dir, "metrics.jsonl"));
   }
-  if (metrics.empty()) metrics = last_metrics_line(text);
+  std::string metrics = last_metrics_line(metrics_file + "\n" + text);
   // With --per-rank-logs, train's lines are in the ranks' files; rank 0 logs the progress.
   if (metrics.empty()) metrics = last_metrics_line(read_file(rank_log_path(p.log, 0)));
   p.metrics = metrics;

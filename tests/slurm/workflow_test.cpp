@@ -156,8 +156,9 @@ class Workflow : public ::testing::Test {
   Env env_;
 };
 
-// A stand-in for train in a sweep: reads --lr, --batch-size and --metrics, and writes train's epoch
-// and done lines with an accuracy computed from its parameters (0.5 + lr/10 + batch-size/10000).
+// A stand-in for train in a sweep: reads --lr, --batch-size and --metrics, and writes as train does
+// an epoch line to the metrics file and the done line to stdout, with an accuracy computed from its
+// parameters (0.5 + lr/10 + batch-size/10000).
 const char kSweepProgram[] = R"(#!/bin/bash
 set -eu
 lr=; bs=; metrics=/dev/null
@@ -172,7 +173,6 @@ done
 acc=$(awk -v lr="$lr" -v bs="$bs" 'BEGIN { printf "%.6f", 0.5 + lr / 10 + bs / 10000 }')
 echo "{\"event\":\"epoch\",\"epoch\":1,\"step\":10,\"test_accuracy\":$acc}" >> "$metrics"
 done_line="{\"event\":\"done\",\"epochs\":1,\"steps\":10,\"test_loss\":0.25,\"test_accuracy\":$acc,\"world_size\":${SLURM_NTASKS:-1}}"
-echo "$done_line" >> "$metrics"
 echo "$done_line"
 )";
 
