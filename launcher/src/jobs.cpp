@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <map>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -312,6 +313,34 @@ JobProgress job_progress(const JobInfo& job) {
   return p;
 }
 
+std::string pending_reason_text(const std::string& reason) {
+  static const std::map<std::string, std::string> kReasons = {
+      {"Priority", "other jobs come first; it starts when they have run (squeue --start shows an estimate)."},
+      {"Resources", "it is next, waiting for nodes to free up (trainctl resources shows what is in use)."},
+      {"JobArrayTaskLimit", "the array's %N throttle: it starts when a running task of the array ends."},
+      {"BeginTime", "it may not start before its begin time (a requeued job waits a moment before it runs again)."},
+      {"Dependency", "it waits for the job it depends on (--dependency)."},
+      {"DependencyNeverSatisfied", "it will never start: the job it depends on failed. Cancel it (trainctl cancel)."},
+      {"PartitionTimeLimit", "it will never start: its --time is above the partition's MaxTime. Cancel it and resubmit "
+                             "with a shorter --time (trainctl resources shows the limits)."},
+      {"PartitionNodeLimit", "it will never start: it asks for more nodes than the partition allows. Cancel it and ask "
+                             "for fewer (trainctl resources)."},
+      {"ReqNodeNotAvail", "a node it needs is down, drained or reserved (trainctl resources shows node states)."},
+      {"PartitionDown", "its partition is down; it starts when an administrator brings it up."},
+      {"PartitionInactive", "its partition is inactive; it starts when an administrator brings it up."},
+      {"QOSMaxJobsPerUserLimit", "you have as many jobs running as your QOS allows; it starts when one ends."},
+      {"AssocGrpGRES", "your account's GPU limit is reached; it starts when your other jobs free GPUs."},
+      {"AssocGrpCpuLimit", "your account's CPU limit is reached; it starts when your other jobs free CPUs."},
+      {"InvalidAccount", "it will never start: the account is not valid here. Cancel it and resubmit with --account."},
+      {"InvalidQOS", "it will never start: the QOS is not valid here. Cancel it and resubmit with --qos."},
+      {"BadConstraints", "it will never start: no node has the requested features. Cancel it and check --constraint."},
+      {"JobHeldUser", "you held it (scontrol hold): scontrol release JOBID lets it start."},
+      {"JobHeldAdmin", "an administrator held it; ask them, or cancel it."},
+  };
+  const auto it = kReasons.find(reason);
+  return it == kReasons.end() ? "" : it->second;
+}
+
 std::string render_status(const std::vector<JobInfo>& jobs, const std::vector<JobProgress>& progress) {
   std::vector<std::vector<std::string>> rows = {{"JOBID", "NAME", "STATE", "REASON", "ELAPSED", "NODES", "RESTARTS"}};
   for (const JobInfo& j : jobs) {
@@ -335,6 +364,10 @@ std::string render_status(const std::vector<JobInfo>& jobs, const std::vector<Jo
   for (std::size_t i = 0; i < jobs.size() && i < progress.size(); ++i) {
     const JobProgress& p = progress[i];
     out += "\n" + jobs[i].id + ":\n";
+    if (jobs[i].state == "PENDING") {
+      const std::string why = pending_reason_text(jobs[i].reason);
+      if (!why.empty()) out += "  waiting     " + jobs[i].reason + ": " + why + "\n";
+    }
     const std::string missing = is_final_state(jobs[i].state) ? " (no such file)" : " (not written yet)";
     out += "  log         " + (p.log.empty() ? std::string("-") : p.log + (p.log_exists ? "" : missing)) + "\n";
     out += "  checkpoint  " +

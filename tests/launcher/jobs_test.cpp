@@ -225,6 +225,9 @@ TEST_F(FakeScontrol, StatusShowsStateCheckpointAndMetrics) {
   EXPECT_EQ(array->exit_code(), 0) << array->err();
   EXPECT_TRUE(contains(array->out(), "20_1        sweep  COMPLETED")) << array->out();
   EXPECT_TRUE(contains(array->out(), "20_[2-3%2]  sweep  PENDING    JobArrayTaskLimit")) << array->out();
+  EXPECT_TRUE(contains(array->out(), "  waiting     JobArrayTaskLimit: the array's %N throttle")) << array->out();
+  EXPECT_TRUE(contains(pending_reason_text("PartitionTimeLimit"), "it will never start"));
+  EXPECT_EQ(pending_reason_text("SomethingNew"), "");
   // A job the controller forgot, from the completion log.
   const auto old = trainctl_in({"status", "31"});
   EXPECT_EQ(old->exit_code(), 0) << old->err();

@@ -1,8 +1,9 @@
 // SLURM tests of the work around a job, against the real local cluster (scripts/local-slurm.sh):
 // a 2x2 `trainctl sweep` as one job array and its report, `trainctl resources` against sinfo,
-// `status`, `logs -f`, per-rank logs and `cancel --signal` on a running job, `interactive --run`
-// with its setup lines, and clear errors for unknown job ids. The jobs run small shell programs
-// (no LibTorch), one CPU each. A cluster that doesn't answer is a failure, unless TRAIN_TEST_SLURM=0.
+// `status`, `logs -f`, per-rank logs and `cancel --signal` on a running job, a waiting job explained
+// and cancelled, `interactive --run` with its setup lines, and clear errors for unknown job ids.
+// The jobs run small shell programs (no LibTorch), one CPU each. A cluster that doesn't answer is
+// a failure, unless TRAIN_TEST_SLURM=0 skips them.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -428,6 +429,38 @@ TEST_F(Workflow, InteractiveRunsTheSetupLinesOnTheAllocation) {
   EXPECT_TRUE(contains(r.out, "mark=ready on node1\nmark=ready on node2\n")) << r.out << r.err;
   EXPECT_TRUE(contains(r.err, "Granted job allocation")) << r.err;
   EXPECT_TRUE(contains(r.err, "interactive: job ")) << r.err;
+}
+
+TEST_F(Workflow, StatusExplainsAWaitingJobAndCancelDropsIt) {
+  test::TempDir dir("workflow-waiting");
+  // A job that can't start for an hour: it waits with the reason BeginTime.
+  const auto submit = run_in(dir.path(), {test::find_on_path("sbatch"), "--parsable", "--begin=now+3600",
+                                          "--job-name=later", "--output=/dev/null", "--wrap=true"},
+                             env_);
+  ASSERT_EQ(submit->exit_code(), 0) << submit->err();
+  const std::string id = test::last_line(submit->out());
+  CancelAtExit guard{id, env_};
+  const auto status = run_in(dir.path(), {bin("trainctl"), "status"}, env_);
+  ASSERT_EQ(status->exit_code(), 0) << status->err();
+  const auto rows = status_rows(status->out());
+  ASSERT_EQ(rows.count(id), 1u) << status->out();
+  EXPECT_EQ(rows.at(id)[2], "PENDING") << status->out();
+  EXPECT_EQ(rows.at(id)[3], "BeginTime") << status->out();
+  EXPECT_TRUE(contains(status->out(), "  waiting     BeginTime: it may not start before its begin time")) << status->out();
+  // cancel --signal on a job with nothing running: no signal, just the cancel.
+  const auto cancel = run_in(dir.path(), {bin("trainctl"), "cancel", id, "--signal", "USR2"}, env_);
+  ASSERT_EQ(cancel->exit_code(), 0) << cancel->err();
+  EXPECT_EQ(cancel->out(), "job " + id + ": no task running (PENDING), so no signal sent and nothing to checkpoint.\n"
+                           "job " + id + ": cancelled (scancel).\n");
+  std::string state;
+  EXPECT_TRUE(wait_until([&] { return is_final(state = job_state(id, env_)); })) << state;
+  EXPECT_EQ(state, "CANCELLED");
+  // A second cancel says it has ended.
+  const auto again = run_in(dir.path(), {bin("trainctl"), "cancel", id}, env_);
+  EXPECT_EQ(again->exit_code(), 1);
+  EXPECT_TRUE(contains(again->err(), "JOBID " + id + ": expected a pending or running job to cancel, found it ended "
+                                     "(CANCELLED). Hint: "))
+      << again->err();
 }
 
 TEST_F(Workflow, UnknownJobIdsAreClearErrors) {

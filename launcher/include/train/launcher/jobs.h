@@ -86,8 +86,13 @@ std::string last_metrics_line(const std::string& log_text);
 /// Reads a job's log, checkpoint folder and metrics.
 JobProgress job_progress(const JobInfo& job);
 
+/// What a pending job's Reason means for the user, and whether it will ever start ("" for reasons
+/// without an explanation here).
+std::string pending_reason_text(const std::string& reason);
+
 /// The table `trainctl status` prints: one row per job (id, name, state, reason, elapsed, nodes,
-/// restarts), then for each job its log, newest checkpoint and last metrics line.
+/// restarts), then for each job what its pending reason means, its log, newest checkpoint and last
+/// metrics line.
 std::string render_status(const std::vector<JobInfo>& jobs, const std::vector<JobProgress>& progress);
 
 /// The file srun wrote for one rank with --per-rank-logs, given the job's log path (logs/x-12.out
