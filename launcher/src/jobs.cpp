@@ -206,16 +206,17 @@ std::vector<JobInfo> query_jobs(const std::string& id) {
     // scontrol lists the newest first; users read job and task ids upwards.
     const auto key = [](const JobInfo& j) {
       const std::string& base = j.array_job_id.empty() ? j.job_id : j.array_job_id;
-      const bool single_task = !j.array_task_id.empty() && std::isdigit(static_cast<unsigned char>(j.array_task_id[0])) &&
-                               j.array_task_id.find_first_not_of("0123456789") == std::string::npos;
-      return std::make_tuple(base.size(), base, j.array_task_id.empty() ? -1L : single_task ? std::stol(j.array_task_id) : 1L << 40);
+      const std::string& task = j.array_task_id;
+      const bool single = !task.empty() && task.size() < 10 && task.find_first_not_of("0123456789") == std::string::npos;
+      const long order = task.empty() ? -1L : single ? std::stol(task) : 1L << 40;  // pending groups last
+      return std::make_tuple(base.size(), base, order);
     };
     std::stable_sort(jobs.begin(), jobs.end(), [&](const JobInfo& a, const JobInfo& b) { return key(a) < key(b); });
     if (!jobs.empty() || id.empty()) return jobs;
   }
   const std::string message = trim(r.err + r.out);
-  if (id.empty() || message.find("Invalid job id") == std::string::npos) {
-    if (r.exit_code == 0 && id.empty()) return {};
+  const bool unknown = r.exit_code == 0 || message.find("Invalid job id") != std::string::npos;
+  if (id.empty() || !unknown) {
     throw ConfigError("scontrol show job" + (id.empty() ? std::string() : " " + id) +
                           ": expected the controller's list of jobs, found exit code " + std::to_string(r.exit_code) +
                           ": " + message + ".",
