@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "train/error.h"
@@ -396,6 +397,8 @@ namespace {
 
 /// One file `trainctl logs` prints from, and how far it got.
 struct LogSource {
+  LogSource(std::string file, std::string line_prefix, int rank = -1)
+      : path(std::move(file)), prefix(std::move(line_prefix)), filter_rank(rank) {}
   std::string path;
   std::string prefix;       ///< put before each line ("[rR] " for a rank's own file)
   int filter_rank = -1;     ///< keep only this rank's lines; -1: all
@@ -467,26 +470,26 @@ int show_logs(const LogsRequest& request, const std::function<bool(const std::st
                           (job.work_dir.empty() ? std::string(".") : " (" + job.work_dir + ")."));
   }
   std::vector<LogSource> sources;
-  auto add_rank_files = [&](bool only_existing) {
+  auto add_rank_files = [&]() {
     // srun's per-rank files (--per-rank-logs) sit next to the job's log: NAME-R.EXT.
     const int ranks = std::max(job.num_tasks, 1);
     for (int r = 0; r < ranks; ++r) {
       if (request.rank >= 0 && r != request.rank) continue;
       const std::string path = rank_log_path(log, r);
-      if (only_existing && !file_exists(path)) continue;
+      if (!file_exists(path)) continue;
       if (std::any_of(sources.begin(), sources.end(), [&](const LogSource& s) { return s.path == path; })) continue;
-      sources.push_back({path, request.rank >= 0 ? "" : "[r" + std::to_string(r) + "] "});
+      sources.emplace_back(path, request.rank >= 0 ? "" : "[r" + std::to_string(r) + "] ");
     }
   };
   if (request.rank >= 0) {
     if (file_exists(rank_log_path(log, request.rank))) {
-      add_rank_files(true);
+      add_rank_files();
     } else {
-      sources.push_back({log, "", request.rank});  // one log: the lines with the rank's prefix
+      sources.emplace_back(log, "", request.rank);  // one log: the lines with the rank's prefix
     }
   } else {
-    sources.push_back({log, ""});
-    add_rank_files(true);
+    sources.emplace_back(log, "");
+    add_rank_files();
   }
   if (!request.follow) {
     if (!file_exists(sources.front().path)) {
@@ -502,7 +505,7 @@ int show_logs(const LogsRequest& request, const std::function<bool(const std::st
   std::string state = job.state;
   auto next_state_check = std::chrono::steady_clock::now();
   while (true) {
-    if (request.rank < 0) add_rank_files(true);  // ranks start after the script's first lines
+    if (request.rank < 0) add_rank_files();  // ranks start after the script's first lines
     for (LogSource& s : sources) {
       if (!pump(s, false, write)) return 1;
     }
