@@ -505,7 +505,7 @@ int show_logs(const LogsRequest& request, const std::function<bool(const std::st
   std::string state = job.state;
   auto next_state_check = std::chrono::steady_clock::now();
   while (true) {
-    if (request.rank < 0) add_rank_files();  // ranks start after the script's first lines
+    add_rank_files();  // srun opens the ranks' files after the script's first lines
     for (LogSource& s : sources) {
       if (!pump(s, false, write)) return 1;
     }
