@@ -122,6 +122,46 @@ DeviceChoice choose_device(const DistEnv& dist, int visible_gpus, const std::str
       "--gpus-per-task=1, or use --backend gloo.");
 }
 
+std::string slurm_gpu_allocation(const EnvMap& env) {
+  auto value = [&](const char* name) {
+    const auto it = env.find(name);
+    return it == env.end() ? std::string() : trim(it->second);
+  };
+  std::string out;
+  auto add = [&](const std::string& name, const std::string& v) { out += (out.empty() ? "" : ", ") + name + "=" + v; };
+  const std::string on_node = value("SLURM_GPUS_ON_NODE");
+  if (!on_node.empty() && on_node != "0") add("SLURM_GPUS_ON_NODE", on_node);
+  for (const char* name : {"SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_PER_NODE", "SLURM_GPUS",
+                           "SLURM_GPUS_PER_TASK"}) {
+    const std::string v = value(name);
+    if (!v.empty() && v != "0") add(name, v);
+  }
+  // SLURM sets CUDA_VISIBLE_DEVICES for a job with GPUs ("NoDevFiles" or nothing for one without);
+  // outside a job it may be a user's own setting, so it counts only inside one.
+  const bool in_job = !value("SLURM_JOB_ID").empty() || !value("SLURM_JOBID").empty();
+  const std::string visible = value(kVisibleDevices);
+  if (in_job && (!out.empty() || (!visible.empty() && valid_entry(visible.substr(0, visible.find(',')), -1)))) {
+    if (!visible.empty()) add(kVisibleDevices, visible);
+  }
+  return out;
+}
+
+void check_allocated_gpus_usable(const EnvMap& env, const std::string& device_flag, int cuda_devices,
+                                 const std::string& cuda_report) {
+  if (device_flag != "auto" || cuda_devices > 0) return;
+  const std::string allocation = slurm_gpu_allocation(env);
+  if (allocation.empty()) return;
+  throw ConfigError(
+      "--device auto: expected CUDA devices, since SLURM allocated GPUs to this job (" + allocation +
+          "), found that CUDA reports none (" + cuda_report +
+          "). Likely causes: a CPU-only torch in the environment (pip's default wheel on some platforms; "
+          "check python -c 'import torch; print(torch.version.cuda)'), a CUDA or driver module not loaded "
+          "(module load cuda), a container started without GPU access (apptainer exec --nv), or a broken "
+          "driver on this node (nvidia-smi).",
+      "fix the environment so that CUDA works on the node, or pass --device cpu to train on the CPU on "
+      "purpose.");
+}
+
 DeviceChoice choose_device(const DistEnv& dist, const EnvMap& env, const std::string& requested_backend) {
   return choose_device(dist, count_visible_gpus(env), requested_backend, env);
 }

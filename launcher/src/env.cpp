@@ -228,6 +228,12 @@ DistEnv resolve_torchrun(const Vars& vars, DistEnv out) {
                       "--rdzv-endpoint / --master-addr).");
   }
   out.job_id = job_id_of(vars);
+  if (const std::string* agent = vars.get("TORCHELASTIC_USE_AGENT_STORE")) {
+    out.agent_store = *agent == "True" || *agent == "true" || *agent == "1";
+  }
+  if (vars.has("TORCHELASTIC_RESTART_COUNT")) {
+    out.restart_count = get_int(vars, "TORCHELASTIC_RESTART_COUNT", 0, kTorchrunHint).value;
+  }
   return out;
 }
 
@@ -424,6 +430,43 @@ DistEnv resolve_slurm(const Vars& vars, DistEnv out) {
 
 }  // namespace
 
+void check_world_size_agrees(const std::string& name, const std::string& value, const DistEnv& env) {
+  const char* hint =
+      "WORLD_SIZE (or --world-size) is only a check under SLURM: the step's task count decides. Request "
+      "the tasks with #SBATCH --nodes/--ntasks-per-node (or srun -n), and compute WORLD_SIZE from the same "
+      "numbers, e.g. $((SLURM_NNODES * SLURM_NTASKS_PER_NODE)), or unset it.";
+  const int world = parse_int(name, value, 1, hint);
+  if (world != env.world_size) {
+    throw ConfigError(name + "=" + value + ": expected the " + std::to_string(env.world_size) +
+                          " tasks that SLURM started in this step (SLURM_PROCID=" + std::to_string(env.rank) +
+                          " of " + std::to_string(env.world_size) + "), found " + std::to_string(world) + ".",
+                      hint);
+  }
+}
+
+void apply_init_method(const std::string& init_method, DistEnv& env) {
+  const std::string prefix = "tcp://";
+  const char* hint = "pass --init-method tcp://HOST:PORT with the host of rank 0 and a free port, e.g. "
+                     "tcp://$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n 1):29500, or leave it "
+                     "out to use MASTER_ADDR/MASTER_PORT or the derived ones.";
+  if (init_method.rfind(prefix, 0) != 0) {
+    throw ConfigError("--init-method '" + init_method + "': expected tcp://HOST:PORT, found " +
+                          (init_method.rfind("env://", 0) == 0 ? std::string("env:// (use MASTER_ADDR/MASTER_PORT, "
+                                                                            "or leave --init-method out)")
+                                                                : std::string("another form")) + ".",
+                      hint);
+  }
+  const std::string rest = init_method.substr(prefix.size());
+  const std::size_t colon = rest.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == rest.size()) {
+    throw ConfigError("--init-method '" + init_method + "': expected tcp://HOST:PORT, found no host or no port.", hint);
+  }
+  std::string host = rest.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  env.master_addr = parse_addr("--init-method host", host);
+  env.master_port = parse_port("--init-method port", rest.substr(colon + 1));
+}
+
 EnvMap current_environment() {
   EnvMap env;
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
@@ -445,6 +488,13 @@ DistEnv resolve_env(const EnvMap& env, const std::string& host) {
 
   const bool has_rank = vars.has("RANK");
   const bool has_world = vars.has("WORLD_SIZE");
+  if (has_world && !has_rank && vars.has("SLURM_PROCID")) {
+    // The common job-script recipe: export WORLD_SIZE=$((SLURM_NNODES * SLURM_NTASKS_PER_NODE)),
+    // then srun. SLURM gives each task its rank; WORLD_SIZE must agree with the step's tasks.
+    DistEnv slurm = resolve_slurm(vars, out);
+    check_world_size_agrees("WORLD_SIZE", *vars.get("WORLD_SIZE"), slurm);
+    return slurm;
+  }
   if (has_rank != has_world) {
     const std::string set = has_rank ? "RANK" : "WORLD_SIZE";
     const std::string unset = has_rank ? "WORLD_SIZE" : "RANK";

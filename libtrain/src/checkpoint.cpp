@@ -4,9 +4,9 @@
 #include "train/error.h"
 #include "train/files.h"
 #include "train/log.h"
+#include "train/sha256.h"
 
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,15 +20,6 @@ namespace {
 
 constexpr char kMagic[8] = {'L', 'T', 'C', 'K', 'P', 'T', '0', '1'};
 constexpr size_t kTrailer = 8 + 32 + 8;
-
-void sha256(const char* data, size_t n, unsigned char out[32]) {
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-  EVP_DigestUpdate(ctx, data, n);
-  unsigned int len = 0;
-  EVP_DigestFinal_ex(ctx, out, &len);
-  EVP_MD_CTX_free(ctx);
-}
 
 void write_all(int fd, const char* data, size_t n, const std::string& path) {
   while (n > 0) {
@@ -76,12 +67,11 @@ std::string CheckpointDir::save(torch::serialize::OutputArchive& archive, int64_
                           "this is a bug in libtrain or a custom model; please report it.");
   }
   const std::string bytes = buf.str();
-  unsigned char digest[32];
-  sha256(bytes.data(), bytes.size(), digest);
+  const auto digest = sha256(bytes.data(), bytes.size());
   char trailer[kTrailer];
   uint64_t len = bytes.size();
   for (int i = 0; i < 8; ++i) trailer[i] = static_cast<char>((len >> (8 * i)) & 0xff);
-  std::memcpy(trailer + 8, digest, 32);
+  std::memcpy(trailer + 8, digest.data(), 32);
   std::memcpy(trailer + 40, kMagic, 8);
 
   const std::string final_path = path_for(step);
@@ -165,9 +155,8 @@ std::vector<char> CheckpointDir::read_verified(const std::string& path) {
                               std::to_string(data.size() - kTrailer) + ".",
                           "the file is damaged; an older checkpoint is used instead.");
   }
-  unsigned char digest[32];
-  sha256(data.data(), len, digest);
-  if (std::memcmp(digest, t + 8, 32) != 0) {
+  const auto digest = sha256(data.data(), len);
+  if (std::memcmp(digest.data(), t + 8, 32) != 0) {
     throw CheckpointError(path + ": SHA-256 of the archive does not match the one recorded in the file.",
                           "the file is corrupt; an older checkpoint is used instead.");
   }
@@ -175,11 +164,12 @@ std::vector<char> CheckpointDir::read_verified(const std::string& path) {
   return data;
 }
 
-std::unique_ptr<torch::serialize::InputArchive> CheckpointDir::load_file(const std::string& path) {
+std::unique_ptr<torch::serialize::InputArchive> CheckpointDir::load_file(const std::string& path,
+                                                                        std::optional<c10::Device> device) {
   std::vector<char> bytes = read_verified(path);
   auto archive = std::make_unique<torch::serialize::InputArchive>();
   try {
-    archive->load_from(bytes.data(), bytes.size());
+    archive->load_from(bytes.data(), bytes.size(), device);
   } catch (const std::exception& e) {
     throw CheckpointError(path + ": checksum verified but the archive does not parse (" +
                               std::string(e.what()).substr(0, 200) + ").",
@@ -189,11 +179,11 @@ std::unique_ptr<torch::serialize::InputArchive> CheckpointDir::load_file(const s
 }
 
 std::optional<std::pair<std::unique_ptr<torch::serialize::InputArchive>, CheckpointFile>>
-CheckpointDir::load_latest_valid() const {
+CheckpointDir::load_latest_valid(std::optional<c10::Device> device) const {
   auto files = list();
   for (auto it = files.rbegin(); it != files.rend(); ++it) {
     try {
-      auto archive = load_file(it->path);
+      auto archive = load_file(it->path, device);
       return std::make_pair(std::move(archive), *it);
     } catch (const CheckpointError& e) {
       log::warn(std::string("skipping checkpoint: ") + e.what());

@@ -177,13 +177,18 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const DistEnv& env,
   impl->guarded("rendezvous with " + env.master_addr + ":" + std::to_string(env.master_port), [&] {
     c10d::TCPStoreOptions so;
     so.port = static_cast<uint16_t>(env.master_port);
-    so.isServer = env.rank == 0;
+    // Under torchrun the agent already serves the store on MASTER_PORT: binding it again fails,
+    // so every rank connects as a client (as torch.distributed does).
+    so.isServer = env.rank == 0 && !env.agent_store;
     so.numWorkers = env.world_size;
-    so.waitWorkers = true;
+    so.waitWorkers = true;  // clients count themselves in; the server waits for all of them
     so.timeout = options.timeout;
     auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
-    // A prefix keeps our keys apart should the user reuse the store.
-    impl->store = c10::make_intrusive<c10d::PrefixStore>("libtrain", tcp);
+    // A prefix keeps our keys apart should the user reuse the store, and one attempt's keys
+    // apart from the next when torchrun restarts the workers.
+    const std::string prefix =
+        env.agent_store ? "libtrain/attempt_" + std::to_string(env.restart_count) : std::string("libtrain");
+    impl->store = c10::make_intrusive<c10d::PrefixStore>(prefix, tcp);
   });
   impl->start_heartbeat();
 

@@ -1,38 +1,28 @@
-// The training loop: whole dataset resident on the device, DistributedSampler batches, DDP when
-// the world has more than one rank, evaluation sharded over ranks with exact totals.
+// The Trainer: set-up (threads, device, data, process group, model, optimizer, resume, DDP), then
+// the loop (steps, logs, preemption checks, evaluation, checkpoints), then the done line.
 #include "train/trainer.h"
 
-#include "train/adadelta.h"
 #include "train/checkpoint.h"
-#include "train/datasets/dataset.h"
 #include "train/ddp.h"
 #include "train/error.h"
 #include "train/files.h"
 #include "train/launcher/device.h"
 #include "train/log.h"
-#include "train/models/model.h"
 #include "train/process_group.h"
 #include "train/sampler.h"
+#include "train/sha256.h"
+#include "train/training_state.h"
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
-#include <openssl/evp.h>
 #include <torch/cuda.h>
+#include <torch/nn/functional/activation.h>
 #include <torch/nn/functional/loss.h>
-#include <torch/optim/sgd.h>
 #include <torch/serialize.h>
 
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Context.h>
-#include <ATen/ops/tensor.h>
-
-#include <atomic>
 #include <chrono>
 #include <csignal>
-#include <cstring>
-#include <ctime>
-#include <sstream>
-#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <thread>
@@ -45,22 +35,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
 std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), f, v);
   return buf;
-}
-
-struct Recipe {
-  std::string optimizer;
-  int64_t batch_size;
-  double lr, gamma, weight_decay;
-  std::string dataset;
-};
-
-Recipe recipe_for(const std::string& model) {
-  if (model == "cifar10") return {"sgd", 256, 0.1, 1.0, 1e-4, "cifar10"};
-  return {"adadelta", 64, 1.0, 0.7, 0.0, "fashion-mnist"};
 }
 
 // Appends JSON lines to --metrics on rank 0; every line is flushed so a killed job keeps them.
@@ -84,11 +64,26 @@ class MetricsWriter {
   std::ofstream out_;
 };
 
+// Intra-op threads: the CPUs this process may run on (SLURM's task affinity, taskset, cgroup
+// cpusets), not every core of the machine, shared among the ranks on this node.
+int pick_threads(const TrainConfig& c, const DistEnv& env) {
+  if (c.threads > 0) return c.threads;
+  cpu_set_t set;
+  int cores = 0;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) cores = CPU_COUNT(&set);
+  if (cores <= 0) cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const bool shared = cores >= static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, shared ? cores / std::max(1, env.local_world_size) : cores);
+}
+
 at::Device pick_device(const TrainConfig& c, const DistEnv& env) {
   const bool want_cuda = c.device == "cuda" || (c.device == "auto" && c.backend != "gloo");
   if (c.device == "cpu" || !want_cuda) return at::Device(at::kCPU);
   const int count = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
   if (count == 0) {
+    // SLURM gave this job GPUs but CUDA sees none: stop rather than train on the CPU unasked.
+    check_allocated_gpus_usable(current_environment(), c.device, 0,
+                                "torch reports " + std::to_string(count) + " CUDA devices");
     if (c.device == "auto") return at::Device(at::kCPU);
     const char* vis = std::getenv("CUDA_VISIBLE_DEVICES");
     throw ConfigError("--device cuda: expected a visible CUDA device, found none (CUDA_VISIBLE_DEVICES=" +
@@ -113,66 +108,8 @@ Backend choose_backend(const TrainConfig& c, const at::Device& device) {
   return device.is_cuda() ? Backend::nccl : Backend::gloo;
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainConfig& c, const Recipe& r,
-                                                        torch::nn::Module& model, double lr) {
-  const std::string name = c.optimizer == "auto" ? r.optimizer : c.optimizer;
-  const double wd = c.weight_decay >= 0 ? c.weight_decay : r.weight_decay;
-  if (name == "adadelta") {
-    return std::make_unique<optim::Adadelta>(model.parameters(),
-                                             optim::AdadeltaOptions(lr).weight_decay(wd));
-  }
-  return std::make_unique<torch::optim::SGD>(
-      model.parameters(), torch::optim::SGDOptions(lr).momentum(c.momentum).weight_decay(wd));
-}
-
 void set_lr(torch::optim::Optimizer& opt, double lr) {
   for (auto& g : opt.param_groups()) g.options().set_lr(lr);
-}
-
-at::Tensor loss_of(const models::Model& model, const at::Tensor& out, const at::Tensor& target,
-                   torch::nn::functional::NLLLossFuncOptions::reduction_t reduction) {
-  namespace F = torch::nn::functional;
-  if (model.output_kind() == models::OutputKind::log_probs) {
-    return F::nll_loss(out, target, F::NLLLossFuncOptions().reduction(reduction));
-  }
-  return F::nll_loss(torch::log_softmax(out, 1), target, F::NLLLossFuncOptions().reduction(reduction));
-}
-
-struct EvalResult {
-  double loss = 0, accuracy = 0;
-  int64_t correct = 0, count = 0;
-};
-
-// Each rank evaluates samples rank, rank + world, ...: no padding, so the all-reduced totals
-// equal single-process evaluation.
-EvalResult evaluate(models::Model& model, const datasets::TensorDataset& test, int64_t batch,
-                    ProcessGroup* pg, int rank, int world, bool one_batch) {
-  torch::NoGradGuard no_grad;
-  model.eval();
-  const auto device = test.images.device();
-  at::Tensor idx = torch::arange(rank, test.size(), world, at::TensorOptions().dtype(at::kLong).device(device));
-  at::Tensor totals = torch::zeros({3}, at::TensorOptions().dtype(at::kDouble).device(device));
-  const int64_t n = idx.size(0);
-  for (int64_t start = 0; start < n; start += batch) {
-    const int64_t len = std::min(batch, n - start);
-    at::Tensor i = idx.narrow(0, start, len);
-    at::Tensor x = test.images.index_select(0, i);
-    at::Tensor y = test.labels.index_select(0, i);
-    at::Tensor out = model.forward(x);
-    totals[0] += loss_of(model, out, y, torch::kSum).to(at::kDouble);
-    totals[1] += out.argmax(1).eq(y).sum().to(at::kDouble);
-    totals[2] += static_cast<double>(len);
-    if (one_batch) break;
-  }
-  if (pg != nullptr) pg->allreduce_sum(totals);
-  at::Tensor t = totals.cpu();
-  EvalResult r;
-  r.count = static_cast<int64_t>(t[2].item<double>());
-  r.correct = static_cast<int64_t>(t[1].item<double>());
-  r.loss = r.count > 0 ? t[0].item<double>() / r.count : 0.0;
-  r.accuracy = r.count > 0 ? static_cast<double>(r.correct) / r.count : 0.0;
-  model.train();
-  return r;
 }
 
 void save_model_atomically(torch::nn::Module& model, const std::string& path) {
@@ -191,63 +128,74 @@ void save_model_atomically(torch::nn::Module& model, const std::string& path) {
   }
 }
 
+PreemptionOptions preemption_options(const TrainConfig& c) {
+  PreemptionOptions o;
+  o.requeue_signals = parse_signal_list(c.preempt_signals);
+  o.stop_signals = {SIGTERM, SIGINT};
+  o.time_margin_sec = c.time_margin_sec;
+  return o;
+}
+
 }  // namespace
 
-void validate(const TrainConfig& c) {
-  auto bad = [](const std::string& flag, const std::string& expected, const std::string& found,
-                const std::string& hint) {
-    throw ConfigError(flag + ": expected " + expected + ", found " + found + ".", hint);
+// ----------------------------------------------------------------------------- the parts
+
+LossFn nll_loss() {
+  return [](const at::Tensor& out, const at::Tensor& target, Reduction r) {
+    namespace F = torch::nn::functional;
+    auto options = F::NLLLossFuncOptions();
+    if (r == Reduction::sum) {
+      options.reduction(torch::kSum);
+    } else {
+      options.reduction(torch::kMean);
+    }
+    return F::nll_loss(out, target, options);
   };
-  models::model_info(c.model);  // throws with the known names
-  if (c.epochs < 1) bad("--epochs", "at least 1", std::to_string(c.epochs), "e.g. --epochs 1");
-  if (c.batch_size < 0) bad("--batch-size", "a positive per-rank batch size", std::to_string(c.batch_size), "e.g. --batch-size 64");
-  if (c.test_batch_size < 1) bad("--test-batch-size", "a positive batch size", std::to_string(c.test_batch_size), "e.g. --test-batch-size 1000");
-  if (c.max_steps < 0) bad("--max-steps", "0 (no limit) or a positive count", std::to_string(c.max_steps), "");
-  if (c.limit_train_samples < 0) bad("--limit-train-samples", "0 (all) or a positive count", std::to_string(c.limit_train_samples), "");
-  if (c.limit_test_samples < 0) bad("--limit-test-samples", "0 (all) or a positive count", std::to_string(c.limit_test_samples), "");
-  if (c.threads < 0) bad("--threads", "0 (auto) or a positive count", std::to_string(c.threads), "");
-  if (c.log_interval < 1) bad("--log-interval", "a positive number of steps", std::to_string(c.log_interval), "");
-  if (c.dist_timeout_sec <= 0) bad("--dist-timeout", "a positive number of seconds", fmt("%g", c.dist_timeout_sec), "the default is 300");
-  if (c.shm_allreduce != "auto" && c.shm_allreduce != "off") bad("--shm-allreduce", "auto or off", "'" + c.shm_allreduce + "'", "auto sums CPU gradients of ranks on one machine in shared memory; off always uses Gloo");
-  if (c.bucket_cap_mb <= 0) bad("--bucket-cap-mb", "a positive size in MB", fmt("%g", c.bucket_cap_mb), "the default is 25");
-  if (c.device != "auto" && c.device != "cpu" && c.device != "cuda") bad("--device", "auto, cpu or cuda", "'" + c.device + "'", "");
-  if (c.backend != "auto" && c.backend != "gloo" && c.backend != "nccl") bad("--backend", "auto, gloo or nccl", "'" + c.backend + "'", "");
-  if (c.checkpoint_every < 0) bad("--checkpoint-every", "0 (epoch ends only) or a positive number of steps", std::to_string(c.checkpoint_every), "");
-  if (c.keep_checkpoints < 1) bad("--keep-checkpoints", "at least 1", std::to_string(c.keep_checkpoints), "keep 2 or more so a corrupt newest file can fall back");
-  if (c.time_margin_sec < 0) bad("--time-margin", "0 or more seconds", fmt("%g", c.time_margin_sec), "the default is 60");
-  if (c.resume != "auto" && c.resume != "never" && !files::is_regular_file(c.resume)) {
-    bad("--resume", "auto, never or the path of a checkpoint file", "'" + c.resume + "', which is not a file", "list the checkpoints with ls CHECKPOINT_DIR");
+}
+
+LossFn cross_entropy_loss() {
+  // nll_loss(log_softmax(x)): what cross_entropy computes, spelled out so the numbers match it.
+  return [](const at::Tensor& out, const at::Tensor& target, Reduction r) {
+    return nll_loss()(torch::log_softmax(out, 1), target, r);
+  };
+}
+
+LrSchedule constant_lr() {
+  return {LrSchedule::Every::epoch, [](int64_t, double lr) { return lr; }, "constant"};
+}
+
+LrSchedule step_lr(double gamma, int64_t step_size) {
+  if (!(gamma > 0) || step_size < 1) {
+    throw ConfigError("step_lr: expected gamma > 0 and step_size >= 1, found gamma " + fmt("%g", gamma) +
+                          " and step_size " + std::to_string(step_size) + ".",
+                      "StepLR multiplies the rate by gamma every step_size epochs, e.g. step_lr(0.7).");
   }
-  if (c.tf32 != "auto" && c.tf32 != "on" && c.tf32 != "off") bad("--tf32", "auto, on or off", "'" + c.tf32 + "'", "");
-  if (c.optimizer != "auto" && c.optimizer != "adadelta" && c.optimizer != "sgd") bad("--optimizer", "auto, adadelta or sgd", "'" + c.optimizer + "'", "");
-  if (c.lr != -1 && !(c.lr > 0)) bad("--lr", "a positive learning rate", fmt("%g", c.lr), "the recipe's default is 1.0 (Adadelta) or 0.1 (SGD)");
-  if (c.gamma != -1 && !(c.gamma > 0 && c.gamma <= 1)) bad("--gamma", "a factor in (0, 1]", fmt("%g", c.gamma), "the MNIST recipe uses 0.7");
-  if (c.device == "cpu" && c.backend == "nccl") bad("--backend nccl", "a CUDA device", "--device cpu", "use --backend gloo on CPU");
+  return {LrSchedule::Every::epoch,
+          [gamma, step_size](int64_t epoch, double lr) { return epoch % step_size == 0 ? lr * gamma : lr; },
+          "step_lr(gamma=" + fmt("%g", gamma) + ", step_size=" + std::to_string(step_size) + ")"};
+}
+
+Metric accuracy() {
+  return {"accuracy", [](const at::Tensor& out, const at::Tensor& target) { return out.argmax(1).eq(target).sum(); }};
+}
+
+double EvalResult::accuracy() const {
+  const auto it = metrics.find("accuracy");
+  return it == metrics.end() ? 0.0 : it->second;
 }
 
 std::string params_sha256(const torch::nn::Module& module) {
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+  Sha256 hash;
   for (const auto& p : module.parameters()) {
     at::Tensor t = p.detach().to(at::kCPU, at::kFloat).contiguous();
-    EVP_DigestUpdate(ctx, t.const_data_ptr(), t.numel() * sizeof(float));
+    hash.update(t.const_data_ptr(), t.numel() * sizeof(float));
   }
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_DigestFinal_ex(ctx, md, &len);
-  EVP_MD_CTX_free(ctx);
-  static const char* kHex = "0123456789abcdef";
-  std::string hex;
-  for (unsigned i = 0; i < len; ++i) {
-    hex += kHex[md[i] >> 4];
-    hex += kHex[md[i] & 15];
-  }
-  return hex;
+  return hash.hex();
 }
 
 std::string to_json(const TrainResult& r) {
   nlohmann::ordered_json j;
-  j["event"] = "done";
+  j["event"] = r.cancelled ? "cancelled" : r.preempted ? "preempted" : "done";
   j["epochs"] = r.epochs;
   j["steps"] = r.steps;
   j["train_loss"] = r.train_loss;
@@ -256,8 +204,7 @@ std::string to_json(const TrainResult& r) {
   j["images_per_sec"] = r.images_per_sec;
   j["world_size"] = r.world_size;
   j["params_sha256"] = r.params_sha256;
-  if (r.preempted) {
-    j["event"] = "preempted";
+  if (r.preempted || r.cancelled) {
     j["reason"] = r.preempt_reason;
     j["checkpoint"] = r.checkpoint_path;
     j["requeued"] = r.requeued;
@@ -265,509 +212,461 @@ std::string to_json(const TrainResult& r) {
   return j.dump();
 }
 
-namespace {
+// ----------------------------------------------------------------------------- the Trainer
 
-// Set by the preemption signal handler; read at step boundaries.
-std::atomic<int> g_preempt_signal{0};
+struct Trainer::Impl {
+  TrainConfig c;
+  DistEnv env;
+  int threads = 1;
+  at::Device device{at::kCPU};
+  Backend backend = Backend::gloo;
 
-extern "C" void on_preempt_signal(int sig) { g_preempt_signal.store(sig); }
+  // While fit() runs.
+  const TrainSpec* spec = nullptr;
+  int64_t batch = 0;
+  std::shared_ptr<ProcessGroup> pg;
+  ModelHandle model;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::unique_ptr<CheckpointDir> ckdir;
+  std::unique_ptr<DistributedDataParallel> ddp;
+  std::unique_ptr<Preemption> preemption;
+  std::unique_ptr<MetricsWriter> metrics;
+  TrainingState state;
+  TrainResult result;
 
-void install_preempt_handlers(const std::vector<int>& signals) {
-  for (int sig : signals) {
-    struct sigaction sa {};
-    sa.sa_handler = on_preempt_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(sig, &sa, nullptr);
+  Progress& prog() { return state.progress; }
+
+  void setup(const TrainSpec& s);
+  void connect();
+  void build_model();
+  std::string shape_json(double lr0) const;
+  void resume();
+  void apply_resumed(torch::serialize::InputArchive& archive, const std::string& path);
+  void train();
+  bool train_epoch();
+  at::Tensor step(const at::Tensor& indices);
+  void log_progress(int64_t b, int64_t batches, int64_t start, const at::Tensor& loss, double& t_log_images,
+                    Clock::time_point& t_log);
+  void end_epoch(double epoch_seconds);
+  EvalResult evaluate(bool one_batch);
+  void stop(const StopRequest& request);
+  void write_checkpoint(const Progress& p);
+  TrainResult finish();
+  void for_callbacks(const std::function<void(Callback&)>& fn) {
+    for (const auto& cb : spec->callbacks) fn(*cb);
   }
-}
-
-// The SLURM job's end time (epoch seconds) from squeue, or 0 when unknown or not under SLURM.
-int64_t slurm_job_end_time(const DistEnv& env) {
-  if (env.job_id.empty()) return 0;
-  const std::string cmd = "squeue -h -j '" + env.job_id + "' -o %e 2>/dev/null";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return 0;
-  char buf[128] = {0};
-  std::string out;
-  while (std::fgets(buf, sizeof(buf), p) != nullptr) out += buf;
-  ::pclose(p);
-  std::tm tm{};
-  if (::strptime(out.c_str(), "%Y-%m-%dT%H:%M:%S", &tm) == nullptr) return 0;  // N/A, UNLIMITED
-  tm.tm_isdst = -1;
-  return static_cast<int64_t>(std::mktime(&tm));
-}
-
-// `scontrol requeue` for this job (the array task when in an array). Returns success.
-bool slurm_requeue(const DistEnv& env) {
-  const char* array_job = std::getenv("SLURM_ARRAY_JOB_ID");
-  const char* array_task = std::getenv("SLURM_ARRAY_TASK_ID");
-  std::string id = env.job_id;
-  if (array_job != nullptr && array_task != nullptr) id = std::string(array_job) + "_" + array_task;
-  const std::string cmd = "scontrol requeue '" + id + "' 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return false;
-  char buf[256];
-  std::string out;
-  while (std::fgets(buf, sizeof(buf), p) != nullptr) out += buf;
-  const int rc = ::pclose(p);
-  if (rc != 0) {
-    log::error("scontrol requeue " + id + " failed: " + out +
-               " Hint: the job needs --requeue (scripts/ddp.sh sets it) and JobRequeue allowed by the cluster.");
-    return false;
-  }
-  log::warn("requeued job " + id + "; it resumes from the checkpoint when it starts again");
-  return true;
-}
-
-// The flags that shape a run: stored in checkpoints and compared on resume.
-nlohmann::ordered_json shape_of(const TrainConfig& c, const std::string& dataset, int64_t batch,
-                                double lr0, double gamma) {
-  return {{"model", c.model}, {"dataset", dataset}, {"batch_size", batch}, {"lr", lr0}, {"gamma", gamma},
-          {"optimizer", c.optimizer}, {"momentum", c.momentum}, {"weight_decay", c.weight_decay},
-          {"seed", c.seed}, {"epochs", c.epochs}, {"limit_train_samples", c.limit_train_samples},
-          {"limit_test_samples", c.limit_test_samples}, {"no_dropout", c.no_dropout}};
-}
-
-// Where the loop is and what it has accumulated: all of it goes into a checkpoint.
-struct Progress {
-  int epoch = 1;                 // epoch in progress (1-based)
-  int64_t batches_done = 0;      // batches of `epoch` already trained by every rank
-  int64_t step = 0;              // optimizer steps so far
-  double lr = 0;
-  int64_t epoch_steps = 0;
-  int64_t images_total = 0;
-  double train_seconds = 0;
-  double last_test_loss = 0, last_test_accuracy = 0, last_train_loss = 0;
 };
 
-at::Tensor i64(int64_t v) { return torch::tensor({v}, at::kLong); }
-at::Tensor f64(double v) { return torch::tensor({v}, at::kDouble); }
-
-void write_checkpoint(CheckpointDir& dir, models::Model& model, torch::optim::Optimizer& opt,
-                      const Progress& p, const at::Tensor& loss_sum, const nlohmann::ordered_json& shape,
-                      const DistEnv& env, const at::Device& device, TrainResult& result) {
-  torch::NoGradGuard no_grad;
-  torch::serialize::OutputArchive a;
-  for (const auto& kv : model.named_parameters()) a.write("model/" + kv.key(), kv.value().detach().cpu());
-  for (const auto& kv : model.named_buffers()) a.write("model/" + kv.key(), kv.value().detach().cpu(), true);
-  torch::serialize::OutputArchive oa;
-  opt.save(oa);
-  a.write("optimizer", oa);
-  a.write("progress/epoch", i64(p.epoch));
-  a.write("progress/batches_done", i64(p.batches_done));
-  a.write("progress/samples_done", i64(p.batches_done * shape["batch_size"].get<int64_t>() * env.world_size));
-  a.write("progress/step", i64(p.step));
-  a.write("progress/lr", f64(p.lr));
-  a.write("progress/loss_sum", loss_sum.detach().to(at::kCPU).reshape({1}));
-  a.write("progress/epoch_steps", i64(p.epoch_steps));
-  a.write("progress/images_total", i64(p.images_total));
-  a.write("progress/train_seconds", f64(p.train_seconds));
-  a.write("progress/last_eval", torch::tensor({p.last_test_loss, p.last_test_accuracy, p.last_train_loss}, at::kDouble));
-  a.write("world_size", i64(env.world_size));
-  a.write("shape", c10::IValue(shape.dump()));
-  {
-    auto gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    a.write("rng/cpu", gen.get_state());
-  }
-  if (device.is_cuda()) {
-    auto gen = at::globalContext().defaultGenerator(device);
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    a.write("rng/cuda", gen.get_state());
-  }
-  result.checkpoint_path = dir.save(a, p.step);
-  log::info("checkpoint: " + result.checkpoint_path + " (step " + std::to_string(p.step) + "; resumes at epoch " +
-            std::to_string(p.epoch) + ", batch " + std::to_string(p.batches_done) + ")");
-}
-
-}  // namespace
-
-std::vector<int> parse_signal_list(const std::string& list) {
-  std::vector<int> out;
-  if (list.empty() || list == "none") return out;
-  std::stringstream ss(list);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    std::string n = item;
-    for (auto& ch : n) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-    if (n.rfind("SIG", 0) == 0) n = n.substr(3);
-    int sig = n == "USR1" ? SIGUSR1 : n == "USR2" ? SIGUSR2 : n == "TERM" ? SIGTERM : n == "INT" ? SIGINT
-            : n == "HUP" ? SIGHUP : n == "XCPU" ? SIGXCPU : 0;
-    if (sig == 0) {
-      throw ConfigError("--preempt-signals: expected a comma list of USR1, USR2, TERM, INT, HUP, XCPU (or none), found '" +
-                            item + "'.",
-                        "match the signal your sbatch --signal option sends, e.g. --preempt-signals USR2,TERM.");
+Trainer::Trainer(TrainConfig config, DistEnv env) : impl_(std::make_unique<Impl>()) {
+  Impl& t = *impl_;
+  t.c = std::move(config);
+  t.env = std::move(env);
+  validate(t.c);
+  t.threads = pick_threads(t.c, t.env);
+  at::set_num_threads(t.threads);
+  t.device = pick_device(t.c, t.env);
+  t.backend = choose_backend(t.c, t.device);
+  if (t.device.is_cuda()) {
+    if (t.c.tf32 != "auto") {
+      at::globalContext().setAllowTF32CuDNN(t.c.tf32 == "on");
+      at::globalContext().setAllowTF32CuBLAS(t.c.tf32 == "on");
     }
-    out.push_back(sig);
-  }
-  return out;
-}
-
-TrainResult run_training(const TrainConfig& c, const DistEnv& env) {
-  validate(c);
-  const Recipe recipe = recipe_for(c.model);
-  const models::ModelInfo& info = models::model_info(c.model);
-  const std::string dataset_name = c.dataset.empty() ? recipe.dataset : c.dataset;
-  std::string data_dir = c.data_dir;
-  if (data_dir.empty()) {
-    data_dir = datasets::default_fashion_mnist_dir();
-    if (data_dir.empty() || dataset_name != "fashion-mnist") {
-      throw ConfigError("--data: expected the folder holding the " + dataset_name + " files, found none given.",
-                        "pass --data DIR (for Fashion-MNIST: apt-get install dataset-fashion-mnist, "
-                        "then --data /usr/share/datasets/fashion-mnist).");
-    }
-  }
-  const int64_t batch = c.batch_size > 0 ? c.batch_size : recipe.batch_size;
-  const double lr0 = c.lr > 0 ? c.lr : recipe.lr;
-  const double gamma = c.gamma > 0 ? c.gamma : recipe.gamma;
-  const std::vector<int> preempt_signals = parse_signal_list(c.preempt_signals);
-  install_preempt_handlers(preempt_signals);
-
-  int threads = c.threads;
-  if (threads == 0) {
-    // The CPUs this process may run on (SLURM's task affinity, taskset, cgroup cpusets), not
-    // every core of the machine; shared among the ranks on this node.
-    cpu_set_t set;
-    int cores = 0;
-    if (sched_getaffinity(0, sizeof(set), &set) == 0) cores = CPU_COUNT(&set);
-    if (cores <= 0) cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    const bool shared = cores >= static_cast<int>(std::thread::hardware_concurrency());
-    threads = std::max(1, shared ? cores / std::max(1, env.local_world_size) : cores);
-  }
-  at::set_num_threads(threads);
-
-  const at::Device device = pick_device(c, env);
-  const Backend backend = choose_backend(c, device);
-  if (device.is_cuda()) {
-    if (c.tf32 != "auto") {
-      at::globalContext().setAllowTF32CuDNN(c.tf32 == "on");
-      at::globalContext().setAllowTF32CuBLAS(c.tf32 == "on");
-    }
-    if (c.deterministic) {
+    if (t.c.deterministic) {
       at::globalContext().setDeterministicCuDNN(true);
       at::globalContext().setBenchmarkCuDNN(false);
     }
   }
+}
 
-  // Data first: a bad file should fail before we wait for peers.
-  datasets::TensorDataset train_set = datasets::load_dataset(
-      dataset_name, data_dir, datasets::Split::train, {c.limit_train_samples});
-  datasets::TensorDataset test_set = datasets::load_dataset(
-      dataset_name, data_dir, datasets::Split::test, {c.limit_test_samples});
-  const auto& shape = train_set.images.sizes();
-  if (shape[1] != info.channels || shape[2] != info.height || shape[3] != info.width) {
-    throw ConfigError("--model " + c.model + " with --dataset " + dataset_name + ": expected images of " +
-                          std::to_string(info.channels) + "x" + std::to_string(info.height) + "x" +
-                          std::to_string(info.width) + ", found " + std::to_string(shape[1]) + "x" +
-                          std::to_string(shape[2]) + "x" + std::to_string(shape[3]) + ".",
-                      "use --model mnist with mnist/fashion-mnist and --model cifar10 with cifar10.");
+Trainer::~Trainer() = default;
+const TrainConfig& Trainer::config() const { return impl_->c; }
+const DistEnv& Trainer::env() const { return impl_->env; }
+const at::Device& Trainer::device() const { return impl_->device; }
+ProcessGroup* Trainer::process_group() const { return impl_->pg.get(); }
+torch::nn::Module* Trainer::model() const { return impl_->model.module.get(); }
+
+TrainResult Trainer::fit(const TrainSpec& spec) {
+  Impl& t = *impl_;
+  t.setup(spec);
+  t.connect();
+  t.build_model();
+  t.resume();
+  if (t.pg) {
+    DdpOptions dopt;
+    dopt.bucket_cap_mb = t.c.bucket_cap_mb;
+    t.ddp = std::make_unique<DistributedDataParallel>(t.model.module, t.pg, dopt);
   }
-  train_set.images = train_set.images.to(device);
-  train_set.labels = train_set.labels.to(device);
-  test_set.images = test_set.images.to(device);
-  test_set.labels = test_set.labels.to(device);
+  t.for_callbacks([&](Callback& cb) { cb.on_train_start(*this); });
+  t.train();
+  TrainResult r = t.finish();
+  t.for_callbacks([&](Callback& cb) { cb.on_train_end(r); });
+  return r;
+}
 
-  std::shared_ptr<ProcessGroup> pg;
-  if (env.world_size > 1) {
-    ProcessGroupOptions po;
-    po.backend = backend;
-    po.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.dist_timeout_sec * 1000));
-    po.device_index = device.is_cuda() ? device.index() : 0;
-    po.shared_memory_allreduce = c.shm_allreduce == "auto";
-    log::info("rendezvous: " + std::to_string(env.world_size) + " ranks at " + env.master_addr + ":" +
-              std::to_string(env.master_port) + ", backend " + to_string(backend));
-    pg = ProcessGroup::create(env, po);
+// Checks the spec, moves the data to the device, installs the signal handlers.
+void Trainer::Impl::setup(const TrainSpec& s) {
+  spec = &s;
+  if (!s.model || !s.train_data || !s.optimizer || !s.loss) {
+    throw ConfigError("TrainSpec: expected a model builder, training data, a loss and an optimizer builder, found " +
+                          std::string(!s.model ? "no model" : !s.train_data ? "no training data"
+                                      : !s.loss ? "no loss" : "no optimizer") + ".",
+                      "fill TrainSpec::model, train_data, loss and optimizer (docs/api.md).");
   }
+  batch = c.batch_size > 0 ? c.batch_size : s.batch_size;
+  if (batch < 1) {
+    throw ConfigError("--batch-size: expected a positive per-rank batch size, found " + std::to_string(batch) + ".",
+                      "e.g. --batch-size 64");
+  }
+  s.train_data->to(device);
+  if (s.eval_data) s.eval_data->to(device);
+  log::configure(env.rank, env.world_size, env.host, c.log_all_ranks);
+  preemption = std::make_unique<Preemption>(preemption_options(c), env);
+  result.world_size = env.world_size;
+}
 
+void Trainer::Impl::connect() {
+  if (env.world_size <= 1) return;
+  ProcessGroupOptions po;
+  po.backend = backend;
+  po.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.dist_timeout_sec * 1000));
+  po.device_index = device.is_cuda() ? device.index() : 0;
+  po.shared_memory_allreduce = c.shm_allreduce == "auto";
+  log::info("rendezvous: " + std::to_string(env.world_size) + " ranks at " + env.master_addr + ":" +
+            std::to_string(env.master_port) + ", backend " + to_string(backend));
+  pg = ProcessGroup::create(env, po);
+}
+
+// The model is built right after seeding, so every rank (and every run) starts from the same weights.
+void Trainer::Impl::build_model() {
   torch::manual_seed(c.seed);
   if (device.is_cuda()) torch::cuda::manual_seed_all(c.seed);
-  models::ModelOptions mo;
-  mo.dropout = !c.no_dropout;
-  std::shared_ptr<models::Model> model = models::make_model(c.model, mo);
-  model->to(device);
-  model->train();
-  auto optimizer = make_optimizer(c, recipe, *model, lr0);
-  const nlohmann::ordered_json run_shape = shape_of(c, dataset_name, batch, lr0, gamma);
-
-  Progress prog;
-  prog.lr = lr0;
-  at::Tensor loss_sum = torch::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
-  TrainResult result;
-  result.world_size = env.world_size;
-
-  // Resume before DDP is built: its broadcast then spreads rank 0's restored weights.
-  std::unique_ptr<CheckpointDir> ckdir;
+  model = spec->model();
+  if (!model.module || !model.forward) {
+    throw ConfigError("TrainSpec::model: expected a module and its forward, found " +
+                          std::string(!model.module ? "no module" : "no forward") + ".",
+                      "return train::wrap_model(your_module) from the builder.");
+  }
+  model.module->to(device);
+  model.module->train();
+  optimizer = spec->optimizer(model.module->parameters());
+  if (!optimizer || optimizer->param_groups().empty()) {
+    throw ConfigError("TrainSpec::optimizer: expected an optimizer over the model's parameters, found none.",
+                      "return e.g. std::make_unique<torch::optim::SGD>(parameters, torch::optim::SGDOptions(0.1)).");
+  }
+  const double lr0 = optimizer->param_groups()[0].options().get_lr();
+  state.model = model.module.get();
+  state.optimizer = optimizer.get();
+  state.progress.lr = lr0;
+  state.loss_sum = torch::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
+  state.world_size = env.world_size;
+  state.batch_size = batch;
+  state.shape_json = shape_json(lr0);
+  state.save_user = [this](torch::serialize::OutputArchive& a) {
+    for_callbacks([&](Callback& cb) { cb.on_save_checkpoint(a); });
+  };
+  state.load_user = [this](torch::serialize::InputArchive& a) {
+    for_callbacks([&](Callback& cb) { cb.on_load_checkpoint(a); });
+  };
   if (!c.checkpoint_dir.empty()) ckdir = std::make_unique<CheckpointDir>(c.checkpoint_dir, c.keep_checkpoints);
-  std::unique_ptr<torch::serialize::InputArchive> resume_archive;
-  std::string resume_path;
+}
+
+// The flags that shape a run: stored in checkpoints and compared on resume.
+std::string Trainer::Impl::shape_json(double lr0) const {
+  nlohmann::ordered_json j = {
+      {"model", spec->model_name}, {"dataset", spec->data_name}, {"batch_size", batch}, {"lr", lr0},
+      {"lr_schedule", spec->lr_schedule.description}, {"optimizer", c.optimizer}, {"momentum", c.momentum},
+      {"weight_decay", c.weight_decay}, {"seed", c.seed}, {"epochs", c.epochs},
+      {"limit_train_samples", c.limit_train_samples}, {"limit_test_samples", c.limit_test_samples},
+      {"no_dropout", c.no_dropout}};
+  return j.dump();
+}
+
+// Resume before DDP is built: its broadcast then spreads rank 0's restored weights. With
+// --resume auto, rank 0 picks the newest valid checkpoint and tells the others its step, so
+// every rank resumes from the same file.
+void Trainer::Impl::resume() {
+  std::unique_ptr<torch::serialize::InputArchive> archive;
+  std::string path;
   if (c.resume != "never" && c.resume != "auto") {
-    resume_path = c.resume;
-    resume_archive = CheckpointDir::load_file(c.resume);
+    path = c.resume;
+    archive = CheckpointDir::load_file(c.resume, device);
   } else if (c.resume == "auto" && ckdir) {
-    // Rank 0 picks the newest valid checkpoint and tells the others which step it is, so that
-    // every rank resumes from the same file.
     int64_t chosen = -1;
     if (env.rank == 0) {
-      auto found = ckdir->load_latest_valid();
+      auto found = ckdir->load_latest_valid(device);
       if (found) {
         chosen = found->second.step;
-        resume_path = found->second.path;
-        resume_archive = std::move(found->first);
+        path = found->second.path;
+        archive = std::move(found->first);
       }
     }
     if (pg) {
-      at::Tensor t = i64(chosen);
+      at::Tensor t = torch::tensor({chosen}, at::kLong);
       if (device.is_cuda()) t = t.to(device);
       pg->broadcast(t, 0);
       chosen = t.cpu().item<int64_t>();
       if (env.rank != 0 && chosen >= 0) {
-        resume_path = ckdir->path_for(chosen);
-        resume_archive = CheckpointDir::load_file(resume_path);
+        path = ckdir->path_for(chosen);
+        archive = CheckpointDir::load_file(path, device);
       }
     }
   }
-  if (resume_archive) {
-    torch::NoGradGuard no_grad;
-    auto& a = *resume_archive;
-    c10::IValue shape_iv;
-    a.read("shape", shape_iv);
-    auto saved = nlohmann::ordered_json::parse(shape_iv.toStringRef());
-    for (const char* key : {"model", "dataset"}) {
-      if (saved[key] != run_shape[key]) {
-        throw CheckpointError(resume_path + ": written for --" + std::string(key) + " " + saved[key].dump() +
-                                  ", but this run has " + run_shape[key].dump() + ".",
-                              "resume with the same arguments, or point --checkpoint-dir at a fresh folder.");
-      }
+  if (archive) apply_resumed(*archive, path);
+}
+
+void Trainer::Impl::apply_resumed(torch::serialize::InputArchive& a, const std::string& path) {
+  const auto saved = nlohmann::ordered_json::parse(TrainingState::read_shape(a));
+  const auto now = nlohmann::ordered_json::parse(state.shape_json);
+  for (const char* key : {"model", "dataset"}) {
+    if (saved.value(key, nlohmann::ordered_json()) != now[key]) {
+      throw CheckpointError(path + ": written for --" + std::string(key) + " " + saved.value(key, nlohmann::ordered_json()).dump() +
+                                ", but this run has " + now[key].dump() + ".",
+                            "resume with the same arguments, or point --checkpoint-dir at a fresh folder.");
     }
-    for (auto it = saved.begin(); it != saved.end(); ++it) {
-      if (run_shape.contains(it.key()) && run_shape[it.key()] != it.value()) {
-        log::warn("resuming " + resume_path + " with a different " + it.key() + " (" + it.value().dump() + " -> " +
-                  run_shape[it.key()].dump() + "): results will differ from an uninterrupted run");
-      }
-    }
-    for (auto& kv : model->named_parameters()) {
-      at::Tensor t;
-      a.read("model/" + kv.key(), t);
-      kv.value().copy_(t);
-    }
-    for (auto& kv : model->named_buffers()) {
-      at::Tensor t;
-      a.read("model/" + kv.key(), t, true);
-      kv.value().copy_(t);
-    }
-    torch::serialize::InputArchive oa;
-    a.read("optimizer", oa);
-    optimizer->load(oa);
-    // Optimizer state was loaded on the CPU; move it next to the parameters.
-    if (device.is_cuda()) {
-      for (auto& kv : optimizer->state()) {
-        if (auto* s = dynamic_cast<optim::AdadeltaParamState*>(kv.second.get())) {
-          s->square_avg(s->square_avg().to(device));
-          s->acc_delta(s->acc_delta().to(device));
-        } else if (auto* m = dynamic_cast<torch::optim::SGDParamState*>(kv.second.get())) {
-          if (m->momentum_buffer().defined()) m->momentum_buffer(m->momentum_buffer().to(device));
-        }
-      }
-    }
-    auto read_i64 = [&](const std::string& k) { at::Tensor t; a.read(k, t); return t.item<int64_t>(); };
-    auto read_f64 = [&](const std::string& k) { at::Tensor t; a.read(k, t); return t.item<double>(); };
-    prog.epoch = static_cast<int>(read_i64("progress/epoch"));
-    prog.batches_done = read_i64("progress/batches_done");
-    prog.step = read_i64("progress/step");
-    prog.lr = read_f64("progress/lr");
-    prog.epoch_steps = read_i64("progress/epoch_steps");
-    prog.images_total = read_i64("progress/images_total");
-    prog.train_seconds = read_f64("progress/train_seconds");
-    at::Tensor ev;
-    a.read("progress/last_eval", ev);
-    prog.last_test_loss = ev[0].item<double>();
-    prog.last_test_accuracy = ev[1].item<double>();
-    prog.last_train_loss = ev[2].item<double>();
-    at::Tensor ls;
-    a.read("progress/loss_sum", ls);
-    loss_sum = ls.reshape({}).to(device);
-    const int64_t saved_world = read_i64("world_size");
-    if (saved_world != env.world_size) {
-      // Re-shard: the samples every rank consumed so far, in units of the new global batch.
-      const int64_t samples_done = read_i64("progress/samples_done");
-      prog.batches_done = samples_done / (batch * env.world_size);
-      log::warn("resuming a world-size " + std::to_string(saved_world) + " checkpoint with world size " +
-                std::to_string(env.world_size) + ": the sampler re-shards the epoch, so results will differ "
-                "from the uninterrupted run");
-    }
-    at::Tensor rng;
-    a.read("rng/cpu", rng);
-    {
-      auto gen = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(rng);
-    }
-    if (device.is_cuda()) {
-      at::Tensor crng;
-      if (a.try_read("rng/cuda", crng)) {
-        auto gen = at::globalContext().defaultGenerator(device);
-        std::lock_guard<std::mutex> lock(gen.mutex());
-        gen.set_state(crng);
-      }
-    }
-    result.checkpoint_path = resume_path;
-    log::info("resumed from " + resume_path + ": epoch " + std::to_string(prog.epoch) + ", step " +
-              std::to_string(prog.step) + ", " + std::to_string(prog.batches_done) + " batches into the epoch");
   }
-
-  std::unique_ptr<DistributedDataParallel> ddp;
-  if (pg) {
-    DdpOptions dopt;
-    dopt.bucket_cap_mb = c.bucket_cap_mb;
-    ddp = std::make_unique<DistributedDataParallel>(model, pg, dopt);
+  for (auto it = saved.begin(); it != saved.end(); ++it) {
+    if (now.contains(it.key()) && now[it.key()] != it.value()) {
+      log::warn("resuming " + path + " with a different " + it.key() + " (" + it.value().dump() + " -> " +
+                now[it.key()].dump() + "): results will differ from an uninterrupted run");
+    }
   }
+  const int saved_world = state.load(a, device);
+  if (saved_world != env.world_size) {
+    log::warn("resuming a world-size " + std::to_string(saved_world) + " checkpoint with world size " +
+              std::to_string(env.world_size) + ": the sampler re-shards the epoch, so results will differ "
+              "from the uninterrupted run");
+  }
+  result.checkpoint_path = path;
+  log::info("resumed from " + path + ": epoch " + std::to_string(prog().epoch) + ", step " +
+            std::to_string(prog().step) + ", " + std::to_string(prog().batches_done) + " batches into the epoch");
+}
 
-  DistributedSampler sampler(train_set.size(), env.world_size, env.rank, /*shuffle=*/true, c.seed);
-  MetricsWriter metrics(c.metrics, env.rank == 0);
-  log::info("training " + c.model + " on " + train_set.name + " (" + std::to_string(train_set.size()) +
-            " samples) for " + std::to_string(c.epochs) + " epochs, batch " + std::to_string(batch) +
-            " per rank x " + std::to_string(env.world_size) + " ranks, lr " + fmt("%g", lr0) + ", device " +
-            device.str() + ", " + std::to_string(threads) + " threads");
-
-  // Preemption: rank 0 knows the job's end time; every rank may get a signal. One all-reduce at
-  // a step boundary makes them agree. On CUDA it costs a host sync, so it runs every few steps.
-  const int64_t end_time = env.rank == 0 ? slurm_job_end_time(env) : 0;
-  if (end_time > 0) {
-    log::info("SLURM job ends at epoch time " + std::to_string(end_time) + "; checkpointing " +
+void Trainer::Impl::train() {
+  metrics = std::make_unique<MetricsWriter>(c.metrics, env.rank == 0);
+  log::info("training " + spec->model_name + " on " + spec->train_data->name() + " (" +
+            std::to_string(spec->train_data->size()) + " samples) for " + std::to_string(c.epochs) + " epochs, batch " +
+            std::to_string(batch) + " per rank x " + std::to_string(env.world_size) + " ranks, lr " +
+            fmt("%g", prog().lr) + ", device " + device.str() + ", " + std::to_string(threads) + " threads");
+  if (preemption->job_end_time() > 0) {
+    log::info("SLURM job ends at epoch time " + std::to_string(preemption->job_end_time()) + "; checkpointing " +
               fmt("%.0f", c.time_margin_sec) + " s before it");
   }
-  const int64_t check_every = device.is_cuda() ? 20 : 1;
-  auto stop_requested = [&](std::string& reason) {
-    int local = g_preempt_signal.load();
-    bool deadline = end_time > 0 && static_cast<double>(std::time(nullptr)) >= end_time - c.time_margin_sec;
-    int64_t code = local != 0 ? local : (deadline ? 1000 : 0);
-    if (pg) {
-      at::Tensor t = i64(code);
-      if (device.is_cuda()) t = t.to(device);
-      pg->allreduce_sum(t);
-      code = t.cpu().item<int64_t>();
-    }
-    if (code == 0) return false;
-    reason = local != 0 ? std::string("signal ") + ::strsignal(local) : code >= 1000 ? "the job's time limit" : "a signal on another rank";
-    return true;
-  };
-  auto preempt = [&](const std::string& reason) {
-    result.preempted = true;
-    result.preempt_reason = reason;
-    log::warn("stopping for " + reason + " at epoch " + std::to_string(prog.epoch) + ", step " + std::to_string(prog.step));
-    if (ckdir && env.rank == 0) {
-      write_checkpoint(*ckdir, *model, *optimizer, prog, loss_sum, run_shape, env, device, result);
-    } else if (!ckdir) {
-      log::warn("no --checkpoint-dir: the progress of this run is lost");
-    }
-    if (pg) pg->barrier();  // the checkpoint is durable before anyone leaves
-    if (ckdir && env.rank == 0 && c.requeue && !env.job_id.empty()) result.requeued = slurm_requeue(env);
-  };
+  for (; prog().epoch <= c.epochs; ++prog().epoch) {
+    if (!train_epoch()) break;
+  }
+}
 
-  for (; prog.epoch <= c.epochs && !result.preempted; ++prog.epoch) {
-    set_lr(*optimizer, prog.lr);
-    sampler.set_epoch(prog.epoch - 1);
-    std::vector<int64_t> local = sampler.indices();
-    at::Tensor order = at::from_blob(local.data(), {static_cast<int64_t>(local.size())}, at::kLong).to(device);
-    const int64_t n_local = order.size(0);
-    const int64_t batches = (n_local + batch - 1) / batch;
-    auto t0 = Clock::now();
-    auto t_log = t0;
-    int64_t images_since_log = 0;
-    bool stop = false;
-    for (int64_t b = prog.batches_done; b < batches; ++b) {
-      const int64_t start = b * batch;
-      const int64_t len = std::min(batch, n_local - start);
-      at::Tensor i = order.narrow(0, start, len);
-      at::Tensor x = train_set.images.index_select(0, i);
-      at::Tensor y = train_set.labels.index_select(0, i);
-      optimizer->zero_grad();
-      at::Tensor out = model->forward(x);
-      at::Tensor loss = loss_of(*model, out, y, torch::kMean);
-      loss.backward();
-      optimizer->step();
-      loss_sum += loss.detach().to(at::kDouble);
-      ++prog.epoch_steps;
-      ++prog.step;
-      prog.batches_done = b + 1;
-      images_since_log += len * env.world_size;
-      prog.images_total += len * env.world_size;
-      const bool last = b + 1 == batches || c.dry_run || (c.max_steps > 0 && prog.step >= c.max_steps);
-      if (b % c.log_interval == 0 || last) {
-        const double l = loss.item<double>();
-        auto now = Clock::now();
-        const double dt = std::chrono::duration<double>(now - t_log).count();
-        const double ips = dt > 0 ? images_since_log / dt : 0.0;
-        const int64_t seen = std::min<int64_t>(start * env.world_size, train_set.size());
-        log::info("Train Epoch: " + std::to_string(prog.epoch) + " [" + std::to_string(seen) + "/" +
-                  std::to_string(train_set.size()) + " (" + fmt("%.0f", 100.0 * b / batches) +
-                  "%)]\tLoss: " + fmt("%.6f", l) + "\t" + fmt("%.0f", ips) + " img/s");
-        metrics.write({{"event", "train"}, {"epoch", prog.epoch}, {"step", prog.step},
-                       {"loss", l}, {"lr", prog.lr}, {"images_per_sec", ips}});
-        t_log = now;
-        images_since_log = 0;
-      }
-      if (c.dry_run) break;
-      if (c.max_steps > 0 && prog.step >= c.max_steps) {
-        stop = true;
-        break;
-      }
-      if (b + 1 < batches) {
-        std::string reason;
-        if (prog.step % check_every == 0 && stop_requested(reason)) {
-          prog.train_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-          preempt(reason);
-          break;
-        }
-        if (ckdir && c.checkpoint_every > 0 && prog.step % c.checkpoint_every == 0) {
-          prog.train_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-          t0 = Clock::now();
-          if (env.rank == 0) write_checkpoint(*ckdir, *model, *optimizer, prog, loss_sum, run_shape, env, device, result);
-        }
+// One epoch: its steps, then evaluation and the epoch-end checkpoint. Returns false when the run
+// ends here (a stop request, --max-steps, --dry-run's single step is not an end).
+bool Trainer::Impl::train_epoch() {
+  DistributedSampler sampler(spec->train_data->size(), env.world_size, env.rank, /*shuffle=*/true, c.seed);
+  set_lr(*optimizer, prog().lr);
+  sampler.set_epoch(prog().epoch - 1);
+  std::vector<int64_t> local = sampler.indices();
+  at::Tensor order = at::from_blob(local.data(), {static_cast<int64_t>(local.size())}, at::kLong).to(device);
+  const int64_t n_local = order.size(0);
+  const int64_t batches = (n_local + batch - 1) / batch;
+  // Agreeing on a stop costs an all-reduce; on CUDA also a host sync, so it runs every few steps.
+  const int64_t check_every = device.is_cuda() ? 20 : 1;
+  auto t0 = Clock::now();
+  auto t_log = t0;
+  double images_since_log = 0;
+  bool max_steps_reached = false;
+  for (int64_t b = prog().batches_done; b < batches; ++b) {
+    const int64_t start = b * batch;
+    const int64_t len = std::min(batch, n_local - start);
+    at::Tensor loss = step(order.narrow(0, start, len));
+    prog().batches_done = b + 1;
+    images_since_log += static_cast<double>(len * env.world_size);
+    prog().images_total += len * env.world_size;
+    preemption->maybe_raise_at_step(prog().step);
+    max_steps_reached = c.max_steps > 0 && prog().step >= c.max_steps;
+    const bool last = b + 1 == batches || c.dry_run || max_steps_reached;
+    if (b % c.log_interval == 0 || last) log_progress(b, batches, start, loss, images_since_log, t_log);
+    for_callbacks([&](Callback& cb) { cb.on_step_end({prog().epoch, prog().step, b, batches, len, loss.detach()}); });
+    if (c.dry_run || max_steps_reached) break;
+    if (b + 1 == batches) break;
+    if (prog().step % check_every == 0) {
+      const StopRequest request = preemption->poll(pg.get(), device);
+      if (request.kind != StopKind::none) {
+        prog().train_seconds += seconds_since(t0);
+        stop(request);
+        return false;
       }
     }
-    if (result.preempted) break;
-    if (device.is_cuda()) torch::cuda::synchronize();
-    const double epoch_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    prog.train_seconds += epoch_seconds;
-    at::Tensor mean_loss = (loss_sum / static_cast<double>(std::max<int64_t>(1, prog.epoch_steps))).reshape({1});
-    if (pg) {
-      pg->allreduce_sum(mean_loss);
-      mean_loss /= env.world_size;
-    }
-    prog.last_train_loss = mean_loss.cpu().item<double>();
-    EvalResult ev = evaluate(*model, test_set, c.test_batch_size, pg.get(), env.rank, env.world_size, c.dry_run);
-    prog.last_test_loss = ev.loss;
-    prog.last_test_accuracy = ev.accuracy;
-    log::info("Test set: Average loss: " + fmt("%.4f", ev.loss) + ", Accuracy: " + std::to_string(ev.correct) + "/" +
-              std::to_string(ev.count) + " (" + fmt("%.2f", 100.0 * ev.accuracy) + "%), epoch time " +
-              fmt("%.1f", epoch_seconds) + " s");
-    metrics.write({{"event", "epoch"}, {"epoch", prog.epoch}, {"step", prog.step},
-                   {"train_loss", prog.last_train_loss}, {"test_loss", ev.loss}, {"test_accuracy", ev.accuracy},
-                   {"images_per_sec", prog.train_seconds > 0 ? prog.images_total / prog.train_seconds : 0.0}});
-    result.epochs = prog.epoch;
-    // Next epoch's starting state: StepLR(step_size=1) multiplies each epoch, as torch's chainable form does.
-    prog.lr *= gamma;
-    prog.batches_done = 0;
-    prog.epoch_steps = 0;
-    loss_sum.zero_();
-    if (stop) break;
-    if (ckdir && env.rank == 0) {
-      Progress next = prog;
-      next.epoch += 1;
-      write_checkpoint(*ckdir, *model, *optimizer, next, loss_sum, run_shape, env, device, result);
+    if (ckdir && c.checkpoint_every > 0 && prog().step % c.checkpoint_every == 0) {
+      prog().train_seconds += seconds_since(t0);
+      t0 = Clock::now();
+      if (env.rank == 0) write_checkpoint(prog());
     }
   }
-  result.epochs = std::min(prog.epoch, c.epochs);
-  result.steps = prog.step;
-  result.train_loss = prog.last_train_loss;
-  result.test_loss = prog.last_test_loss;
-  result.test_accuracy = prog.last_test_accuracy;
-  result.images_per_sec = prog.train_seconds > 0 ? prog.images_total / prog.train_seconds : 0.0;
-  result.params_sha256 = params_sha256(*model);
-  if (!result.preempted && !c.save_model.empty() && env.rank == 0) {
-    save_model_atomically(*model, c.save_model);
+  if (device.is_cuda()) torch::cuda::synchronize();
+  const double epoch_seconds = seconds_since(t0);
+  prog().train_seconds += epoch_seconds;
+  end_epoch(epoch_seconds);
+  if (max_steps_reached) return false;
+  if (ckdir && env.rank == 0) {
+    Progress next = prog();
+    next.epoch += 1;
+    write_checkpoint(next);
+  }
+  return true;
+}
+
+// The training step as one unit: gather the batch, forward, loss, backward (DDP's hooks
+// all-reduce the gradients), optimizer step, and the loss added to the epoch's sum on the device.
+at::Tensor Trainer::Impl::step(const at::Tensor& indices) {
+  Batch b = spec->train_data->get_batch(indices);
+  optimizer->zero_grad();
+  at::Tensor out = model.forward(b.inputs);
+  at::Tensor loss = spec->loss(out, b.targets, Reduction::mean);
+  loss.backward();
+  optimizer->step();
+  state.loss_sum += loss.detach().to(at::kDouble);
+  ++prog().epoch_steps;
+  ++prog().step;
+  if (spec->lr_schedule.every == LrSchedule::Every::step) {
+    prog().lr = spec->lr_schedule.next(prog().step, prog().lr);
+    set_lr(*optimizer, prog().lr);
+  }
+  return loss;
+}
+
+void Trainer::Impl::log_progress(int64_t b, int64_t batches, int64_t start, const at::Tensor& loss,
+                                 double& images_since_log, Clock::time_point& t_log) {
+  const double l = loss.item<double>();
+  const auto now = Clock::now();
+  const double dt = std::chrono::duration<double>(now - t_log).count();
+  const double ips = dt > 0 ? images_since_log / dt : 0.0;
+  const int64_t total = spec->train_data->size();
+  const int64_t seen = std::min<int64_t>(start * env.world_size, total);
+  log::info("Train Epoch: " + std::to_string(prog().epoch) + " [" + std::to_string(seen) + "/" + std::to_string(total) +
+            " (" + fmt("%.0f", 100.0 * static_cast<double>(b) / static_cast<double>(batches)) + "%)]\tLoss: " +
+            fmt("%.6f", l) + "\t" + fmt("%.0f", ips) + " img/s");
+  metrics->write({{"event", "train"}, {"epoch", prog().epoch}, {"step", prog().step},
+                  {"loss", l}, {"lr", prog().lr}, {"images_per_sec", ips}});
+  t_log = now;
+  images_since_log = 0;
+}
+
+// The epoch's mean loss over ranks, evaluation, the epoch line, and the schedule's next rate.
+void Trainer::Impl::end_epoch(double epoch_seconds) {
+  at::Tensor mean_loss =
+      (state.loss_sum / static_cast<double>(std::max<int64_t>(1, prog().epoch_steps))).reshape({1});
+  if (pg) {
+    pg->allreduce_sum(mean_loss);
+    mean_loss /= env.world_size;
+  }
+  prog().last_train_loss = mean_loss.cpu().item<double>();
+  EvalResult ev;
+  if (spec->eval_data) {
+    ev = evaluate(c.dry_run);
+    for_callbacks([&](Callback& cb) { cb.on_evaluation(ev); });
+  }
+  prog().last_test_loss = ev.loss;
+  prog().last_test_accuracy = ev.accuracy();
+  log::info("Test set: Average loss: " + fmt("%.4f", ev.loss) + ", Accuracy: " +
+            std::to_string(static_cast<int64_t>(std::llround(ev.accuracy() * static_cast<double>(ev.count)))) + "/" +
+            std::to_string(ev.count) + " (" + fmt("%.2f", 100.0 * ev.accuracy()) + "%), epoch time " +
+            fmt("%.1f", epoch_seconds) + " s");
+  nlohmann::json line = {{"event", "epoch"}, {"epoch", prog().epoch}, {"step", prog().step},
+                         {"train_loss", prog().last_train_loss}, {"test_loss", ev.loss},
+                         {"test_accuracy", ev.accuracy()},
+                         {"images_per_sec", prog().train_seconds > 0 ? prog().images_total / prog().train_seconds : 0.0}};
+  for (const auto& [name, value] : ev.metrics) {
+    if (name != "accuracy") line[name] = value;  // accuracy is test_accuracy
+  }
+  metrics->write(line);
+  for_callbacks([&](Callback& cb) { cb.on_epoch_end({prog().epoch, prog().step, prog().last_train_loss, ev, epoch_seconds}); });
+  result.epochs = prog().epoch;
+  if (spec->lr_schedule.every == LrSchedule::Every::epoch) prog().lr = spec->lr_schedule.next(prog().epoch, prog().lr);
+  prog().batches_done = 0;
+  prog().epoch_steps = 0;
+  state.loss_sum.zero_();
+}
+
+// Each rank evaluates samples rank, rank + world, ...: no padding, so the all-reduced totals
+// equal single-process evaluation.
+EvalResult Trainer::Impl::evaluate(bool one_batch) {
+  torch::NoGradGuard no_grad;
+  model.module->eval();
+  Dataset& data = *spec->eval_data;
+  const auto opts = at::TensorOptions().dtype(at::kLong).device(device);
+  at::Tensor idx = torch::arange(env.rank, data.size(), env.world_size, opts);
+  const int64_t n_metrics = static_cast<int64_t>(spec->metrics.size());
+  // [loss sum, count, metric sums...]
+  at::Tensor totals = torch::zeros({2 + n_metrics}, at::TensorOptions().dtype(at::kDouble).device(device));
+  const int64_t n = idx.size(0);
+  for (int64_t start = 0; start < n; start += c.test_batch_size) {
+    const int64_t len = std::min(c.test_batch_size, n - start);
+    Batch b = data.get_batch(idx.narrow(0, start, len));
+    at::Tensor out = model.forward(b.inputs);
+    totals[0] += spec->loss(out, b.targets, Reduction::sum).to(at::kDouble);
+    totals[1] += static_cast<double>(len);
+    for (int64_t m = 0; m < n_metrics; ++m) {
+      totals[2 + m] += spec->metrics[static_cast<size_t>(m)].batch_sum(out, b.targets).to(at::kDouble);
+    }
+    if (one_batch) break;
+  }
+  if (pg) pg->allreduce_sum(totals);
+  at::Tensor t = totals.cpu();
+  EvalResult r;
+  r.count = static_cast<int64_t>(t[1].item<double>());
+  r.loss = r.count > 0 ? t[0].item<double>() / static_cast<double>(r.count) : 0.0;
+  for (int64_t m = 0; m < n_metrics; ++m) {
+    r.metrics[spec->metrics[static_cast<size_t>(m)].name] =
+        r.count > 0 ? t[2 + m].item<double>() / static_cast<double>(r.count) : 0.0;
+  }
+  model.module->train();
+  return r;
+}
+
+// A stop every rank agreed on: checkpoint (rank 0), wait until it is durable, then requeue
+// (preemption, time limit) or not (cancel).
+void Trainer::Impl::stop(const StopRequest& request) {
+  result.preempted = request.requeue();
+  result.cancelled = request.kind == StopKind::cancel;
+  result.stop_signal = request.signal;
+  result.preempt_reason = request.reason;
+  log::warn("stopping for " + request.reason + " at epoch " + std::to_string(prog().epoch) + ", step " +
+            std::to_string(prog().step));
+  if (ckdir && env.rank == 0) {
+    write_checkpoint(prog());
+  } else if (!ckdir) {
+    log::warn("no --checkpoint-dir: the progress of this run is lost");
+  }
+  if (pg) pg->barrier();  // the checkpoint is durable before anyone leaves
+  if (result.cancelled) {
+    log::warn(std::string("cancelled: not requeued") +
+              (ckdir ? "; the same command resumes from " + result.checkpoint_path : std::string()));
+    return;
+  }
+  if (ckdir && env.rank == 0 && c.requeue && !env.job_id.empty()) result.requeued = preemption->requeue_job();
+}
+
+void Trainer::Impl::write_checkpoint(const Progress& p) {
+  const Progress current = state.progress;
+  state.progress = p;
+  torch::serialize::OutputArchive a;
+  state.save(a, device);
+  state.progress = current;
+  result.checkpoint_path = ckdir->save(a, p.step);
+  log::info("checkpoint: " + result.checkpoint_path + " (step " + std::to_string(p.step) + "; resumes at epoch " +
+            std::to_string(p.epoch) + ", batch " + std::to_string(p.batches_done) + ")");
+  for_callbacks([&](Callback& cb) { cb.on_checkpoint_saved(result.checkpoint_path, p.step); });
+}
+
+TrainResult Trainer::Impl::finish() {
+  const bool stopped = result.preempted || result.cancelled;
+  result.epochs = std::min(prog().epoch, c.epochs);
+  result.steps = prog().step;
+  result.train_loss = prog().last_train_loss;
+  result.test_loss = prog().last_test_loss;
+  result.test_accuracy = prog().last_test_accuracy;
+  result.images_per_sec = prog().train_seconds > 0 ? prog().images_total / prog().train_seconds : 0.0;
+  result.params_sha256 = params_sha256(*model.module);
+  if (!stopped && !c.save_model.empty() && env.rank == 0) {
+    save_model_atomically(*model.module, c.save_model);
     log::info("saved the model to " + c.save_model);
   }
   if (pg) {
@@ -775,6 +674,7 @@ TrainResult run_training(const TrainConfig& c, const DistEnv& env) {
     ddp.reset();
     pg->shutdown();
   }
+  preemption.reset();
   return result;
 }
 

@@ -3,9 +3,12 @@
 
 #include "train/files.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -123,6 +126,27 @@ std::string fashion_mnist_dir() {
   const char* env = std::getenv("TRAIN_FASHION_MNIST_DIR");
   const char* d = env != nullptr && *env != '\0' ? env : "/usr/share/datasets/fashion-mnist";
   return files::exists(std::string(d) + "/train-images-idx3-ubyte.gz") ? d : "";
+}
+
+}  // namespace train::test
+
+namespace train::test {
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  int port = 0;
+  socklen_t len = sizeof(a);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  ::close(fd);
+  return port;
 }
 
 }  // namespace train::test

@@ -46,6 +46,10 @@ std::string bin(const std::string& name);
 /// The last non-empty line of `text`.
 std::string last_line(const std::string& text);
 
+/// A TCP port on 127.0.0.1 that the OS just handed out (bound to port 0, then released), for a
+/// rendezvous in a test. Never derive ports from pids or fixed numbers.
+int free_port();
+
 /// Debian's Fashion-MNIST folder, or "" when the package is not installed.
 std::string fashion_mnist_dir();
 

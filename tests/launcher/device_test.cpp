@@ -125,5 +125,36 @@ TEST(ChooseDevice, CountsFromTheEnvironment) {
   EXPECT_EQ(c.visible_gpus, 0);
 }
 
+TEST(SlurmGpuAllocation, NamesWhatSlurmAllocated) {
+  EXPECT_EQ(slurm_gpu_allocation({}), "");
+  EXPECT_EQ(slurm_gpu_allocation({{"SLURM_JOB_ID", "7"}, {"CUDA_VISIBLE_DEVICES", "NoDevFiles"}}), "");
+  EXPECT_EQ(slurm_gpu_allocation({{"SLURM_JOB_ID", "7"}, {"SLURM_GPUS_ON_NODE", "0"}}), "");
+  // Outside a job, CUDA_VISIBLE_DEVICES is the user's own choice, not an allocation.
+  EXPECT_EQ(slurm_gpu_allocation({{"CUDA_VISIBLE_DEVICES", "0"}}), "");
+  EXPECT_EQ(slurm_gpu_allocation({{"SLURM_JOB_ID", "7"}, {"CUDA_VISIBLE_DEVICES", "0,1"}}),
+            "CUDA_VISIBLE_DEVICES=0,1");
+  EXPECT_EQ(slurm_gpu_allocation({{"SLURM_JOB_ID", "7"}, {"SLURM_GPUS_ON_NODE", "2"}, {"SLURM_JOB_GPUS", "2,3"},
+                                  {"CUDA_VISIBLE_DEVICES", "0,1"}}),
+            "SLURM_GPUS_ON_NODE=2, SLURM_JOB_GPUS=2,3, CUDA_VISIBLE_DEVICES=0,1");
+}
+
+TEST(CheckAllocatedGpusUsable, AGpuJobWithoutCudaStopsInsteadOfTrainingOnTheCpu) {
+  const EnvMap gpu_job = {{"SLURM_JOB_ID", "7"}, {"SLURM_GPUS_ON_NODE", "2"}, {"CUDA_VISIBLE_DEVICES", "0,1"}};
+  try {
+    check_allocated_gpus_usable(gpu_job, "auto", 0, "torch reports 0 CUDA devices");
+    ADD_FAILURE() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    for (const char* part : {"--device auto", "SLURM_GPUS_ON_NODE=2", "CUDA_VISIBLE_DEVICES=0,1",
+                             "torch reports 0 CUDA devices", "CPU-only torch", "--device cpu", "Hint: "}) {
+      EXPECT_NE(what.find(part), std::string::npos) << "missing '" << part << "' in: " << what;
+    }
+  }
+  // --device cpu is the explicit way to train on the CPU; CUDA that works is fine; no GPUs, no check.
+  EXPECT_NO_THROW(check_allocated_gpus_usable(gpu_job, "cpu", 0, ""));
+  EXPECT_NO_THROW(check_allocated_gpus_usable(gpu_job, "auto", 2, ""));
+  EXPECT_NO_THROW(check_allocated_gpus_usable({{"SLURM_JOB_ID", "7"}}, "auto", 0, ""));
+}
+
 }  // namespace
 }  // namespace train

@@ -382,6 +382,75 @@ TEST(ResolveEnv, MasterPortAndAddrAreChecked) {
   EXPECT_EQ(resolve({{"MASTER_PORT", "65535"}}).master_port, 65535);
 }
 
+// The job-script recipe: export WORLD_SIZE=$((SLURM_NNODES * SLURM_NTASKS_PER_NODE)),
+// MASTER_ADDR=$(scontrol show hostnames | head -n 1), MASTER_PORT=29500, then srun.
+TEST(ResolveEnv, SlurmWithExportedWorldSizeAndMasterIsTheJobScriptRecipe) {
+  EnvMap env = slurm_2x2_rank3();
+  env["WORLD_SIZE"] = "4";
+  env["MASTER_ADDR"] = "node01";
+  env["MASTER_PORT"] = "29500";
+  const DistEnv e = resolve(env);
+  EXPECT_EQ(e.source, EnvSource::slurm);
+  EXPECT_EQ(e.rank, 3);
+  EXPECT_EQ(e.world_size, 4);
+  EXPECT_EQ(e.local_rank, 1);
+  EXPECT_EQ(e.master_addr, "node01");
+  EXPECT_EQ(e.master_port, 29500);
+}
+
+TEST(ResolveEnv, SlurmWithExportedWorldSizeMustMatchTheStep) {
+  EnvMap env = slurm_2x2_rank3();
+  env["WORLD_SIZE"] = "8";
+  expect_config_error(env, {"WORLD_SIZE=8", "expected the 4 tasks", "found 8"});
+  env["WORLD_SIZE"] = "four";
+  expect_config_error(env, {"WORLD_SIZE", "four"});
+}
+
+TEST(ResolveEnv, RankWithoutWorldSizeIsStillAnErrorUnderSlurm) {
+  EnvMap env = slurm_2x2_rank3();
+  env["RANK"] = "3";
+  expect_config_error(env, {"RANK='3'", "WORLD_SIZE"});
+}
+
+TEST(CheckWorldSizeAgrees, NamesBothNumbers) {
+  const DistEnv e = resolve(slurm_2x2_rank3());
+  EXPECT_NO_THROW(check_world_size_agrees("--world-size", "4", e));
+  try {
+    check_world_size_agrees("--world-size", "2", e);
+    ADD_FAILURE() << "expected ConfigError";
+  } catch (const ConfigError& err) {
+    const std::string what = err.what();
+    EXPECT_NE(what.find("--world-size=2"), std::string::npos) << what;
+    EXPECT_NE(what.find("4 tasks"), std::string::npos) << what;
+    EXPECT_NE(what.find("Hint: "), std::string::npos) << what;
+  }
+}
+
+TEST(ApplyInitMethod, TcpHostPortWinsOverTheDerivedRendezvous) {
+  DistEnv e = resolve(slurm_2x2_rank3());
+  apply_init_method("tcp://node02:3456", e);
+  EXPECT_EQ(e.master_addr, "node02");
+  EXPECT_EQ(e.master_port, 3456);
+  apply_init_method("tcp://[::1]:4000", e);
+  EXPECT_EQ(e.master_addr, "::1");
+  EXPECT_EQ(e.master_port, 4000);
+}
+
+TEST(ApplyInitMethod, OtherFormsAreNamedErrors) {
+  DistEnv e = resolve(slurm_2x2_rank3());
+  for (const std::string bad : {"env://", "file:///tmp/x", "tcp://node01", "tcp://:29500", "tcp://node01:80",
+                                "tcp://node01:port"}) {
+    try {
+      apply_init_method(bad, e);
+      ADD_FAILURE() << "expected ConfigError for " << bad;
+    } catch (const ConfigError& err) {
+      const std::string what = err.what();
+      EXPECT_NE(what.find("--init-method"), std::string::npos) << what;
+      EXPECT_NE(what.find("Hint: "), std::string::npos) << what;
+    }
+  }
+}
+
 TEST(SlurmMasterPort, DeterministicAndInRange) {
   EXPECT_EQ(slurm_master_port("12345", "0"), slurm_master_port("12345", "0"));
   EXPECT_EQ(slurm_master_port("12345", ""), slurm_master_port("12345", "0"));

@@ -18,20 +18,6 @@
 
 namespace {
 
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  int port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
-
 train::DistEnv env_for(int rank, int world, int port) {
   train::DistEnv e;
   e.source = train::EnvSource::torchrun;
@@ -48,7 +34,7 @@ train::DistEnv env_for(int rank, int world, int port) {
 // Runs fn(rank, process_group) on `world` threads; rethrows the first failure.
 void run_ranks(int world, const std::function<void(int, std::shared_ptr<train::ProcessGroup>)>& fn,
                train::Backend backend = train::Backend::gloo) {
-  const int port = free_port();
+  const int port = train::test::free_port();
   std::vector<std::thread> threads;
   std::vector<std::string> errors(world);
   for (int r = 0; r < world; ++r) {
@@ -245,15 +231,19 @@ TEST(ProcessGroup, AllreduceSumForEveryPathAndLayout) {
 TEST(ProcessGroup, MissingPeerTimesOutNamingTheRendezvous) {
   train::ProcessGroupOptions o;
   o.timeout = std::chrono::seconds(3);
-  const int port = free_port();
+  const int port = train::test::free_port();
   auto t0 = std::chrono::steady_clock::now();
   try {
     train::ProcessGroup::create(env_for(0, 2, port), o);
-    FAIL() << "expected a CommError";
-  } catch (const train::CommError& e) {
+    FAIL() << "expected a TimeoutError";
+  } catch (const train::TimeoutError& e) {
+    // A timeout, not any communication failure: rank 1 never came, nothing broke.
     std::string w = e.what();
     EXPECT_NE(w.find("rank 0/2"), std::string::npos) << w;
     EXPECT_NE(w.find("rendezvous"), std::string::npos) << w;
+    EXPECT_NE(w.find("(timeout 3 s)"), std::string::npos) << w;
+  } catch (const train::CommError& e) {
+    FAIL() << "expected a TimeoutError, got another CommError: " << e.what();
   }
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 60.0);
 }

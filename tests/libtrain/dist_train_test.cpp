@@ -32,23 +32,42 @@ nlohmann::json done(const train::test::RunResult& r) {
 
 TEST(DistTrain, TwoRanksMatchOneRankWithDoubleBatch) {
   if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
-  auto one = run_program(train_args(64));
+  // DDP's math makes 2 ranks x 32 the same step as 1 rank x 64, up to float32 rounding, which
+  // depends on the kernels this CPU gets (oneDNN picks them at run time). Adadelta magnifies that
+  // rounding step after step (6e-3 apart after 32 steps on one CPU, 1e-3 on another), so the
+  // trajectories are compared over their first 4 steps, where they agree to ~1e-7 on any CPU.
+  auto four_steps = [](int batch) {
+    auto a = train_args(batch);
+    a.insert(a.end(), {"--max-steps", "4"});
+    return a;
+  };
+  auto one = run_program(four_steps(64));
   ASSERT_EQ(one.exit_code, 0) << one.err;
-  auto two = run_program(local(2, train_args(32)));
+  auto two = run_program(local(2, four_steps(32)));
   ASSERT_EQ(two.exit_code, 0) << two.err;
   auto j1 = done(one), j2 = done(two);
   EXPECT_EQ(j2["world_size"], 2);
-  EXPECT_EQ(j1["steps"], j2["steps"]);
+  EXPECT_EQ(j1["steps"], 4);
+  EXPECT_EQ(j2["steps"], 4);
   const double l1 = j1["test_loss"], l2 = j2["test_loss"];
-  EXPECT_LE(std::abs(l1 - l2) / l1, 1e-3) << "1 rank: " << l1 << ", 2 ranks: " << l2;
-  EXPECT_NEAR(j1["test_accuracy"].get<double>(), j2["test_accuracy"].get<double>(), 0.005);
+  EXPECT_LE(std::abs(l1 - l2) / l1, 1e-5) << "1 rank: " << l1 << ", 2 ranks: " << l2;
+  // The test loss moved: the 4 steps trained something (2.30 is chance for 10 classes).
+  EXPECT_LT(l1, 2.2);
   // Exactly one done line: only rank 0 prints it.
   EXPECT_EQ(two.out.find("\"event\":\"done\""), two.out.rfind("\"event\":\"done\""));
+}
 
-  // World 2 is deterministic too.
+TEST(DistTrain, WorldTwoIsDeterministicOverAWholeEpoch) {
+  if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  auto first = run_program(local(2, train_args(32)));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
   auto again = run_program(local(2, train_args(32)));
   ASSERT_EQ(again.exit_code, 0) << again.err;
-  EXPECT_EQ(done(again)["params_sha256"], j2["params_sha256"]);
+  EXPECT_EQ(done(first)["steps"], 32);
+  EXPECT_EQ(done(again)["params_sha256"], done(first)["params_sha256"]);
+  EXPECT_EQ(done(again)["test_loss"], done(first)["test_loss"]);
+  // An epoch of 2000 samples learns (chance is 0.1).
+  EXPECT_GT(done(first)["test_accuracy"].get<double>(), 0.5);
 }
 
 TEST(DistTrain, SharedMemoryAllreduceGivesGloosBitsAndLogsItsChoice) {
@@ -85,7 +104,7 @@ TEST(DistTrain, KilledRankIsReportedByTheOthers) {
   // Two ranks started by hand (not trainctl, which would end the survivor itself); rank 1 is
   // SIGKILLed once training runs. Rank 0 must fail on its own, quickly, naming rank 1.
   const std::string script =
-      "export MASTER_ADDR=127.0.0.1 MASTER_PORT=$((20000 + $$ % 20000)) WORLD_SIZE=2\n"
+      "export MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(train::test::free_port()) + " WORLD_SIZE=2\n"
       "RANK=0 LOCAL_RANK=0 " + args + " > " + d.file("r0.out") + " 2> " + d.file("r0.err") + " & p0=$!\n"
       "RANK=1 LOCAL_RANK=1 " + args + " > /dev/null 2>&1 & p1=$!\n"
       "while ! grep -q 'Train Epoch: 1 \\[640/' " + d.file("r0.err") + " 2>/dev/null; do\n"

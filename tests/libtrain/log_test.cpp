@@ -9,6 +9,12 @@
 #include <fstream>
 #include <vector>
 
+namespace {
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+}  // namespace
+
 TEST(Log, InfoOnlyFromRankZeroWarningsFromEveryRank) {
   std::vector<std::pair<train::log::Level, std::string>> lines;
   train::log::set_sink([&](train::log::Level l, const std::string& m) { lines.emplace_back(l, m); });
@@ -22,10 +28,52 @@ TEST(Log, InfoOnlyFromRankZeroWarningsFromEveryRank) {
   train::log::set_sink(nullptr);
   train::log::configure(0, 1, train::log::hostname());
   ASSERT_EQ(lines.size(), 3u);
-  EXPECT_EQ(lines[0].second, "shown");
   EXPECT_EQ(lines[0].first, train::log::Level::warn);
-  EXPECT_EQ(lines[1].second, "rank zero speaks");
-  EXPECT_EQ(lines[2].second, "all ranks asked for");
+  EXPECT_TRUE(ends_with(lines[0].second, "[rank 1/4 node7] shown")) << lines[0].second;
+  EXPECT_TRUE(ends_with(lines[1].second, "[rank 0/4 node1] rank zero speaks")) << lines[1].second;
+  EXPECT_TRUE(ends_with(lines[2].second, "[rank 2/4 node3] all ranks asked for")) << lines[2].second;
+}
+
+TEST(Log, SinkGetsTheWholeLineWithTimeLevelAndRankPrefix) {
+  std::vector<std::string> lines;
+  train::log::set_sink([&](train::log::Level, const std::string& m) { lines.push_back(m); });
+  train::log::configure(3, 8, "gpu17");
+  train::log::error("data missing");
+  train::log::set_sink(nullptr);
+  train::log::configure(0, 1, train::log::hostname());
+  ASSERT_EQ(lines.size(), 1u);
+  // e.g. "2026-11-26T08:01:02.345 error [rank 3/8 gpu17] data missing"
+  EXPECT_NE(lines[0].find(" error [rank 3/8 gpu17] data missing"), std::string::npos) << lines[0];
+  EXPECT_EQ(lines[0].find('\n'), std::string::npos);
+  EXPECT_EQ(lines[0].substr(4, 1), "-");  // starts with the date
+}
+
+TEST(Log, ErrorsPrintAtEveryLevelAndFromEveryRank) {
+  std::vector<std::string> lines;
+  train::log::set_sink([&](train::log::Level, const std::string& m) { lines.push_back(m); });
+  train::log::configure(5, 8, "n5");
+  train::log::set_level(train::log::Level::error);
+  train::log::warn("quiet");
+  train::log::info("quiet too");
+  train::log::error("the run ends here");
+  train::log::set_level(train::log::Level::info);
+  train::log::set_sink(nullptr);
+  train::log::configure(0, 1, train::log::hostname());
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_TRUE(ends_with(lines[0], "the run ends here"));
+}
+
+TEST(Log, ParseLevelKnowsTheNamesAndRejectsTypos) {
+  train::log::Level l = train::log::Level::info;
+  EXPECT_TRUE(train::log::parse_level("DEBUG", l));
+  EXPECT_EQ(l, train::log::Level::debug);
+  EXPECT_TRUE(train::log::parse_level("warning", l));
+  EXPECT_EQ(l, train::log::Level::warn);
+  EXPECT_TRUE(train::log::parse_level("error", l));
+  EXPECT_EQ(l, train::log::Level::error);
+  EXPECT_FALSE(train::log::parse_level("verbose", l));
+  EXPECT_EQ(l, train::log::Level::error);  // unchanged
+  EXPECT_FALSE(train::log::parse_level("", l));
 }
 
 TEST(Log, HostnameIsShortAndNonEmpty) {

@@ -2,6 +2,7 @@
 // folder) with a SHA-256 trailer that is verified before anything is loaded.
 #pragma once
 
+#include <c10/core/Device.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
@@ -43,8 +44,9 @@ class CheckpointDir {
   /// Loads the newest checkpoint whose checksum verifies. Corrupt or truncated files are skipped
   /// with a warning naming the file and the reason (they are never deleted).
   /// @return the archive and the file it came from, or nothing if no valid checkpoint exists.
+  /// @param device where the archive's tensors are created (nullopt: where they were saved, the CPU).
   std::optional<std::pair<std::unique_ptr<torch::serialize::InputArchive>, CheckpointFile>>
-  load_latest_valid() const;
+  load_latest_valid(std::optional<c10::Device> device = std::nullopt) const;
 
   const std::string& dir() const { return dir_; }
 
@@ -55,8 +57,10 @@ class CheckpointDir {
   /// throws train::CheckpointError saying what is wrong with it.
   static std::vector<char> read_verified(const std::string& path);
 
-  /// Loads one file (verified first). Throws train::CheckpointError.
-  static std::unique_ptr<torch::serialize::InputArchive> load_file(const std::string& path);
+  /// Loads one file (verified first), its tensors created on `device` (nullopt: the CPU).
+  /// Throws train::CheckpointError.
+  static std::unique_ptr<torch::serialize::InputArchive> load_file(const std::string& path,
+                                                                   std::optional<c10::Device> device = std::nullopt);
 
  private:
   std::string dir_;

@@ -1,93 +1,193 @@
-// The training loop behind the `train` program: data, model, optimizer, DDP, evaluation, metrics.
+// The Trainer: trains any LibTorch model on any Dataset with a loss, an optimizer, an LR schedule,
+// metrics and callbacks, on one process or as one rank of many (SLURM, torchrun, trainctl local).
+// It owns the process group, DDP, the sampler, preemption and requeue, checkpoints, the metrics
+// JSONL, logging and the done line. docs/architecture.md shows how one step flows through it.
 #pragma once
 
+#include "train/config.h"
+#include "train/data.h"
 #include "train/launcher/env.h"
+#include "train/preemption.h"
 
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 #include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+#include <torch/optim/optimizer.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
 
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace train {
 
-/// Everything that shapes a run; the `train` flags map one to one onto it.
-struct TrainConfig {
-  std::string model = "mnist";
-  std::string dataset;          ///< "" = the model's usual dataset (mnist -> fashion-mnist)
-  std::string data_dir;         ///< "" = Debian's fashion-mnist folder when that is the dataset
-  int epochs = 14;
-  int64_t batch_size = 0;       ///< per rank; 0 = the recipe's (mnist 64, cifar10 256)
-  int64_t test_batch_size = 1000;
-  double lr = -1;               ///< < 0 = the recipe's (Adadelta 1.0, SGD 0.1)
-  double gamma = -1;            ///< StepLR factor per epoch; < 0 = the recipe's (0.7, SGD 1.0)
-  std::string optimizer = "auto";  ///< auto | adadelta | sgd
-  double momentum = 0.9;        ///< SGD only
-  double weight_decay = -1;     ///< < 0 = the recipe's (Adadelta 0, SGD 1e-4)
-  uint64_t seed = 1;
-  int64_t max_steps = 0;        ///< stop after this many optimizer steps in total (0 = no limit)
-  int64_t limit_train_samples = 0;
-  int64_t limit_test_samples = 0;
-  std::string device = "auto";  ///< auto | cpu | cuda
-  int threads = 0;              ///< intra-op CPU threads; 0 = cores / local ranks
-  int64_t log_interval = 10;
-  std::string save_model;       ///< write the final parameters here (rank 0)
-  std::string metrics;          ///< JSON-lines metrics file (rank 0)
-  bool dry_run = false;         ///< one step per epoch, one test batch
-  bool no_dropout = false;
-  std::string backend = "auto"; ///< auto | gloo | nccl
-  double dist_timeout_sec = 300;
-  double bucket_cap_mb = 25;
-  std::string shm_allreduce = "auto";  ///< auto (ranks on one machine sum CPU gradients in shared memory) | off
-  std::string tf32 = "auto";    ///< auto (PyTorch's defaults: cuDNN yes, matmul no) | on | off
-  bool deterministic = false;   ///< deterministic cuDNN algorithms (CUDA runs)
+class ProcessGroup;
+class Trainer;
 
-  // Checkpoints and preemption (docs/checkpoints.md).
-  std::string checkpoint_dir;   ///< "" = no checkpoints
-  int64_t checkpoint_every = 0; ///< also checkpoint every N steps (0 = only at epoch ends)
-  int keep_checkpoints = 3;
-  std::string resume = "auto";  ///< auto | never | PATH of a checkpoint file
-  std::string preempt_signals = "USR1,USR2,TERM";  ///< signals that mean "checkpoint and stop"
-  double time_margin_sec = 60;  ///< checkpoint this long before the SLURM job's end time
-  bool requeue = true;          ///< under SLURM, `scontrol requeue` the job after a preemption checkpoint
+/// A model as the Trainer sees it: the module (parameters, train()/eval(), to()) and its forward.
+struct ModelHandle {
+  std::shared_ptr<torch::nn::Module> module;
+  std::function<at::Tensor(const at::Tensor&)> forward;
 };
 
-/// Exit status of `train` when it stopped for a preemption signal or the job's time limit after
-/// writing a checkpoint (EX_TEMPFAIL: "try again later").
-constexpr int kExitPreempted = 75;
+/// Wraps a module held by shared_ptr (e.g. std::make_shared<MyNetImpl>()) whose forward takes one tensor.
+template <class M>
+ModelHandle wrap_model(std::shared_ptr<M> module) {
+  return {module, [module](const at::Tensor& x) { return module->forward(x); }};
+}
 
-/// What a finished run reports (the `done` line).
-struct TrainResult {
-  int epochs = 0;
-  int64_t steps = 0;
-  double train_loss = 0;
-  double test_loss = 0;
-  double test_accuracy = 0;
-  double images_per_sec = 0;
-  int world_size = 1;
-  std::string params_sha256;
-  bool preempted = false;        ///< stopped early by a signal or the time limit
-  std::string preempt_reason;    ///< e.g. "signal SIGUSR2" or "time limit"
-  std::string checkpoint_path;   ///< last checkpoint written ("" if none)
-  bool requeued = false;         ///< `scontrol requeue` was run for this job
+/// Wraps a LibTorch module holder (TORCH_MODULE(MyNet), torch::nn::Sequential, ...).
+template <class M>
+ModelHandle wrap_model(const torch::nn::ModuleHolder<M>& holder) {
+  return wrap_model(holder.ptr());
+}
+
+/// How a loss reduces over the batch: the Trainer trains on the mean and evaluates with the sum.
+enum class Reduction { mean, sum };
+
+/// A loss: (model output, targets, reduction) -> scalar tensor.
+using LossFn = std::function<at::Tensor(const at::Tensor& output, const at::Tensor& target, Reduction)>;
+
+/// Negative log-likelihood for models that output log-probabilities (log_softmax).
+LossFn nll_loss();
+/// Cross-entropy for models that output raw scores (logits).
+LossFn cross_entropy_loss();
+
+/// Builds the optimizer over the model's parameters (already on the training device).
+using OptimizerBuilder =
+    std::function<std::unique_ptr<torch::optim::Optimizer>(const std::vector<at::Tensor>& parameters)>;
+
+/// The learning rate over a run. The rate of the optimizer's first parameter group is the start;
+/// next() is called at the end of each epoch (every = epoch; index = the epoch that ended,
+/// 1-based) or after each optimizer step (every = step; index = steps so far) with the current
+/// rate and returns the next. The Trainer checkpoints the current rate, so resume is exact.
+struct LrSchedule {
+  enum class Every { epoch, step };
+  Every every = Every::epoch;
+  std::function<double(int64_t index, double lr)> next;
+  std::string description = "constant";  ///< recorded in checkpoints and logs
 };
 
-/// Checks the configuration without touching data or peers. Throws train::ConfigError naming
-/// the flag, what was expected and what was found.
-void validate(const TrainConfig& config);
+/// The same rate throughout.
+LrSchedule constant_lr();
+/// torch.optim.lr_scheduler.StepLR: multiply by gamma every step_size epochs.
+LrSchedule step_lr(double gamma, int64_t step_size = 1);
 
-/// Runs the whole training. With a world size above 1 every rank must call it; it builds the
-/// process group and wraps the model in DistributedDataParallel. Throws train::Error subclasses.
+/// An evaluation metric: its value is the sum of `batch_sum` over the evaluation set divided by
+/// the number of samples (so it must be a per-sample sum, e.g. correct predictions).
+struct Metric {
+  std::string name;
+  std::function<at::Tensor(const at::Tensor& output, const at::Tensor& target)> batch_sum;
+};
+
+/// Fraction of samples whose argmax over dim 1 equals the target.
+Metric accuracy();
+
+/// What an evaluation found, over all ranks (each sample counted once).
+struct EvalResult {
+  double loss = 0;                        ///< mean loss per sample
+  int64_t count = 0;                      ///< samples evaluated
+  std::map<std::string, double> metrics;  ///< name -> value (sum / count)
+  /// metrics["accuracy"], or 0 when it wasn't computed.
+  double accuracy() const;
+};
+
+/// Passed to Callback::on_step_end.
+struct StepInfo {
+  int epoch = 0;
+  int64_t step = 0;           ///< optimizer steps so far
+  int64_t batch = 0;          ///< index of the batch in the epoch (0-based)
+  int64_t batches = 0;        ///< batches in the epoch on this rank
+  int64_t batch_size = 0;     ///< samples in this batch on this rank
+  at::Tensor loss;            ///< the step's mean loss, on the device (reading it syncs the device)
+};
+
+/// Passed to Callback::on_epoch_end.
+struct EpochInfo {
+  int epoch = 0;
+  int64_t step = 0;
+  double train_loss = 0;      ///< mean step loss of the epoch over all ranks
+  EvalResult eval;
+  double seconds = 0;         ///< training time of the epoch
+};
+
+/// Hooks into the loop (Lightning's names). Every method is optional; all run on every rank.
+class Callback {
+ public:
+  virtual ~Callback() = default;
+  virtual void on_train_start(Trainer& trainer) { (void)trainer; }
+  virtual void on_step_end(const StepInfo& info) { (void)info; }
+  virtual void on_evaluation(const EvalResult& result) { (void)result; }
+  virtual void on_epoch_end(const EpochInfo& info) { (void)info; }
+  /// Rank 0, after a checkpoint file was written.
+  virtual void on_checkpoint_saved(const std::string& path, int64_t step) { (void)path, (void)step; }
+  /// Your own state, saved into every checkpoint (rank 0) under keys of your choice.
+  virtual void on_save_checkpoint(torch::serialize::OutputArchive& archive) { (void)archive; }
+  /// Your state back on resume (every rank), from the archive on_save_checkpoint wrote.
+  virtual void on_load_checkpoint(torch::serialize::InputArchive& archive) { (void)archive; }
+  virtual void on_train_end(const TrainResult& result) { (void)result; }
+};
+
+/// What to train: the parts a user plugs in. The checkpoint manager is not pluggable.
+struct TrainSpec {
+  /// Builds the model; called once, after the random generators are seeded with --seed, so
+  /// every rank builds the same weights (DDP also broadcasts rank 0's).
+  std::function<ModelHandle()> model;
+  std::string model_name = "model";  ///< for logs and the checkpoint's shape (resume refuses another)
+  std::shared_ptr<Dataset> train_data;
+  std::shared_ptr<Dataset> eval_data;  ///< may be null: no evaluation
+  std::string data_name = "data";      ///< for the checkpoint's shape (resume refuses another)
+  LossFn loss = cross_entropy_loss();
+  OptimizerBuilder optimizer;
+  LrSchedule lr_schedule = constant_lr();
+  std::vector<Metric> metrics = {accuracy()};
+  std::vector<std::shared_ptr<Callback>> callbacks;
+  /// Per-rank batch size (TrainConfig::batch_size wins when it is set).
+  int64_t batch_size = 64;
+};
+
+/// Trains a TrainSpec under a TrainConfig (the `train` flags: epochs, seed, device, checkpoints,
+/// preemption...). With a world size above 1 every rank must construct it and call fit().
+class Trainer {
+ public:
+  /// Checks the configuration (train::ConfigError naming the flag) and picks threads and device.
+  Trainer(TrainConfig config, DistEnv env);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  /// Sets up (data to the device, process group, model, optimizer, resume, DDP), trains, and
+  /// returns the done line's contents. Throws train::Error subclasses.
+  TrainResult fit(const TrainSpec& spec);
+
+  const TrainConfig& config() const;
+  const DistEnv& env() const;
+  /// The device this rank trains on (chosen in the constructor).
+  const at::Device& device() const;
+  /// The process group while fit() runs (nullptr for a single process).
+  ProcessGroup* process_group() const;
+  /// The model while fit() runs.
+  torch::nn::Module* model() const;
+
+  struct Impl;  // internal
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Trains a built-in model (--model, from the registry) on a built-in dataset (--dataset/--data)
+/// with its recipe: what the `train` program runs. Every rank must call it.
 TrainResult run_training(const TrainConfig& config, const DistEnv& env);
 
 /// SHA-256 (hex) of every parameter's float32 bytes, in registration order.
 std::string params_sha256(const torch::nn::Module& module);
 
-/// Parses --preempt-signals ("USR1,USR2,TERM", "SIGUSR2", "none") into signal numbers.
-/// Throws train::ConfigError for an unknown name.
-std::vector<int> parse_signal_list(const std::string& list);
-
-/// The `done` line (or, for a preempted run, the `preempted` line): one JSON object.
+/// The `done` line (or `preempted` / `cancelled`): one JSON object.
 std::string to_json(const TrainResult& result);
 
 }  // namespace train

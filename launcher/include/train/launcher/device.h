@@ -47,4 +47,19 @@ DeviceChoice choose_device(const DistEnv& dist, int visible_gpus, const std::str
 /// @throws train::ConfigError as the other overload.
 DeviceChoice choose_device(const DistEnv& dist, const EnvMap& env, const std::string& requested_backend);
 
+/// What SLURM allocated in GPUs to this job or step, as "NAME=value" pairs joined by ", "
+/// (SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS, SLURM_STEP_GPUS, SLURM_GPUS_PER_NODE, SLURM_GPUS,
+/// SLURM_GPUS_PER_TASK, and CUDA_VISIBLE_DEVICES when it names devices); "" when the
+/// environment shows no GPU allocation (outside SLURM, only an explicit SLURM_* GPU variable counts).
+std::string slurm_gpu_allocation(const EnvMap& env);
+
+/// Stops a run that was given GPUs but can't use them, instead of letting it train on the CPU:
+/// with `device_flag` "auto", a GPU allocation (slurm_gpu_allocation) and no CUDA device, throws a
+/// ConfigError naming what SLURM allocated, what CUDA reports and the likely causes. Does nothing
+/// for --device cpu/cuda (cuda has its own check) or when CUDA sees devices.
+/// @param cuda_devices the CUDA device count LibTorch reports (0 for a CPU-only build).
+/// @param cuda_report one line on what CUDA said, e.g. "torch.cuda: 0 devices (CUDA build 13.0)".
+void check_allocated_gpus_usable(const EnvMap& env, const std::string& device_flag, int cuda_devices,
+                                 const std::string& cuda_report);
+
 }  // namespace train

@@ -31,6 +31,10 @@ struct DistEnv {
   std::string job_id;               ///< SLURM_JOB_ID, empty outside SLURM
   std::vector<std::string> nodes;   ///< expanded node list of the step (empty outside SLURM)
   std::string host;                 ///< this machine's short host name
+  /// torchrun's agent already serves the TCPStore at master_addr:master_port
+  /// (TORCHELASTIC_USE_AGENT_STORE=True): every rank, rank 0 too, connects as a client.
+  bool agent_store = false;
+  int restart_count = 0;            ///< TORCHELASTIC_RESTART_COUNT (keys of each attempt kept apart)
 };
 
 /// MASTER_PORT outside SLURM when none is given (torchrun's default).
@@ -41,7 +45,8 @@ constexpr int kSlurmPortBase = 20000;
 constexpr int kSlurmPortSpan = 40000;
 
 /// Resolves the layout. Precedence (documented in docs/environment.md): explicit torchrun-style
-/// RANK/WORLD_SIZE win; else SLURM_PROCID & co.; else a single process. MASTER_ADDR/MASTER_PORT
+/// RANK/WORLD_SIZE win; else SLURM_PROCID & co. (a WORLD_SIZE without RANK beside SLURM_PROCID is
+/// the job-script recipe: it must equal the step's task count); else a single process. MASTER_ADDR/MASTER_PORT
 /// win when set. Throws train::ConfigError on inconsistent or malformed values.
 DistEnv resolve_env(const EnvMap& env);
 
@@ -49,6 +54,17 @@ DistEnv resolve_env(const EnvMap& env);
 /// find this node in the node list when SLURM_NODEID is missing. Tests pass a fake one.
 /// @throws train::ConfigError like resolve_env(env).
 DistEnv resolve_env(const EnvMap& env, const std::string& host);
+
+/// Checks a world size given beside SLURM's own (the WORLD_SIZE variable of a job script, or
+/// --world-size) against the step's task count in `env`.
+/// @param name where the value came from, for messages ("WORLD_SIZE", "--world-size").
+/// @throws train::ConfigError naming both numbers when they differ, or when `value` is no positive integer.
+void check_world_size_agrees(const std::string& name, const std::string& value, const DistEnv& env);
+
+/// Applies an explicit rendezvous address, as torch.distributed's init_method: "tcp://HOST:PORT"
+/// sets master_addr and master_port (it wins over MASTER_ADDR/MASTER_PORT and the derived ones).
+/// @throws train::ConfigError for any other form, naming what was found.
+void apply_init_method(const std::string& init_method, DistEnv& env);
 
 /// "single", "torchrun" or "slurm".
 std::string to_string(EnvSource source);

@@ -1,0 +1,79 @@
+// TrainConfig: everything that shapes a run (the `train` flags map one to one onto it), its
+// checks, and TrainResult: what a finished run reports in its done line.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace train {
+
+/// Everything that shapes a run; the `train` flags map one to one onto it (docs/reference.md).
+struct TrainConfig {
+  std::string model = "mnist";
+  std::string dataset;          ///< "" = the model's usual dataset (mnist -> fashion-mnist)
+  std::string data_dir;         ///< "" = Debian's fashion-mnist folder when that is the dataset
+  int epochs = 14;
+  int64_t batch_size = 0;       ///< per rank; 0 = the recipe's (mnist 64, cifar10 256)
+  int64_t test_batch_size = 1000;
+  double lr = -1;               ///< < 0 = the recipe's (Adadelta 1.0, SGD 0.1)
+  double gamma = -1;            ///< StepLR factor per epoch; < 0 = the recipe's (0.7, SGD 1.0)
+  std::string optimizer = "auto";  ///< auto | adadelta | sgd
+  double momentum = 0.9;        ///< SGD only
+  double weight_decay = -1;     ///< < 0 = the recipe's (Adadelta 0, SGD 1e-4)
+  uint64_t seed = 1;
+  int64_t max_steps = 0;        ///< stop after this many optimizer steps in total (0 = no limit)
+  int64_t limit_train_samples = 0;
+  int64_t limit_test_samples = 0;
+  std::string device = "auto";  ///< auto | cpu | cuda
+  int threads = 0;              ///< intra-op CPU threads; 0 = cores / local ranks
+  int64_t log_interval = 10;
+  bool log_all_ranks = false;   ///< info lines from every rank, not only rank 0
+  std::string save_model;       ///< write the final parameters here (rank 0)
+  std::string metrics;          ///< JSON-lines metrics file (rank 0)
+  bool dry_run = false;         ///< one step per epoch, one test batch
+  bool no_dropout = false;
+  std::string backend = "auto"; ///< auto | gloo | nccl
+  double dist_timeout_sec = 300;
+  double bucket_cap_mb = 25;
+  std::string shm_allreduce = "auto";  ///< auto (ranks on one machine sum CPU gradients in shared memory) | off
+  std::string tf32 = "auto";    ///< auto (PyTorch's defaults: cuDNN yes, matmul no) | on | off
+  bool deterministic = false;   ///< deterministic cuDNN algorithms (CUDA runs)
+  std::string init_method;      ///< "" or tcp://HOST:PORT (torch.distributed's init_method)
+  int world_size = 0;           ///< 0 = from the environment; else checked against it
+
+  // Checkpoints and preemption (docs/checkpoints.md).
+  std::string checkpoint_dir;   ///< "" = no checkpoints
+  int64_t checkpoint_every = 0; ///< also checkpoint every N steps (0 = only at epoch ends)
+  int keep_checkpoints = 3;
+  std::string resume = "auto";  ///< auto | never | PATH of a checkpoint file
+  std::string preempt_signals = "USR2";  ///< signals that mean "checkpoint, requeue and resume"
+  double time_margin_sec = 60;  ///< checkpoint this long before the SLURM job's end time
+  bool requeue = true;          ///< under SLURM, `scontrol requeue` the job after a preemption checkpoint
+};
+
+/// What a finished run reports (the `done` line).
+struct TrainResult {
+  int epochs = 0;
+  int64_t steps = 0;
+  double train_loss = 0;
+  double test_loss = 0;
+  double test_accuracy = 0;
+  double images_per_sec = 0;
+  int world_size = 1;
+  std::string params_sha256;
+  bool preempted = false;        ///< stopped early by a preemption signal or the time limit
+  bool cancelled = false;        ///< stopped for good by SIGTERM/SIGINT (scancel, Ctrl-C)
+  int stop_signal = 0;           ///< the signal behind a cancel
+  std::string preempt_reason;    ///< e.g. "signal SIGUSR2", "the job's time limit"
+  std::string checkpoint_path;   ///< last checkpoint written ("" if none)
+  bool requeued = false;         ///< `scontrol requeue` was run for this job
+
+  /// 0 when done, kExitPreempted (75) after a preemption, 128 + signal after a cancel.
+  int exit_code() const;
+};
+
+/// Checks the configuration without touching data or peers. Throws train::ConfigError naming
+/// the flag, what was expected and what was found.
+void validate(const TrainConfig& config);
+
+}  // namespace train

@@ -1,0 +1,203 @@
+// Preemption: signal handlers that only set flags, the job's end time from squeue, the agreement
+// among ranks (one small all-reduce), and `scontrol requeue`.
+#include "train/preemption.h"
+
+#include "train/error.h"
+#include "train/launcher/slurm_time.h"
+#include "train/log.h"
+#include "train/process_group.h"
+#include "train/signals.h"
+#include "train/subprocess.h"
+
+#include <ATen/ops/tensor.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdlib>
+#include <ctime>
+#include <sstream>
+
+namespace train {
+namespace {
+
+/// Seconds before the end time within which a SIGTERM is taken for the time limit's own.
+constexpr double kTimeLimitTermWindowSec = 10;
+/// squeue and scontrol must answer within this; a busy controller only costs the check.
+constexpr double kSlurmCommandTimeoutSec = 30;
+
+// Set by the handlers, read at step boundaries (async-signal-safe: lock-free atomics only).
+std::atomic<int> g_requeue_signal{0};
+std::atomic<int> g_stop_signal{0};
+std::atomic<bool> g_installed{false};
+// Which signals mean what, for the handler (fixed while a Preemption lives).
+std::atomic<uint64_t> g_requeue_mask{0};
+
+extern "C" void on_signal(int sig) {
+  if (sig > 0 && sig < 64 && (g_requeue_mask.load() & (uint64_t{1} << sig)) != 0) {
+    g_requeue_signal.store(sig);
+  } else {
+    g_stop_signal.store(sig);
+  }
+}
+
+// The SLURM job's end time from squeue, or 0 when unknown or not under SLURM.
+int64_t slurm_job_end_time(const std::string& job_id) {
+  if (job_id.empty()) return 0;
+  const CommandResult r = run_command({"squeue", "-h", "-j", job_id, "-o", "%e"}, "", kSlurmCommandTimeoutSec);
+  if (!r.started || r.timed_out || r.exit_code != 0) {
+    log::debug("squeue -j " + job_id + " gave no end time (" + (r.started ? r.err : "squeue not found") + ")");
+    return 0;
+  }
+  std::string line = r.out.substr(0, r.out.find('\n'));
+  return parse_slurm_timestamp(line);
+}
+
+}  // namespace
+
+std::string to_string(StopKind kind) {
+  switch (kind) {
+    case StopKind::preempt: return "preempt";
+    case StopKind::time_limit: return "time_limit";
+    case StopKind::cancel: return "cancel";
+    case StopKind::none: break;
+  }
+  return "none";
+}
+
+std::vector<int> parse_signal_list(const std::string& list, const std::string& flag) {
+  std::vector<int> out;
+  if (list.empty() || list == "none") return out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const int sig = signal_number(item);
+    if (sig == 0) {
+      throw ConfigError(flag + ": expected a comma list of signal names such as USR1, USR2, TERM, INT, HUP, "
+                               "XCPU (or none), found '" + item + "'.",
+                        "match the signal your sbatch --signal option sends, e.g. " + flag + " USR2.");
+    }
+    out.push_back(sig);
+  }
+  return out;
+}
+
+Preemption::Preemption(PreemptionOptions options, const DistEnv& env) : options_(std::move(options)), env_(env) {
+  if (g_installed.exchange(true)) {
+    throw ConfigError("Preemption: expected one per process, found a second one while the first lives.",
+                      "keep one Trainer (or one Preemption) running at a time in a process.");
+  }
+  g_requeue_signal.store(0);
+  g_stop_signal.store(0);
+  uint64_t mask = 0;
+  for (int sig : options_.requeue_signals) mask |= uint64_t{1} << sig;
+  g_requeue_mask.store(mask);
+  std::vector<int> all = options_.requeue_signals;
+  for (int sig : options_.stop_signals) {
+    if (std::find(all.begin(), all.end(), sig) == all.end()) all.push_back(sig);
+  }
+  for (int sig : all) {
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    auto* old = new struct sigaction;
+    sigaction(sig, &sa, old);
+    previous_.emplace_back(sig, old);
+  }
+  if (env_.rank == 0) end_time_ = slurm_job_end_time(env_.job_id);
+  if (const char* fault = std::getenv("TRAIN_FAULT_SIGNAL_AT_STEP")) {
+    // STEP:SIG[:RANK]
+    std::stringstream ss(fault);
+    std::string step, sig, rank;
+    std::getline(ss, step, ':');
+    std::getline(ss, sig, ':');
+    std::getline(ss, rank, ':');
+    try {
+      const int64_t s = std::stoll(step);
+      const int n = signal_number(sig);
+      if (n == 0 || s < 1) throw std::invalid_argument("bad");
+      if (rank.empty() || std::stoi(rank) == env_.rank) {
+        fault_step_ = s;
+        fault_signal_ = n;
+      }
+    } catch (const std::exception&) {
+      throw ConfigError(std::string("TRAIN_FAULT_SIGNAL_AT_STEP='") + fault + "': expected STEP:SIGNAL[:RANK], e.g. 12:USR2.",
+                        "it is a testing aid; unset it for real runs.");
+    }
+  }
+}
+
+Preemption::~Preemption() {
+  for (auto& [sig, old] : previous_) {
+    auto* sa = static_cast<struct sigaction*>(old);
+    sigaction(sig, sa, nullptr);
+    delete sa;
+  }
+  g_requeue_mask.store(0);
+  g_installed.store(false);
+}
+
+std::vector<int64_t> Preemption::local_flags() const {
+  const int stop = g_stop_signal.load();
+  const double now = static_cast<double>(std::time(nullptr));
+  const bool deadline = end_time_ > 0 && now >= static_cast<double>(end_time_) - options_.time_margin_sec;
+  // A SIGTERM right at the end time is SLURM's time limit, not a user's scancel.
+  const bool term_at_limit = stop == SIGTERM && end_time_ > 0 &&
+                             now >= static_cast<double>(end_time_) - kTimeLimitTermWindowSec;
+  return {g_requeue_signal.load() != 0 ? 1 : 0, stop != 0 ? 1 : 0, deadline || term_at_limit ? 1 : 0};
+}
+
+StopRequest Preemption::decide(const std::vector<int64_t>& summed) const {
+  StopRequest r;
+  const int requeue_sig = g_requeue_signal.load();
+  const int stop_sig = g_stop_signal.load();
+  if (summed.size() != 3) return r;
+  if (summed[2] > 0) {
+    r.kind = StopKind::time_limit;
+    r.reason = "the job's time limit";
+  } else if (summed[1] > 0) {
+    r.kind = StopKind::cancel;
+    r.signal = stop_sig != 0 ? stop_sig : SIGTERM;
+    r.reason = (stop_sig != 0 ? signal_name(stop_sig) : std::string("a stop signal on another rank")) +
+               " (cancelled: no requeue)";
+  } else if (summed[0] > 0) {
+    r.kind = StopKind::preempt;
+    r.reason = requeue_sig != 0 ? "signal " + signal_name(requeue_sig) : "a preemption signal on another rank";
+  }
+  return r;
+}
+
+StopRequest Preemption::poll(ProcessGroup* pg, const at::Device& device) const {
+  std::vector<int64_t> flags = local_flags();
+  if (pg != nullptr) {
+    at::Tensor t = at::tensor(flags, at::TensorOptions().dtype(at::kLong));
+    if (device.is_cuda()) t = t.to(device);
+    pg->allreduce_sum(t);
+    t = t.cpu();
+    for (size_t i = 0; i < flags.size(); ++i) flags[i] = t[static_cast<int64_t>(i)].item<int64_t>();
+  }
+  return decide(flags);
+}
+
+bool Preemption::requeue_job() const {
+  const char* array_job = std::getenv("SLURM_ARRAY_JOB_ID");
+  const char* array_task = std::getenv("SLURM_ARRAY_TASK_ID");
+  std::string id = env_.job_id;
+  if (array_job != nullptr && array_task != nullptr) id = std::string(array_job) + "_" + array_task;
+  const CommandResult r = run_command({"scontrol", "requeue", id}, "", kSlurmCommandTimeoutSec);
+  if (!r.started || r.timed_out || r.exit_code != 0) {
+    const std::string why = !r.started ? "scontrol not found" : r.timed_out ? "no answer within 30 s" : r.err + r.out;
+    log::error("scontrol requeue " + id + " failed: " + why +
+               " Hint: the job needs --requeue (the generated scripts set it) and JobRequeue allowed by the cluster.");
+    return false;
+  }
+  log::warn("requeued job " + id + "; it resumes from the checkpoint when it starts again");
+  return true;
+}
+
+void Preemption::maybe_raise_at_step(int64_t step) const {
+  if (fault_step_ > 0 && step == fault_step_) std::raise(fault_signal_);
+}
+
+}  // namespace train
