@@ -545,11 +545,19 @@ std::string cancel_job(const CancelRequest& request) {
       throw ConfigError("--signal '" + request.signal + "': expected a plain signal such as USR2, found a prefix or '@'.",
                         "give the signal train checkpoints on, e.g. --signal USR2 (its default ones: USR1, USR2, TERM).");
     }
-    std::map<std::string, int> restarts;
-    bool running = false;
+    // The tasks running now, and how often each had been requeued: a task has stopped once it no
+    // longer runs, or runs again after a requeue.
+    std::map<std::string, int> running_restarts;
+    bool pending = false;
     for (const JobInfo& j : jobs) {
-      restarts[j.id] = j.restarts;
-      running = running || j.state == "RUNNING";
+      if (j.state == "RUNNING") running_restarts[j.id] = j.restarts;
+      pending = pending || j.state == "PENDING";
+    }
+    const bool running = !running_restarts.empty();
+    if (running && pending) {
+      // An array's waiting tasks have nothing to checkpoint; dropped first, they can't start meanwhile.
+      const CommandResult r = run_slurm({"scancel", "--state=PENDING", request.job_id});
+      if (r.exit_code == 0) report += "job " + request.job_id + ": cancelled its pending tasks.\n";
     }
     if (running) {
       // To the tasks of the job's steps, where train runs; not to the batch shell (no --full).
@@ -572,7 +580,8 @@ std::string cancel_job(const CancelRequest& request) {
           break;
         }
         stopped = std::none_of(now.begin(), now.end(), [&](const JobInfo& j) {
-          return j.state == "RUNNING" && j.restarts == restarts[j.id];
+          const auto it = running_restarts.find(j.id);
+          return j.state == "RUNNING" && it != running_restarts.end() && j.restarts == it->second;
         });
         if (stopped) break;
       }

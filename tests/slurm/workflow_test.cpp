@@ -434,6 +434,41 @@ TEST_F(Workflow, InteractiveRunsTheSetupLinesOnTheAllocation) {
   EXPECT_TRUE(contains(r.err, "interactive: job ")) << r.err;
 }
 
+TEST_F(Workflow, CancelWithSignalStopsASweepCheckpointingTheRunningTask) {
+  test::TempDir dir("workflow-sweep-cancel");
+  write_text(dir.file("long.sh"), kLongProgram, 0755);
+  // Three tasks one at a time: task 0 runs, tasks 1 and 2 wait for the throttle.
+  const auto submit = run_in(dir.path(),
+                             {bin("trainctl"), "sweep", "--param", "lr=1,2,3", "--throttle", "1", "--output-dir", "runs",
+                              "--program", dir.file("long.sh"), "--no-preflight", "--time", "5", "--job-name", "wsc",
+                              "--submit"},
+                             env_);
+  ASSERT_EQ(submit->exit_code(), 0) << submit->err();
+  const std::string id = test::last_line(submit->out());
+  CancelAtExit guard{id, env_};
+  ASSERT_TRUE(wait_until([&] { return contains(test::read_text(dir.file("runs/task-0/train.out")), "Train Epoch"); }))
+      << "task 0 did not start within " << kWaitSeconds << " s";
+  const auto status = run_in(dir.path(), {bin("trainctl"), "status", id}, env_);
+  EXPECT_TRUE(contains(status->out(), "  waiting     JobArrayTaskLimit: the array's %N throttle")) << status->out();
+
+  const auto cancel = run_in(dir.path(), {bin("trainctl"), "cancel", id, "--signal", "USR2", "--grace", "60"}, env_, 90);
+  ASSERT_EQ(cancel->exit_code(), 0) << cancel->err();
+  EXPECT_TRUE(contains(cancel->out(), "job " + id + ": cancelled its pending tasks.\n")) << cancel->out();
+  EXPECT_TRUE(contains(cancel->out(), "job " + id + ": sent SIGUSR2 to its tasks; they stopped after ")) << cancel->out();
+  EXPECT_TRUE(contains(cancel->out(), "job " + id + "_0: newest checkpoint " + dir.file("runs/task-0/checkpoints/ckpt-7.pt")))
+      << cancel->out();
+  std::vector<std::string> states(3);
+  EXPECT_TRUE(wait_until([&] {
+    for (int t = 0; t < 3; ++t) states[t] = job_state(id + "_" + std::to_string(t), env_);
+    return std::all_of(states.begin(), states.end(), [](const std::string& st) { return st.empty() || is_final(st); });
+  }));
+  EXPECT_EQ(states[0], "CANCELLED");
+  // The waiting tasks never ran: their run folders hold no log lines.
+  for (int t = 1; t < 3; ++t) {
+    EXPECT_EQ(test::read_text(dir.file("runs/task-" + std::to_string(t) + "/train.out")), "") << "task " << t;
+  }
+}
+
 TEST_F(Workflow, StatusExplainsAWaitingJobAndCancelDropsIt) {
   test::TempDir dir("workflow-waiting");
   // A job that can't start for an hour: it waits with the reason BeginTime.
