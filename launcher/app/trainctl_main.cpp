@@ -1,13 +1,17 @@
 // trainctl: the launcher's command line (no LibTorch). One function per subcommand below adds its
-// options and returns the action to run: hostnames, hostlist, env, local, sbatch, preflight. New
-// subcommands register the same way in main().
+// options and returns the action to run: hostnames, hostlist, env, local, sbatch, preflight, and the
+// work around a job: sweep, sweep-report, resources, interactive, status, logs, cancel.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <pwd.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <functional>
@@ -17,15 +21,23 @@
 #include <vector>
 
 #include "train/error.h"
+#include "train/files.h"
 #include "train/launcher/device.h"
 #include "train/launcher/env.h"
 #include "train/launcher/hostlist.h"
+#include "train/launcher/jobs.h"
 #include "train/launcher/local_launch.h"
 #include "train/launcher/preflight.h"
+#include "train/launcher/resources.h"
 #include "train/launcher/sbatch.h"
+#include "train/launcher/sweep.h"
+#include "train/subprocess.h"
 
 #ifndef TRAIN_VERSION
 #define TRAIN_VERSION "unknown"
+#endif
+#ifndef TRAIN_SOURCE_DIR
+#define TRAIN_SOURCE_DIR "."
 #endif
 
 namespace {
@@ -192,6 +204,84 @@ long seconds_until(const std::string& when) {
   return diff > 0 ? diff : 0;
 }
 
+/// The options that give a job its shape (nodes, tasks, CPUs, memory, GPUs, time, where), shared by
+/// sbatch, sweep, interactive and resources.
+void add_shape_options(CLI::App* cmd, train::SbatchOptions& o) {
+  cmd->add_option("--nodes", o.nodes, "nodes (default 1)")
+      ->type_name("N");
+  cmd->add_option("--ntasks-per-node", o.ntasks_per_node, "ranks per node (default: the GPUs per node, else 1)")
+      ->type_name("N");
+  cmd->add_option("--ntasks", o.ntasks, "ranks in all, spread over the nodes (instead of --ntasks-per-node)")
+      ->type_name("N");
+  cmd->add_option("--gpus-per-node", o.gpus_per_node, "GPUs per node, [TYPE:]N; one rank per GPU")
+      ->type_name("[TYPE:]N");
+  cmd->add_option("--cpus-per-task", o.cpus_per_task, "CPU cores per rank")
+      ->type_name("N");
+  cmd->add_option("--mem", o.mem, "memory per node, N[K|M|G|T]")
+      ->type_name("SIZE");
+  cmd->add_option("--time", o.time, "time limit: minutes, m:s, h:m:s, d-h, d-h:m, d-h:m:s or INFINITE")
+      ->type_name("LIMIT");
+  cmd->add_option("--partition", o.partition, "partition (default: the cluster's default)")
+      ->type_name("NAME");
+  cmd->add_option("--account", o.account, "account to charge")
+      ->type_name("NAME");
+  cmd->add_option("--qos", o.qos, "quality of service")
+      ->type_name("NAME");
+  cmd->add_option("--gres", o.gres, "generic resources per node: gpu:N, gpu:TYPE:N, shard:N")
+      ->type_name("SPEC");
+  cmd->add_option("--constraint", o.constraint, "node features, e.g. v100")
+      ->type_name("FEATURES");
+  cmd->add_option("--job-name", o.job_name, std::string("job name (default ") + train::kDefaultJobName + ")")
+      ->type_name("NAME");
+}
+
+/// The options of a generated batch script beyond its shape (logs, signal, environment, data, what
+/// runs), shared by sbatch and sweep.
+void add_batch_options(CLI::App* cmd, train::SbatchOptions& o) {
+  cmd->add_option("--output", o.output, std::string("log file pattern (default ") + train::kDefaultOutput + ")")
+      ->type_name("PATTERN");
+  cmd->add_option("--error", o.error, "stderr's own file pattern, e.g. logs/err%j.log (default: in the --output log)")
+      ->type_name("PATTERN");
+  cmd->add_flag("--per-rank-logs", o.per_rank_logs,
+                "one log per rank: srun --output=LOG-%t.EXT (and --error), next to the job's log");
+  cmd->add_option("--signal", o.signal, std::string("[R:]SIG[@SECONDS] sent to the tasks before the time limit, or none (default ") +
+                                            train::kDefaultSignal + ")")
+      ->type_name("SPEC");
+  cmd->add_option("--setup", o.setup, "a shell line run before srun, e.g. 'module load cuda' (repeatable)")
+      ->allow_extra_args(false)
+      ->type_name("LINE");
+  cmd->add_option("--container", o.container, "run the tasks in `apptainer exec --nv IMAGE`")
+      ->type_name("IMAGE");
+  cmd->add_option("--stage-data", o.stage_data, "tar archive extracted onto every node ($SLURM_TMPDIR) and given to train as --data")
+      ->type_name("ARCHIVE");
+  cmd->add_option("--stage-subdir", o.stage_subdir, "the folder inside the --stage-data archive that holds the data files")
+      ->type_name("DIR");
+  cmd->add_option("--program", o.program, "run PATH in the tasks instead of train (default: $TRAIN_BIN, else build/bin/train)")
+      ->type_name("PATH");
+  cmd->add_flag("!--no-preflight", o.preflight, "skip the `trainctl preflight` step before training");
+}
+
+/// The words of a trainctl command line to record in a script's header: without where the script
+/// went (--out) or what was done with it (--submit, --test-only).
+std::vector<std::string> recorded_command(const std::vector<std::string>& before_dashes,
+                                          const std::vector<std::string>& train_args) {
+  std::vector<std::string> command;
+  for (std::size_t i = 0; i < before_dashes.size(); ++i) {
+    const std::string& word = before_dashes[i];
+    if (word == "--submit" || word == "--test-only" || word.rfind("--out=", 0) == 0) continue;
+    if (word == "--out") {
+      ++i;
+      continue;
+    }
+    command.push_back(word);
+  }
+  if (!train_args.empty()) {
+    command.push_back("--");
+    command.insert(command.end(), train_args.begin(), train_args.end());
+  }
+  return command;
+}
+
 /// `trainctl sbatch`; `before_dashes` and `after_dashes` hold the command line around the first
 /// "--" (the train arguments come after it), kept by main() so the script can record its command.
 Command add_sbatch(CLI::App& app, const std::vector<std::string>& before_dashes,
@@ -206,49 +296,15 @@ Command add_sbatch(CLI::App& app, const std::vector<std::string>& before_dashes,
       "  trainctl sbatch --nodes 2 --ntasks-per-node 1 --time 1:00:00 -- --epochs 1\n"
       "  trainctl sbatch --partition gpu --gres gpu:4 --cpus-per-task 8 --setup 'module load cuda' --submit\n"
       "  trainctl sbatch --array-chain 3 --time 1-00:00:00 --stage-data data.tar --stage-subdir fm --test-only\n"
-      "See docs/slurm.md.\n");
+      "  trainctl sbatch --ntasks 4 --output logs/out%j.log --error logs/err%j.log --per-rank-logs --submit\n"
+      "With --per-rank-logs srun writes one file per rank (logs/out%j-%t.log); trainctl logs JOBID --rank R\n"
+      "shows one. See docs/slurm.md, and docs/workflow.md for status, logs, cancel and sweeps.\n");
   auto o = std::make_shared<train::SbatchOptions>();
   auto out = std::make_shared<std::string>();
-  cmd->add_option("--nodes", o->nodes, "nodes (default 1)")
-      ->type_name("N");
-  cmd->add_option("--ntasks-per-node", o->ntasks_per_node, "ranks per node (default: the GPUs per node, else 1)")
-      ->type_name("N");
-  cmd->add_option("--gpus-per-node", o->gpus_per_node, "GPUs per node, [TYPE:]N; one rank per GPU")
-      ->type_name("[TYPE:]N");
-  cmd->add_option("--cpus-per-task", o->cpus_per_task, "CPU cores per rank")
-      ->type_name("N");
-  cmd->add_option("--mem", o->mem, "memory per node, N[K|M|G|T]")
-      ->type_name("SIZE");
-  cmd->add_option("--time", o->time, "time limit: minutes, m:s, h:m:s, d-h, d-h:m, d-h:m:s or INFINITE")
-      ->type_name("LIMIT");
-  cmd->add_option("--partition", o->partition, "partition (default: the cluster's default)")
-      ->type_name("NAME");
-  cmd->add_option("--account", o->account, "account to charge")
-      ->type_name("NAME");
-  cmd->add_option("--qos", o->qos, "quality of service")
-      ->type_name("NAME");
-  cmd->add_option("--gres", o->gres, "generic resources per node: gpu:N, gpu:TYPE:N, shard:N")
-      ->type_name("SPEC");
-  cmd->add_option("--constraint", o->constraint, "node features, e.g. v100")
-      ->type_name("FEATURES");
-  cmd->add_option("--job-name", o->job_name, std::string("job name (default ") + train::kDefaultJobName + ")")
-      ->type_name("NAME");
-  cmd->add_option("--output", o->output, std::string("log file pattern (default ") + train::kDefaultOutput + ")")
-      ->type_name("PATTERN");
+  add_shape_options(cmd, *o);
+  add_batch_options(cmd, *o);
   cmd->add_option("--array-chain", o->array_chain, "N chunks run one after another (--array=1-N%1), each resuming from the last checkpoint")
       ->type_name("N");
-  cmd->add_option("--signal", o->signal, std::string("[R:]SIG[@SECONDS] sent to the tasks before the time limit, or none (default ") +
-                                             train::kDefaultSignal + ")")
-      ->type_name("SPEC");
-  cmd->add_option("--setup", o->setup, "a shell line run before srun, e.g. 'module load cuda' (repeatable)")
-      ->allow_extra_args(false)
-      ->type_name("LINE");
-  cmd->add_option("--container", o->container, "run the tasks in `apptainer exec --nv IMAGE`")
-      ->type_name("IMAGE");
-  cmd->add_option("--stage-data", o->stage_data, "tar archive extracted onto every node ($SLURM_TMPDIR) and given to train as --data")
-      ->type_name("ARCHIVE");
-  cmd->add_option("--stage-subdir", o->stage_subdir, "the folder inside the --stage-data archive that holds the data files")
-      ->type_name("DIR");
   cmd->add_option("--out", *out, "write the script to FILE (mode 755) instead of stdout")
       ->type_name("FILE");
   cmd->add_flag("--submit", "submit the script with sbatch and print the job id");
@@ -263,21 +319,7 @@ Command add_sbatch(CLI::App& app, const std::vector<std::string>& before_dashes,
       throw train::ConfigError("--submit with --test-only: expected one of them, found both.",
                                "use --test-only to see when the job would start, then --submit.");
     }
-    // The header records the command without where the script went (--out) or what was done with it.
-    o->command.clear();
-    for (std::size_t i = 0; i < before_dashes.size(); ++i) {
-      const std::string& word = before_dashes[i];
-      if (word == "--submit" || word == "--test-only" || word.rfind("--out=", 0) == 0) continue;
-      if (word == "--out") {
-        ++i;
-        continue;
-      }
-      o->command.push_back(word);
-    }
-    if (!o->train_args.empty()) {
-      o->command.push_back("--");
-      o->command.insert(o->command.end(), o->train_args.begin(), o->train_args.end());
-    }
+    o->command = recorded_command(before_dashes, o->train_args);
     const train::SbatchPlan plan = train::plan_sbatch(*o);
     std::vector<std::string> warnings = plan.warnings;
     if (cmd->count("--no-cluster-checks") == 0) {
@@ -362,13 +404,435 @@ Command add_preflight(CLI::App& app, const std::vector<std::string>& after_dashe
   }};
 }
 
+
+/// The folder trainctl runs in.
+std::string current_folder() {
+  char buf[4096];
+  if (::getcwd(buf, sizeof(buf)) == nullptr) {
+    throw train::ConfigError("the current folder: expected to read its path, found getcwd failing.",
+                             "run trainctl from a folder that still exists.");
+  }
+  return buf;
+}
+
+/// `path` made absolute against the current folder, without "." parts.
+std::string absolute(const std::string& path) {
+  std::string full = !path.empty() && path[0] == '/' ? path : current_folder() + "/" + path;
+  std::string out;
+  std::size_t start = 0;
+  while (start <= full.size()) {
+    std::size_t slash = full.find('/', start);
+    if (slash == std::string::npos) slash = full.size();
+    const std::string part = full.substr(start, slash - start);
+    if (!part.empty() && part != ".") out += "/" + part;
+    start = slash + 1;
+  }
+  return out.empty() ? "/" : out;
+}
+
+std::string user_name() {
+  const passwd* pw = ::getpwuid(::getuid());
+  return pw != nullptr ? pw->pw_name : "";
+}
+
+/// Writes a file in one go; throws naming `what` when it can't.
+void write_file(const std::string& path, const std::string& text, const std::string& what, mode_t mode = 0644) {
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  file << text;
+  file.close();
+  if (!file || ::chmod(path.c_str(), mode) != 0) {
+    throw train::ConfigError(what + " " + path + ": expected a file to write, found it unwritable.",
+                             "check that its folder exists and is writable.");
+  }
+}
+
+/// `trainctl sweep`; `before_dashes` and `after_dashes` as for sbatch.
+Command add_sweep(CLI::App& app, const std::vector<std::string>& before_dashes,
+                  const std::vector<std::string>& after_dashes) {
+  auto* cmd = app.add_subcommand("sweep", "Run a hyperparameter grid as one SLURM job array, one task per combination");
+  cmd->footer(
+      "Writes DIR/sweep.sh (the batch script, as trainctl sbatch makes it, with #SBATCH --array=0-N%T),\n"
+      "DIR/sweep.json (the index: task id -> parameters) and one run folder DIR/task-ID per task, which\n"
+      "gets the task's log (train.out), checkpoints and metrics.jsonl. Task ID trains with its\n"
+      "combination appended as --NAME VALUE. --submit submits the array and prints its job id.\n"
+      "Example:\n"
+      "  trainctl sweep --param lr=0.1,0.5,1.0 --param batch-size=64,128 --throttle 2 --nodes 1 \\\n"
+      "      --output-dir sweeps/lr-bs --submit -- --epochs 2\n"
+      "Then: trainctl status ARRAYID, trainctl sweep-report sweeps/lr-bs. See docs/workflow.md.\n");
+  auto o = std::make_shared<train::SbatchOptions>();
+  auto params = std::make_shared<std::vector<std::string>>();
+  auto dir = std::make_shared<std::string>();
+  auto throttle = std::make_shared<int>(0);
+  cmd->add_option("--param", *params, "NAME=V1,V2,...: train's --NAME takes each value (repeatable; the grid is every combination)")
+      ->allow_extra_args(false)
+      ->type_name("NAME=VALUES");
+  cmd->add_option("--output-dir", *dir, "the sweep's folder: script, index and one run folder per task; required")
+      ->type_name("DIR");
+  cmd->add_option("--throttle", *throttle, "at most N tasks at once (the array's %N; default: all)")
+      ->check(CLI::Range(1, train::kMaxSweepTasks))
+      ->type_name("N");
+  add_shape_options(cmd, *o);
+  add_batch_options(cmd, *o);
+  cmd->add_flag("--submit", "submit the array with sbatch and print its job id");
+  cmd->add_flag("--no-cluster-checks", "don't compare the request with the partitions sinfo reports");
+  cmd->add_option("TRAIN_ARGS", o->train_args, "arguments every task gives train, after '--'");
+  return {cmd, [o, params, dir, throttle, cmd, &before_dashes, &after_dashes]() {
+    o->train_args.insert(o->train_args.end(), after_dashes.begin(), after_dashes.end());
+    std::vector<train::SweepParam> parsed;
+    for (const std::string& p : *params) parsed.push_back(train::parse_sweep_param(p));
+    const std::vector<train::SweepPoint> grid = train::sweep_grid(parsed);
+    if (dir->empty()) {
+      throw train::ConfigError("--output-dir: expected the folder that will hold the sweep, found none given.",
+                               "e.g. --output-dir sweeps/lr-bs: each task gets its run folder there, and sweep-report "
+                               "reads it.");
+    }
+    for (const train::SweepParam& p : parsed) {
+      bool given = false;
+      train::detail::last_flag_value(o->train_args, {"--" + p.name}, &given);
+      if (given) {
+        throw train::ConfigError("--param " + p.name + ": expected --" + p.name + " only in the sweep, found it "
+                                 "among the train arguments after '--' as well.",
+                                 "drop --" + p.name + " after '--': each task gets its own value from the grid.");
+      }
+    }
+    if (o->job_name.empty()) o->job_name = "sweep";
+    const std::string root = absolute(*dir);
+    const std::string index_path = train::files::join(root, train::kSweepIndexFile);
+    if (train::files::exists(index_path)) {
+      throw train::ConfigError("--output-dir " + *dir + ": expected a new or empty folder, found a sweep there already (" +
+                                   index_path + ").",
+                               "pick another folder, so that the runs of both sweeps stay apart; trainctl "
+                               "sweep-report " + *dir + " shows the old one.");
+    }
+    train::ArrayTasks tasks;
+    tasks.run_root = root;
+    tasks.throttle = *throttle;
+    for (const train::SweepPoint& point : grid) tasks.task_args.push_back(train::sweep_point_args(point));
+    o->array_tasks = tasks;
+    o->command = recorded_command(before_dashes, o->train_args);
+    const train::SbatchPlan plan = train::plan_sbatch(*o);
+    std::vector<std::string> warnings = plan.warnings;
+    if (cmd->count("--no-cluster-checks") == 0) {
+      if (const auto partitions = train::query_partitions()) {
+        for (std::string& w : train::check_against_partitions(*o, plan, *partitions)) warnings.push_back(std::move(w));
+      }
+    }
+    for (const std::string& w : warnings) std::cerr << "trainctl sweep: warning: " << w << std::endl;
+    const std::string script = train::render_sbatch_script(*o, plan);
+
+    // SLURM opens each task's log before its script runs: the run folders must exist first.
+    for (std::size_t i = 0; i < grid.size(); ++i) {
+      const std::string task_dir = train::sweep_task_dir(root, static_cast<int>(i));
+      const std::string err = train::files::make_dirs(task_dir);
+      if (!err.empty()) {
+        throw train::ConfigError("--output-dir " + *dir + ": expected to create " + task_dir + ", found " + err + ".",
+                                 "pick a folder you can write to, on a file system the nodes share.");
+      }
+    }
+    train::SweepIndex index;
+    index.job_name = plan.job_name;
+    index.output_dir = root;
+    for (const train::SweepParam& p : parsed) index.param_names.push_back(p.name);
+    index.tasks = grid;
+    index.train_args = o->train_args;
+    const std::string script_path = train::files::join(root, train::kSweepScriptFile);
+    write_file(script_path, script, "--output-dir", 0755);
+    write_file(index_path, train::render_sweep_index(index), "--output-dir");
+    const int at_once = *throttle > 0 ? std::min<int>(*throttle, static_cast<int>(grid.size())) : static_cast<int>(grid.size());
+    if (cmd->count("--submit") == 0) {
+      std::string text = "sweep of " + std::to_string(grid.size()) + " tasks (at most " + std::to_string(at_once) +
+                         " at once) written to " + root + ":\n  script " + script_path + "\n  index  " + index_path +
+                         "\nSubmit it with: sbatch " + script_path + "   (or rerun with --submit)\n";
+      return print(text);
+    }
+    const std::string id = train::sbatch_submit(script, plan.output);
+    index.job_id = id;
+    write_file(index_path, train::render_sweep_index(index), "--output-dir");
+    std::cerr << "trainctl sweep: submitted array job " << id << " (" << grid.size() << " tasks, at most " << at_once
+              << " at once), run folders " << root << "/task-N; follow it with trainctl status " << id
+              << ", then trainctl sweep-report " << *dir << std::endl;
+    return print(id + "\n");
+  }};
+}
+
+/// Runs a program briefly and says whether it exited 0.
+bool runs_ok(const std::vector<std::string>& argv, const std::string& input = "", double timeout_s = 60) {
+  const train::CommandResult r = train::run_command(argv, input, timeout_s);
+  return r.started && !r.timed_out && r.exit_code == 0;
+}
+
+/// The repository's scripts/ folder: next to the build tree trainctl lives in, else the source tree it
+/// was built from.
+std::string scripts_folder() {
+  char exe[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n > 0) {
+    exe[n] = '\0';
+    std::string path(exe);
+    for (int up = 0; up < 3 && path.rfind('/') != std::string::npos; ++up) {
+      path = path.substr(0, path.rfind('/'));
+      if (train::files::exists(path + "/scripts/sweep_plot.py")) return path + "/scripts";
+    }
+  }
+  return std::string(TRAIN_SOURCE_DIR) + "/scripts";
+}
+
+/// Draws the report's PNG with matplotlib (TRAIN_PYTHON, the repository's .venv, python3) or
+/// gnuplot; returns what happened, for stderr.
+std::string draw_sweep_png(const std::string& csv, const std::string& png, const std::string& metric,
+                           const train::SweepIndex& index, const std::vector<train::SweepResult>& results) {
+  const std::string scripts = scripts_folder();
+  std::vector<std::string> pythons;
+  if (const char* p = std::getenv("TRAIN_PYTHON"); p != nullptr && *p != '\0') pythons.push_back(p);
+  pythons.push_back(scripts.substr(0, scripts.rfind('/')) + "/.venv/bin/python");
+  pythons.push_back("python3");
+  for (const std::string& python : pythons) {
+    if (python.find('/') != std::string::npos && !train::files::exists(python)) continue;
+    if (!runs_ok({python, "-c", "import matplotlib"})) continue;
+    const train::CommandResult r =
+        train::run_command({python, scripts + "/sweep_plot.py", csv, png, metric}, "", 120);
+    if (r.exit_code == 0) return "wrote " + png + " (matplotlib)";
+    return "no PNG: " + scripts + "/sweep_plot.py failed (exit " + std::to_string(r.exit_code) + "): " + r.err;
+  }
+  if (runs_ok({"gnuplot", "--version"})) {
+    std::string data;
+    for (const train::SweepResult& r : results) {
+      const auto it = r.metrics.find(metric);
+      if (it == r.metrics.end()) continue;
+      std::string label;
+      for (const auto& [name, value] : r.params) label += (label.empty() ? "" : " ") + name + "=" + value;
+      data += "\"" + label + "\" " + std::to_string(it->second) + "\n";
+    }
+    const std::string plot = "set terminal png size 900,500\nset output '" + png + "'\nset style fill solid\n"
+                             "set boxwidth 0.6\nset xtics rotate by -30\nset ylabel '" + metric + "'\nset title '" +
+                             index.job_name + ": " + metric + " per combination'\n$d << EOD\n" + data +
+                             "EOD\nplot $d using 0:2:xtic(1) with boxes notitle\n";
+    if (runs_ok({"gnuplot"}, plot)) return "wrote " + png + " (gnuplot)";
+  }
+  return "no PNG made (the table above is complete): neither Python with matplotlib (TRAIN_PYTHON, " +
+         pythons[pythons.size() - 2] + " or python3) nor gnuplot is available. Hint: install one, e.g. " +
+         pythons[pythons.size() - 2] + " -m pip install matplotlib, or apt-get install gnuplot-nox; " + csv +
+         " has the numbers.";
+}
+
+Command add_sweep_report(CLI::App& app) {
+  auto* cmd = app.add_subcommand("sweep-report", "Print a table (and a PNG) of a sweep's final metrics per combination");
+  cmd->footer(
+      "Reads DIR/sweep.json and each task's DIR/task-ID/metrics.jsonl, prints one row per task: its\n"
+      "parameters, status (done, epoch N while running, no metrics) and the final test_accuracy,\n"
+      "test_loss, train_loss, epochs and images_per_sec. Writes DIR/sweep-report.csv, and\n"
+      "DIR/sweep-report.png with matplotlib or gnuplot when one is available. Example:\n"
+      "  trainctl sweep-report sweeps/lr-bs\n");
+  auto dir = std::make_shared<std::string>();
+  auto metric = std::make_shared<std::string>("test_accuracy");
+  auto no_png = std::make_shared<bool>(false);
+  cmd->add_option("DIR", *dir, "the sweep's --output-dir; required")->type_name("DIR");
+  cmd->add_option("--metric", *metric, "the metric the PNG plots")->capture_default_str();
+  cmd->add_flag("--no-png", *no_png, "print the table only");
+  return {cmd, [dir, metric, no_png]() {
+    if (dir->empty()) {
+      throw train::ConfigError("DIR: expected a sweep's --output-dir, found none given.",
+                               "e.g. trainctl sweep-report sweeps/lr-bs.");
+    }
+    const auto [index, results] = train::read_sweep(*dir);
+    int rc = print(train::render_sweep_table(index, results));
+    if (rc != 0) return rc;
+    const std::string csv = train::files::join(*dir, "sweep-report.csv");
+    write_file(csv, train::render_sweep_csv(index, results), "sweep-report");
+    if (!*no_png) {
+      std::cerr << "trainctl sweep-report: "
+                << draw_sweep_png(csv, train::files::join(*dir, "sweep-report.png"), *metric, index, results)
+                << std::endl;
+    }
+    return 0;
+  }};
+}
+
+Command add_resources(CLI::App& app) {
+  auto* cmd = app.add_subcommand("resources", "Summarise the cluster: partitions, nodes, CPUs, memory, GPUs, shards, time limits");
+  cmd->footer(
+      "Asks sinfo (partitions, time limits) and scontrol show node (CPUs, memory, Gres, GresUsed),\n"
+      "then sbatch --test-only in each partition for a job of the shape given (default 1 node x 1\n"
+      "task) and points out where it could start soonest. Examples:\n"
+      "  trainctl resources\n"
+      "  trainctl resources --nodes 2 --gres gpu:4 --time 2:00:00\n"
+      "  trainctl resources --json\n");
+  auto o = std::make_shared<train::SbatchOptions>();
+  auto json = std::make_shared<bool>(false);
+  auto no_estimate = std::make_shared<bool>(false);
+  add_shape_options(cmd, *o);
+  cmd->add_flag("--json", *json, "print the partitions, nodes and GPU totals as JSON");
+  cmd->add_flag("--no-estimate", *no_estimate, "don't ask sbatch --test-only where a job could start");
+  return {cmd, [o, json, no_estimate]() {
+    o->signal = "none";  // a shape, not a batch job
+    const train::SbatchPlan plan = train::plan_sbatch(*o);
+    const train::ClusterResources res = train::query_resources();
+    if (*json) return print(train::render_resources_json(res));
+    std::string text = train::render_resources(res);
+    if (!*no_estimate) text += train::render_estimates(plan, train::estimate_starts(*o, plan, res.partitions));
+    return print(text);
+  }};
+}
+
+Command add_interactive(CLI::App& app) {
+  auto* cmd = app.add_subcommand("interactive", "Print (or --run) the salloc command for an interactive session shaped like a batch job");
+  cmd->footer(
+      "The same shape options and --setup lines as trainctl sbatch. Prints one command line:\n"
+      "  salloc SHAPE bash -c 'SETUP; exec bash -i'\n"
+      "a shell that holds the allocation, with the batch script's environment; `srun PROGRAM` there\n"
+      "runs on the allocated nodes as in the batch job. --pty opens the shell on the first node\n"
+      "instead (salloc SHAPE srun --pty --overlap -N1 -n1 bash -c ...). --run executes it. Example:\n"
+      "  trainctl interactive --nodes 2 --time 30 --setup 'source .venv/bin/activate' --run\n"
+      "  (then: srun build/bin/train --epochs 1 --dry-run)\n");
+  auto o = std::make_shared<train::SbatchOptions>();
+  auto run = std::make_shared<bool>(false);
+  auto pty = std::make_shared<bool>(false);
+  add_shape_options(cmd, *o);
+  cmd->add_option("--setup", o->setup, "a shell line run before the shell starts, e.g. 'module load cuda' (repeatable)")
+      ->allow_extra_args(false)
+      ->type_name("LINE");
+  cmd->add_flag("--pty", *pty, "open the shell on the allocation's first node (srun --pty)");
+  cmd->add_flag("--run", *run, "execute the command instead of printing it");
+  cmd->add_flag("--no-cluster-checks", "don't compare the request with the partitions sinfo reports");
+  return {cmd, [o, run, pty, cmd]() {
+    o->signal = "none";
+    if (o->job_name.empty()) o->job_name = "interactive";
+    const train::SbatchPlan plan = train::plan_sbatch(*o);
+    if (cmd->count("--no-cluster-checks") == 0) {
+      if (const auto partitions = train::query_partitions()) {
+        for (const std::string& w : train::check_against_partitions(*o, plan, *partitions)) {
+          std::cerr << "trainctl interactive: warning: " << w << std::endl;
+        }
+      }
+    }
+    std::vector<std::string> argv = {"salloc", "--job-name=" + plan.job_name, "--nodes=" + std::to_string(plan.nodes)};
+    if (plan.ntasks > 0) argv.push_back("--ntasks=" + std::to_string(plan.ntasks));
+    if (plan.ntasks == 0 || !o->ntasks_per_node.empty()) {
+      argv.push_back("--ntasks-per-node=" + std::to_string(plan.tasks_per_node));
+    }
+    if (plan.cpus_per_task > 0) argv.push_back("--cpus-per-task=" + std::to_string(plan.cpus_per_task));
+    for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+             {"--gpus-per-node", o->gpus_per_node}, {"--gres", o->gres}, {"--mem", o->mem}, {"--time", o->time},
+             {"--partition", o->partition}, {"--account", o->account}, {"--qos", o->qos},
+             {"--constraint", o->constraint}}) {
+      if (!value.empty()) argv.push_back(flag + "=" + value);
+    }
+    if (*pty) {
+      for (const char* a : {"srun", "--pty", "--overlap", "--nodes=1", "--ntasks=1"}) argv.push_back(a);
+    }
+    // The batch script's environment: its --setup lines and SRUN_CPUS_PER_TASK, then an interactive shell.
+    std::string code = "set +u";
+    for (const std::string& line : o->setup) code += "; " + line;
+    code += "; if [[ -n \"${SLURM_CPUS_PER_TASK:-}\" ]]; then export SRUN_CPUS_PER_TASK=\"$SLURM_CPUS_PER_TASK\"; fi";
+    code += "; echo \"interactive: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST; srun runs on it, exit ends it\" >&2";
+    code += "; exec bash -i";
+    argv.push_back("bash");
+    argv.push_back("-c");
+    argv.push_back(code);
+    if (!*run) {
+      std::string line;
+      for (const std::string& a : argv) line += (line.empty() ? "" : " ") + train::shell_quote(a);
+      return print(line + "\n");
+    }
+    try {
+      train::find_program("salloc", train::current_environment());
+    } catch (const train::ConfigError&) {
+      throw train::ConfigError("salloc: expected SLURM's salloc on PATH, found none.",
+                               "run this on the cluster's login node, or drop --run and copy the printed command there.");
+    }
+    std::vector<char*> cargv;
+    for (std::string& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    std::fflush(stdout);
+    ::execvp(cargv[0], cargv.data());
+    throw train::ConfigError("salloc: expected to start it, found exec failing: " + std::string(std::strerror(errno)) + ".",
+                             "check that salloc is executable.");
+  }};
+}
+
+Command add_status(CLI::App& app) {
+  auto* cmd = app.add_subcommand("status", "Show your jobs of this project: state, reason, elapsed, nodes, restarts, checkpoint, metrics");
+  cmd->footer(
+      "Without JOBID: your jobs that the controller knows (pending, running, or ended within\n"
+      "MinJobAge) submitted from this folder or below it; --all shows all your jobs. With JOBID\n"
+      "(an array's id shows all its tasks): that job, also from the job completion log once the\n"
+      "controller has forgotten it. For each job: its log, newest checkpoint (ckpt-N.pt in the folder\n"
+      "the generated script announced) and last metrics line. Examples:\n"
+      "  trainctl status\n"
+      "  trainctl status 1234\n");
+  auto id = std::make_shared<std::string>();
+  auto all = std::make_shared<bool>(false);
+  cmd->add_option("JOBID", *id, "a job id, ARRAY_TASK for an array task; default: your jobs of this project");
+  cmd->add_flag("--all", *all, "all your jobs, wherever they were submitted from");
+  return {cmd, [id, all]() {
+    std::vector<train::JobInfo> jobs = train::query_jobs(*id);
+    if (id->empty()) jobs = train::jobs_under(jobs, user_name(), *all ? "/" : current_folder());
+    if (jobs.empty()) {
+      return print("No jobs of " + user_name() + (*all ? "" : " submitted from " + current_folder() + " or below") +
+                   " (scontrol show job)." + (*all ? "" : " --all lists all your jobs.") + "\n");
+    }
+    std::vector<train::JobProgress> progress;
+    for (const train::JobInfo& j : jobs) progress.push_back(train::job_progress(j));
+    return print(train::render_status(jobs, progress));
+  }};
+}
+
+Command add_logs(CLI::App& app) {
+  auto* cmd = app.add_subcommand("logs", "Print (or -f follow) a job's log, per rank where it is split");
+  cmd->footer(
+      "Prints the job's log (StdOut in scontrol show job); where srun wrote one file per rank\n"
+      "(trainctl sbatch --per-rank-logs: LOG-R.EXT), their lines follow with an '[rR] ' prefix.\n"
+      "--rank R prints rank R's own file, else the log's lines with train's '[rank R/' prefix (train\n"
+      "logs info lines from rank 0 only unless told to log every rank). -f follows until the job ends.\n"
+      "Examples:\n"
+      "  trainctl logs 1234 -f\n"
+      "  trainctl logs 1234_2 --rank 1\n");
+  auto r = std::make_shared<train::LogsRequest>();
+  cmd->add_option("JOBID", r->job_id, "the job (ARRAY_TASK for an array's task); required");
+  cmd->add_flag("-f,--follow", r->follow, "keep printing new lines until the job ends");
+  cmd->add_option("--rank", r->rank, "only this rank's lines")->check(CLI::Range(0, 1 << 20))->type_name("R");
+  cmd->add_flag("--err", r->errors, "the job's --error file instead of its log");
+  return {cmd, [r]() {
+    if (r->job_id.empty()) {
+      throw train::ConfigError("JOBID: expected the job whose log to show, found none given.",
+                               "e.g. trainctl logs 1234; trainctl status lists your jobs.");
+    }
+    return train::show_logs(*r, [](const std::string& text) { return print(text) == 0; });
+  }};
+}
+
+Command add_cancel(CLI::App& app) {
+  auto* cmd = app.add_subcommand("cancel", "Cancel a job, with --signal SIG to let train checkpoint first");
+  cmd->footer(
+      "Without --signal: scancel JOBID. With --signal SIG (USR2 for the generated scripts): sends SIG\n"
+      "to the job's tasks (scancel --signal, not the batch shell), waits up to --grace seconds until\n"
+      "they stop (train saves a checkpoint and exits), then cancels what is left, and prints the\n"
+      "newest checkpoint. Example:\n"
+      "  trainctl cancel 1234 --signal USR2\n");
+  auto r = std::make_shared<train::CancelRequest>();
+  cmd->add_option("JOBID", r->job_id, "the job (or array) to cancel; required");
+  cmd->add_option("--signal", r->signal, "signal train checkpoints on (USR1, USR2 or TERM by default) to send first")
+      ->type_name("SIG");
+  cmd->add_option("--grace", r->grace_seconds, "seconds to wait for the tasks to stop after --signal")
+      ->check(CLI::Range(1.0, 86400.0))
+      ->capture_default_str();
+  return {cmd, [r]() {
+    if (r->job_id.empty()) {
+      throw train::ConfigError("JOBID: expected the job to cancel, found none given.",
+                               "e.g. trainctl cancel 1234 --signal USR2; trainctl status lists your jobs.");
+    }
+    return print(train::cancel_job(*r));
+  }};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
       "trainctl: launcher tools for libtrain. Expands SLURM host lists, shows the distributed\n"
       "environment a rank resolves, starts ranks on one machine, generates and submits sbatch\n"
-      "scripts, and checks a job's nodes before training.\n"
+      "scripts, and checks a job's nodes before training. Around the jobs: hyperparameter sweeps as\n"
+      "job arrays, the cluster's resources, interactive sessions, status, logs and cancel.\n"
       "Run 'trainctl SUBCOMMAND --help' for a subcommand's options.",
       "trainctl"};
   app.set_version_flag("--version", "trainctl " TRAIN_VERSION);
@@ -376,7 +840,8 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> args(argv + 1, argv + argc);
   std::vector<std::string> after_dashes;
-  if (!args.empty() && (args.front() == "local" || args.front() == "sbatch" || args.front() == "preflight")) {
+  if (!args.empty() && (args.front() == "local" || args.front() == "sbatch" || args.front() == "preflight" ||
+                         args.front() == "sweep")) {
     const auto dashes = std::find(args.begin(), args.end(), "--");
     if (dashes != args.end()) {
       after_dashes.assign(dashes + 1, args.end());
@@ -386,7 +851,9 @@ int main(int argc, char** argv) {
   const std::vector<std::string> before_dashes = args;
   const std::vector<Command> commands = {add_hostnames(app), add_hostlist(app), add_env(app),
                                          add_local(app, after_dashes), add_sbatch(app, before_dashes, after_dashes),
-                                         add_preflight(app, after_dashes)};
+                                         add_preflight(app, after_dashes), add_sweep(app, before_dashes, after_dashes),
+                                         add_sweep_report(app), add_resources(app), add_interactive(app),
+                                         add_status(app), add_logs(app), add_cancel(app)};
 
   if (argc >= 2 && argv[1][0] != '-') {
     std::string names;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "train/error.h"
+#include "train/launcher/sweep.h"
 
 namespace train {
 namespace {
@@ -226,6 +227,14 @@ std::string shell_quote(const std::string& value) {
   return out + "'";
 }
 
+std::string per_rank_pattern(const std::string& pattern) {
+  const std::size_t slash = pattern.rfind('/');
+  const std::size_t name_start = slash == std::string::npos ? 0 : slash + 1;
+  const std::size_t dot = pattern.rfind('.');
+  if (dot == std::string::npos || dot <= name_start) return pattern + "-%t";
+  return pattern.substr(0, dot) + "-%t" + pattern.substr(dot);
+}
+
 std::string output_folder(const std::string& output_pattern) {
   const std::size_t slash = output_pattern.rfind('/');
   if (slash == std::string::npos || slash == 0) return "";
@@ -364,7 +373,8 @@ SbatchPlan plan_sbatch(const SbatchOptions& o) {
        std::vector<std::pair<std::string, std::string>>{{"--partition", o.partition}, {"--account", o.account},
                                                         {"--qos", o.qos}, {"--constraint", o.constraint},
                                                         {"--gres", o.gres}, {"--mem", o.mem}, {"--time", o.time},
-                                                        {"--output", o.output}, {"--gpus-per-node", o.gpus_per_node}}) {
+                                                        {"--output", o.output}, {"--error", o.error},
+                                                        {"--gpus-per-node", o.gpus_per_node}}) {
     if (!value.empty()) check_sbatch_word(option, value);
   }
 
@@ -408,6 +418,26 @@ SbatchPlan plan_sbatch(const SbatchOptions& o) {
     plan.shard = true;
     plan.gpu_request = "--gres " + gres.item;
   }
+  if (!o.ntasks.empty()) {
+    plan.ntasks = parse_count("--ntasks", o.ntasks, "e.g. --ntasks 4: ranks in all, spread over the nodes.");
+    if (plan.ntasks < plan.nodes) {
+      throw ConfigError("--ntasks " + o.ntasks + " with --nodes " + std::to_string(plan.nodes) +
+                            ": expected at least one task per node, found fewer tasks than nodes.",
+                        "ask for at least as many tasks as nodes, or fewer nodes.");
+    }
+    if (tasks > 0 && plan.ntasks > plan.nodes * tasks) {
+      throw ConfigError("--ntasks " + o.ntasks + ": expected at most --nodes x --ntasks-per-node = " +
+                            std::to_string(plan.nodes * tasks) + " tasks, found " + o.ntasks + ".",
+                        "drop --ntasks-per-node (SLURM spreads the tasks), or ask for more nodes.");
+    }
+    if (tasks == 0 && plan.gpus_per_node == 0) tasks = (plan.ntasks + plan.nodes - 1) / plan.nodes;
+    if (plan.gpus_per_node > 0 && !plan.shard && plan.ntasks != plan.nodes * plan.gpus_per_node) {
+      throw ConfigError("--ntasks " + o.ntasks + " with " + plan.gpu_request + " on " + std::to_string(plan.nodes) +
+                            " node(s): expected one task per GPU (" +
+                            std::to_string(plan.nodes * plan.gpus_per_node) + " tasks), found " + o.ntasks + ".",
+                        "drop --ntasks (it follows the GPUs), or request as many GPUs as tasks.");
+    }
+  }
   if (tasks == 0) tasks = plan.gpus_per_node > 0 && !plan.shard ? plan.gpus_per_node : 1;
   plan.tasks_per_node = tasks;
   if (plan.shard && tasks > 1) {
@@ -436,7 +466,40 @@ SbatchPlan plan_sbatch(const SbatchOptions& o) {
                         "drop the option for a single job; SLURM's MaxArraySize is 1001 by default.");
     }
   }
-  plan.output = !o.output.empty() ? o.output : plan.array_chain > 0 ? kDefaultArrayOutput : kDefaultOutput;
+  if (o.array_tasks) {
+    const ArrayTasks& a = *o.array_tasks;
+    if (plan.array_chain > 0) {
+      throw ConfigError("--array-chain " + o.array_chain + " in a sweep: expected one job array, found a chain "
+                            "requested as well.",
+                        "drop --array-chain: each task of a sweep requeues itself and resumes from its own "
+                        "checkpoints when its time runs out.");
+    }
+    if (a.task_args.empty() || static_cast<int>(a.task_args.size()) > kMaxArrayChain + 1) {
+      throw ConfigError("sweep: expected 1-" + std::to_string(kMaxArrayChain + 1) + " tasks in the job array, found " +
+                            std::to_string(a.task_args.size()) + ".",
+                        "SLURM's MaxArraySize is 1001 by default; split the grid into several sweeps.");
+    }
+    if (a.throttle < 0) {
+      throw ConfigError("--throttle " + std::to_string(a.throttle) + ": expected a count of tasks, found a negative one.",
+                        "e.g. --throttle 2: at most 2 tasks of the sweep run at once.");
+    }
+    check_sbatch_word("--output-dir", a.run_root);
+    if (a.run_root.front() != '/' || a.run_root.find('%') != std::string::npos) {
+      throw ConfigError("--output-dir '" + a.run_root + "': expected an absolute folder without '%', found '" +
+                            a.run_root + "'.",
+                        "trainctl sweep makes the folder absolute itself; avoid '%', which SLURM expands in log paths.");
+    }
+    plan.array_tasks = static_cast<int>(a.task_args.size());
+  }
+  plan.output = !o.output.empty()          ? o.output
+                : plan.array_tasks > 0     ? o.array_tasks->run_root + "/task-%a/" + kSweepLogFile
+                : plan.array_chain > 0     ? kDefaultArrayOutput
+                                           : kDefaultOutput;
+  plan.error = o.error;
+  if (o.per_rank_logs) {
+    plan.rank_output = per_rank_pattern(plan.output);
+    if (!plan.error.empty()) plan.rank_error = per_rank_pattern(plan.error);
+  }
 
   // The signal: it must reach the tasks, train must checkpoint on it, and it must come before the end.
   const std::string signal = o.signal.empty() ? kDefaultSignal : o.signal;
@@ -520,10 +583,17 @@ std::string render_sbatch_script(const SbatchOptions& o, const SbatchPlan& plan)
   const std::string& name = plan.job_name;
   const std::string log_folder = output_folder(plan.output);
   const bool chain = plan.array_chain > 0;
+  const bool sweep = plan.array_tasks > 0;
   auto line = [&](const std::string& text) { s << text << "\n"; };
 
   line("#!/bin/bash");
-  line("# " + name + ": data-parallel training with libtrain's `train` under SLURM, one srun task per rank.");
+  if (sweep) {
+    line("# " + name + ": a sweep of " + std::to_string(plan.array_tasks) +
+         " data-parallel trainings as one job array; task i trains with combination i of");
+    line("# the grid (" + o.array_tasks->run_root + "/sweep.json) in its own folder task-i, one srun task per rank.");
+  } else {
+    line("# " + name + ": data-parallel training with libtrain's `train` under SLURM, one srun task per rank.");
+  }
   {
     std::string layout = "# Asks for " + std::to_string(plan.nodes) + " node(s) x " + std::to_string(plan.tasks_per_node) +
                          " task(s)";
@@ -536,7 +606,8 @@ std::string render_sbatch_script(const SbatchOptions& o, const SbatchPlan& plan)
     if (!o.time.empty()) layout += ", time limit " + o.time;
     line(layout + "; train picks NCCL on GPUs, else Gloo.");
   }
-  line("# Generated by `trainctl sbatch` (launcher/src/sbatch.cpp), so don't edit it by hand; it is what");
+  line(std::string("# Generated by `trainctl ") + (sweep ? "sweep" : "sbatch") +
+       "` (launcher/src/sbatch.cpp), so don't edit it by hand; it is what");
   if (o.command.empty()) {
     line("#   trainctl sbatch ... (command not recorded)");
   } else {
@@ -557,7 +628,10 @@ std::string render_sbatch_script(const SbatchOptions& o, const SbatchPlan& plan)
   line("# Set TRAIN_BIN=/path/to/train (and TRAINCTL_BIN) to use another build than build/bin/train.");
   line("#SBATCH --job-name=" + name);
   line("#SBATCH --nodes=" + std::to_string(plan.nodes));
-  line("#SBATCH --ntasks-per-node=" + std::to_string(plan.tasks_per_node));
+  if (plan.ntasks > 0) line("#SBATCH --ntasks=" + std::to_string(plan.ntasks));
+  if (plan.ntasks == 0 || !o.ntasks_per_node.empty()) {
+    line("#SBATCH --ntasks-per-node=" + std::to_string(plan.tasks_per_node));
+  }
   if (plan.cpus_per_task > 0) line("#SBATCH --cpus-per-task=" + std::to_string(plan.cpus_per_task));
   if (!o.gpus_per_node.empty()) line("#SBATCH --gpus-per-node=" + o.gpus_per_node);
   if (!o.gres.empty()) line("#SBATCH --gres=" + o.gres);
@@ -573,8 +647,16 @@ std::string render_sbatch_script(const SbatchOptions& o, const SbatchPlan& plan)
     line("# wrote when its time ran out (seed 004's --array 1-N%1); the chunks after a finished run are cancelled.");
     line("#SBATCH --array=1-" + std::to_string(plan.array_chain) + "%1");
   }
+  if (sweep) {
+    const ArrayTasks& a = *o.array_tasks;
+    const int throttle = a.throttle > 0 ? std::min(a.throttle, plan.array_tasks) : plan.array_tasks;
+    line("# One task per combination, at most " + std::to_string(throttle) + " at once (%" + std::to_string(throttle) +
+         "); each logs into its own folder.");
+    line("#SBATCH --array=0-" + std::to_string(plan.array_tasks - 1) + "%" + std::to_string(throttle));
+  }
   line("# Requeued runs append to the same log (--open-mode=append).");
   line("#SBATCH --output=" + plan.output);
+  if (!plan.error.empty()) line("#SBATCH --error=" + plan.error);
   line("#SBATCH --open-mode=append");
   line("# SLURM may requeue the job when a node fails or it is preempted; it then resumes from its checkpoint.");
   line("#SBATCH --requeue");
@@ -620,8 +702,14 @@ std::string render_sbatch_script(const SbatchOptions& o, const SbatchPlan& plan)
     line("set -u");
   }
   line("");
-  line("TRAIN_BIN=\"${TRAIN_BIN:-build/bin/train}\"");
-  line("TRAINCTL_BIN=\"${TRAINCTL_BIN:-$(dirname \"$TRAIN_BIN\")/trainctl}\"");
+  if (!o.program.empty()) {
+    line("# --program: the tasks run this instead of train (TRAIN_BIN is not consulted).");
+    line("TRAIN_BIN=" + shell_quote(o.program));
+    line("TRAINCTL_BIN=\"${TRAINCTL_BIN:-build/bin/trainctl}\"");
+  } else {
+    line("TRAIN_BIN=\"${TRAIN_BIN:-build/bin/train}\"");
+    line("TRAINCTL_BIN=\"${TRAINCTL_BIN:-$(dirname \"$TRAIN_BIN\")/trainctl}\"");
+  }
   line("if [[ ! -x \"$TRAIN_BIN\" ]]; then");
   line("  say \"train program: expected an executable file at '$TRAIN_BIN' (TRAIN_BIN, relative to the submit dir \\");
   line("$SLURM_SUBMIT_DIR), found none.\"");
@@ -645,11 +733,34 @@ std::string render_sbatch_script(const SbatchOptions& o, const SbatchPlan& plan)
     line("STAGE_DIR=\"$STAGE_ROOT/data" + (o.stage_subdir.empty() ? "" : "/" + o.stage_subdir) + "\"");
   }
   line("");
-  line("# One checkpoint folder per job (per chain for arrays): a requeued run or the next chunk resumes from");
-  line("# it. A --checkpoint-dir among the arguments wins, as train keeps the last copy of a flag.");
-  line("CKPT_DIR=\"checkpoints/${SLURM_JOB_NAME:-" + name + "}-${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}\"");
+  if (sweep) {
+    const ArrayTasks& a = *o.array_tasks;
+    line("# The sweep: this task's combination of the grid, and its run folder (checkpoints, metrics, log).");
+    line("RUN_ROOT=" + shell_quote(a.run_root));
+    line("case \"${SLURM_ARRAY_TASK_ID:-}\" in");
+    for (std::size_t i = 0; i < a.task_args.size(); ++i) {
+      std::string args;
+      for (const std::string& arg : a.task_args[i]) args += (args.empty() ? "" : " ") + shell_quote(arg);
+      line("  " + std::to_string(i) + ") SWEEP_ARGS=(" + args + ") ;;");
+    }
+    line("  *)");
+    line("    say \"SLURM_ARRAY_TASK_ID: expected a task of the sweep (0-" + std::to_string(a.task_args.size() - 1) +
+         "), found '${SLURM_ARRAY_TASK_ID:-}'.\"");
+    line("    say \"Hint: submit this script as it is (its #SBATCH --array line makes the tasks), or use trainctl sweep --submit.\"");
+    line("    exit 1 ;;");
+    line("esac");
+    line("RUN_DIR=\"$RUN_ROOT/task-$SLURM_ARRAY_TASK_ID\"");
+    line("mkdir -p \"$RUN_DIR\"");
+    line("# A requeued task resumes from its own checkpoints. A --checkpoint-dir among the arguments wins.");
+    line("CKPT_DIR=\"$RUN_DIR/checkpoints\"");
+  } else {
+    line("# One checkpoint folder per job (per chain for arrays): a requeued run or the next chunk resumes from");
+    line("# it. A --checkpoint-dir among the arguments wins, as train keeps the last copy of a flag.");
+    line("CKPT_DIR=\"checkpoints/${SLURM_JOB_NAME:-" + name + "}-${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}\"");
+  }
   line("JOB_TASKS_PER_NODE=\"${SLURM_TASKS_PER_NODE:-${SLURM_NTASKS_PER_NODE:-1}}\"  # steps below overwrite it");
-  line("TRAIN_ARGS=(--checkpoint-dir \"$CKPT_DIR\" --resume auto)");
+  line(std::string("TRAIN_ARGS=(--checkpoint-dir \"$CKPT_DIR\" --resume auto") +
+       (sweep ? " --metrics \"$RUN_DIR/metrics.jsonl\")" : ")"));
   line("# train's default thread count is the machine's cores over its tasks; the job's share is smaller.");
   line("if [[ -n \"${SLURM_CPUS_PER_TASK:-}\" ]]; then TRAIN_ARGS+=(--threads \"$SLURM_CPUS_PER_TASK\"); fi");
   std::string fixed;
@@ -657,13 +768,15 @@ std::string render_sbatch_script(const SbatchOptions& o, const SbatchPlan& plan)
   if (chain) fixed += " --no-requeue";  // the next chunk continues, rather than a requeue of this one
   if (!fixed.empty()) line("TRAIN_ARGS+=(" + fixed.substr(1) + ")");
   if (!o.stage_data.empty()) line("TRAIN_ARGS+=(--data \"$STAGE_DIR\")");
+  if (sweep) line("TRAIN_ARGS+=(\"${SWEEP_ARGS[@]}\")");
   line("TRAIN_ARGS+=(\"$@\")");
   line("");
-  line("echo \"" + name + ": job $SLURM_JOB_ID${SLURM_ARRAY_TASK_ID:+ (chunk $SLURM_ARRAY_TASK_ID of array "
-       "$SLURM_ARRAY_JOB_ID)}${SLURM_RESTART_COUNT:+, restart $SLURM_RESTART_COUNT}: \\");
+  line("echo \"" + name + ": job $SLURM_JOB_ID${SLURM_ARRAY_TASK_ID:+ (" + (sweep ? "task" : "chunk") +
+       " $SLURM_ARRAY_TASK_ID of array $SLURM_ARRAY_JOB_ID)}${SLURM_RESTART_COUNT:+, restart $SLURM_RESTART_COUNT}: \\");
   line("${SLURM_JOB_NUM_NODES:-1} node(s) ${SLURM_JOB_NODELIST:-?}, tasks per node $JOB_TASKS_PER_NODE, \\");
   line("${SLURM_CPUS_PER_TASK:-1} CPU(s) per task, GPUs per node ${SLURM_GPUS_ON_NODE:-0}; \\");
   line("train $TRAIN_BIN, checkpoints in $CKPT_DIR\"");
+  if (sweep) line("echo \"" + name + ": sweep arguments ${SWEEP_ARGS[*]}, run folder $RUN_DIR\"");
   if (!o.stage_data.empty()) {
     line("");
     line("if [[ ! -r \"$STAGE_ARCHIVE\" ]]; then");
@@ -679,29 +792,38 @@ std::string render_sbatch_script(const SbatchOptions& o, const SbatchPlan& plan)
     line("  exit 1");
     line("}");
   }
-  line("");
-  line("# Preflight, one task per node: the data is readable there, CUDA sees the GPUs the job asked for, and");
-  line("# the tasks match the GPUs. A failed check stops the job before any rank waits for its peers.");
-  line("if [[ -x \"$TRAINCTL_BIN\" ]]; then");
-  std::string preflight = "  srun --ntasks=\"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 " + container +
-                          "\"$TRAINCTL_BIN\" preflight --tasks-per-node \"$JOB_TASKS_PER_NODE\"";
-  if (plan.shard) {
-    preflight += " --expect-gpus 1";
-  } else if (plan.gpus_per_node > 0) {
-    preflight += " --expect-gpus \"${SLURM_GPUS_ON_NODE:-" + std::to_string(plan.gpus_per_node) + "}\"";
+  if (o.preflight) {
+    line("");
+    line("# Preflight, one task per node: the data is readable there, CUDA sees the GPUs the job asked for, and");
+    line("# the tasks match the GPUs. A failed check stops the job before any rank waits for its peers.");
+    line("if [[ -x \"$TRAINCTL_BIN\" ]]; then");
+    std::string preflight = "  srun --ntasks=\"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 " + container +
+                            "\"$TRAINCTL_BIN\" preflight --tasks-per-node \"$JOB_TASKS_PER_NODE\"";
+    if (plan.shard) {
+      preflight += " --expect-gpus 1";
+    } else if (plan.gpus_per_node > 0) {
+      preflight += " --expect-gpus \"${SLURM_GPUS_ON_NODE:-" + std::to_string(plan.gpus_per_node) + "}\"";
+    }
+    line(preflight + " \\");
+    line("    -- \"${TRAIN_ARGS[@]}\" || {");
+    line("    say \"preflight failed (see above): training not started.\"");
+    line("    say \"Hint: fix what the failed check names, or submit to other nodes (--partition, --constraint, --exclude).\"");
+    line("    exit 1");
+    line("  }");
+    line("else");
+    line("  say \"warning: no trainctl at '$TRAINCTL_BIN' (TRAINCTL_BIN): preflight checks skipped.\"");
+    line("fi");
   }
-  line(preflight + " \\");
-  line("    -- \"${TRAIN_ARGS[@]}\" || {");
-  line("    say \"preflight failed (see above): training not started.\"");
-  line("    say \"Hint: fix what the failed check names, or submit to other nodes (--partition, --constraint, --exclude).\"");
-  line("    exit 1");
-  line("  }");
-  line("else");
-  line("  say \"warning: no trainctl at '$TRAINCTL_BIN' (TRAINCTL_BIN): preflight checks skipped.\"");
-  line("fi");
   line("");
   line("rc=0");
-  line("srun --kill-on-bad-exit=1 " + container + "\"$TRAIN_BIN\" \"${TRAIN_ARGS[@]}\" || rc=$?");
+  std::string srun = "srun --kill-on-bad-exit=1 ";
+  if (!plan.rank_output.empty()) {
+    line("# --per-rank-logs: each rank writes its own file (%t is its rank); this log keeps the script's lines.");
+    srun += "--output=" + plan.rank_output + " ";
+    if (!plan.rank_error.empty()) srun += "--error=" + plan.rank_error + " ";
+    srun += "--open-mode=append ";
+  }
+  line(srun + container + "\"$TRAIN_BIN\" \"${TRAIN_ARGS[@]}\" || rc=$?");
   if (!o.stage_data.empty()) {
     line("if [[ \"$STAGE_OWNED\" == 1 ]]; then");
     line("  srun --ntasks=\"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 rm -rf \"$STAGE_ROOT\" || true");

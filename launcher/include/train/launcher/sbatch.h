@@ -12,12 +12,22 @@
 
 namespace train {
 
+/// The tasks of a job array that runs one training per task with its own arguments (a sweep made by
+/// `trainctl sweep`, see sweep.h): task i runs in `run_root`/task-i, which holds its checkpoints and
+/// metrics, with `task_args[i]` appended to train's arguments.
+struct ArrayTasks {
+  std::vector<std::vector<std::string>> task_args;  ///< extra train arguments of each task (0-based)
+  int throttle = 0;                                 ///< at most this many tasks at once (%N); 0: all
+  std::string run_root;                             ///< absolute folder that holds the task folders
+};
+
 /// A request for a generated sbatch script, as typed on `trainctl sbatch`'s command line. Every
 /// value is the user's text ("" when not given), so that it lands verbatim in the #SBATCH lines once
 /// plan_sbatch() has checked it.
 struct SbatchOptions {
   std::string nodes;             ///< --nodes N (default 1)
   std::string ntasks_per_node;   ///< --ntasks-per-node N (default: GPUs per node, else 1)
+  std::string ntasks;            ///< --ntasks N, ranks in all (default: nodes x tasks per node)
   std::string gpus_per_node;     ///< --gpus-per-node [TYPE:]N: one task per GPU
   std::string cpus_per_task;     ///< --cpus-per-task N
   std::string mem;               ///< --mem SIZE, per node: N[K|M|G|T]
@@ -29,6 +39,11 @@ struct SbatchOptions {
   std::string constraint;        ///< --constraint
   std::string job_name;          ///< --job-name (default kDefaultJobName)
   std::string output;            ///< --output (default kDefaultOutput, kDefaultArrayOutput for chains)
+  std::string error;             ///< --error: stderr's own file (default: with stdout in --output)
+  bool per_rank_logs = false;    ///< --per-rank-logs: srun writes one file per rank (per_rank_pattern)
+  std::string program;           ///< --program PATH: what srun runs instead of train (TRAIN_BIN)
+  bool preflight = true;         ///< false with --no-preflight: no `trainctl preflight` step
+  std::optional<ArrayTasks> array_tasks;  ///< a sweep's job array (trainctl sweep), or none
   std::string array_chain;       ///< --array-chain N: `--array=1-N%1`, chunks that resume in turn
   std::string signal;            ///< --signal [R:]SIG[@SECONDS]; "" = kDefaultSignal; "none" = no line
   std::vector<std::string> setup;       ///< --setup LINE, run in the batch shell before srun
@@ -94,8 +109,13 @@ struct SbatchPlan {
   std::int64_t mem_mb = 0;            ///< --mem in MiB; 0 not given
   std::optional<SignalSpec> signal;   ///< none with --signal none
   int array_chain = 0;                ///< chunks; 0 for a single job
+  int ntasks = 0;                     ///< --ntasks; 0 when not given (nodes x tasks_per_node)
+  int array_tasks = 0;                ///< tasks of a sweep's job array; 0 for none
   std::string job_name;
   std::string output;
+  std::string error;                  ///< --error pattern, "" when stderr goes with stdout
+  std::string rank_output;            ///< srun's --output per rank with --per-rank-logs, else ""
+  std::string rank_error;             ///< srun's --error per rank with --per-rank-logs and --error
   std::vector<std::string> warnings;  ///< things worth saying that don't stop the generation
 };
 
@@ -176,6 +196,11 @@ std::string sbatch_submit(const std::string& script, const std::string& output_p
 /// The folder part of an --output pattern when it must exist before submission ("logs" for
 /// "logs/%x-%j.out"); "" when there is none or it contains a '%' pattern.
 std::string output_folder(const std::string& output_pattern);
+
+/// The per-rank form of a log file pattern, for srun's --output/--error: "-%t" (the task's rank)
+/// before the extension of the file name, e.g. logs/out%j.log gives logs/out%j-%t.log and logs/x
+/// gives logs/x-%t. trainctl logs finds a rank's file the same way from the job's log path.
+std::string per_rank_pattern(const std::string& pattern);
 
 /// `value` quoted for bash when it needs it: plain words stay as they are, others get single quotes.
 std::string shell_quote(const std::string& value);

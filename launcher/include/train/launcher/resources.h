@@ -1,0 +1,89 @@
+// `trainctl resources`: what a cluster has (partitions, nodes, CPUs, memory, GPU types and counts,
+// shards free and in use, time limits) from sinfo and `scontrol show node`, and where a job of a
+// given shape could start soonest (sbatch --test-only). No LibTorch. See docs/workflow.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "train/launcher/sbatch.h"
+
+namespace train {
+
+/// One item of a gres string: "gpu:a100:4(S:0-1)" is {gpu, a100, 4}; "shard:16" is {shard, "", 16}.
+struct GresItem {
+  std::string name;   ///< gpu, shard, mps, ...
+  std::string type;   ///< a100, "" when untyped
+  std::int64_t count = 0;
+};
+
+/// Parses a Gres or GresUsed string as sinfo and scontrol print it ("gpu:a100:4(S:0-1),shard:a100:16",
+/// "gpu:a100:2(IDX:0-1),shard:a100:3(3/8,0/8)"); "(null)" and "" give none. Unparsable items are skipped.
+std::vector<GresItem> parse_gres_items(const std::string& gres);
+
+/// The sum of the counts of items named `name` (gpu, shard), of any type.
+std::int64_t gres_total(const std::vector<GresItem>& items, const std::string& name);
+
+/// One node as `scontrol show node -o` describes it.
+struct NodeInfo {
+  std::string name;
+  std::vector<std::string> partitions;
+  std::string state;                ///< State, lower case without flags' '+' parts: idle, mixed, allocated, down, ...
+  int cpus = 0;                     ///< CPUTot
+  int cpus_alloc = 0;               ///< CPUAlloc
+  std::int64_t memory_mb = 0;       ///< RealMemory
+  std::int64_t memory_alloc_mb = 0; ///< AllocMem
+  std::vector<GresItem> gres;       ///< Gres
+  std::vector<GresItem> gres_used;  ///< GresUsed
+};
+
+/// The nodes in `scontrol show node -o` output.
+std::vector<NodeInfo> parse_scontrol_nodes(const std::string& text);
+
+/// GPUs (or shards) of one type across nodes.
+struct GresSummary {
+  std::string name;  ///< gpu or shard
+  std::string type;  ///< "" when untyped
+  std::int64_t total = 0;
+  std::int64_t used = 0;
+  int nodes = 0;     ///< nodes that have it
+};
+
+/// GPUs and shards per type over the nodes, sorted by name then type.
+std::vector<GresSummary> summarize_gres(const std::vector<NodeInfo>& nodes);
+
+/// What a cluster has.
+struct ClusterResources {
+  std::vector<PartitionInfo> partitions;
+  std::vector<NodeInfo> nodes;
+};
+
+/// Asks sinfo (partitions) and scontrol (nodes), 15 s at most each.
+/// @throws train::ConfigError when they are missing or fail.
+ClusterResources query_resources();
+
+/// The report `trainctl resources` prints: partitions, nodes, GPU and shard totals.
+std::string render_resources(const ClusterResources& resources);
+
+/// The same as JSON (for scripts and tests).
+std::string render_resources_json(const ClusterResources& resources);
+
+/// Where a job of one shape could start, per partition.
+struct StartEstimate {
+  std::string partition;
+  bool fits = false;        ///< sbatch --test-only accepted it
+  std::string start_time;   ///< when it would start
+  std::string nodes;        ///< on which nodes
+  std::string message;      ///< why it doesn't fit (sbatch's or trainctl's words)
+};
+
+/// Asks `sbatch --test-only` about a job of this shape in each partition that is up (or only in
+/// --partition), with the shape checked against the partition first.
+std::vector<StartEstimate> estimate_starts(const SbatchOptions& shape, const SbatchPlan& plan,
+                                           const std::vector<PartitionInfo>& partitions);
+
+/// The lines that point out the soonest start among the estimates.
+std::string render_estimates(const SbatchPlan& plan, const std::vector<StartEstimate>& estimates);
+
+}  // namespace train

@@ -1,0 +1,631 @@
+// `trainctl status`, `logs` and `cancel`: talks to the controller with scontrol and scancel (always
+// through train::run_command with a timeout), falls back to the jobcomp log for forgotten jobs, and
+// reads the jobs' logs, checkpoint folders and metrics files.
+#include "train/launcher/jobs.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <map>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "train/error.h"
+#include "train/files.h"
+#include "train/launcher/env.h"
+#include "train/launcher/local_launch.h"
+#include "train/launcher/sbatch.h"
+#include "train/subprocess.h"
+
+namespace train {
+namespace {
+
+/// Seconds scontrol and scancel get: the controller answers in milliseconds, an unreachable one
+/// makes them retry for about 10 s.
+constexpr double kSlurmTimeoutSeconds = 15;
+
+std::string trim(const std::string& s) {
+  const std::size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+std::string read_file(const std::string& path, bool* ok = nullptr) {
+  std::ifstream in(path, std::ios::binary);
+  if (ok != nullptr) *ok = static_cast<bool>(in);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string value_of(const KeyValues& kv, const std::string& key) {
+  const auto it = kv.find(key);
+  if (it == kv.end() || it->second == "(null)") return "";
+  return it->second;
+}
+
+int int_of(const KeyValues& kv, const std::string& key) {
+  const std::string v = value_of(kv, key);
+  if (v.empty() || std::isdigit(static_cast<unsigned char>(v[0])) == 0) return 0;
+  try {
+    return std::stoi(v);
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+JobInfo job_from(const KeyValues& kv) {
+  JobInfo j;
+  j.job_id = value_of(kv, "JobId");
+  j.array_job_id = value_of(kv, "ArrayJobId");
+  j.array_task_id = value_of(kv, "ArrayTaskId");
+  j.id = j.job_id;
+  if (!j.array_job_id.empty() && !j.array_task_id.empty()) {
+    const bool single = std::all_of(j.array_task_id.begin(), j.array_task_id.end(),
+                                    [](unsigned char c) { return std::isdigit(c) != 0; });
+    j.id = j.array_job_id + "_" + (single ? j.array_task_id : "[" + j.array_task_id + "]");
+  }
+  j.name = value_of(kv, "JobName");
+  if (j.name.empty()) j.name = value_of(kv, "Name");  // the jobcomp log's spelling
+  j.user = value_of(kv, "UserId");
+  j.user = j.user.substr(0, j.user.find('('));
+  j.state = value_of(kv, "JobState");
+  j.reason = value_of(kv, "Reason");
+  j.elapsed = value_of(kv, "RunTime");
+  j.time_limit = value_of(kv, "TimeLimit");
+  j.nodes = value_of(kv, "NodeList");
+  j.restarts = int_of(kv, "Restarts");
+  j.std_out = value_of(kv, "StdOut");
+  j.std_err = value_of(kv, "StdErr");
+  j.work_dir = value_of(kv, "WorkDir");
+  j.partition = value_of(kv, "Partition");
+  j.num_tasks = int_of(kv, "NumTasks");
+  return j;
+}
+
+void require_program(const std::string& name) {
+  try {
+    find_program(name, current_environment());
+  } catch (const ConfigError&) {
+    throw ConfigError(name + ": expected SLURM's " + name + " on PATH, found none.",
+                      "run trainctl on the cluster's login node (SLURM's client tools must be installed there).");
+  }
+}
+
+/// Runs a SLURM client command; throws when it can't run or hangs, returns its result otherwise.
+CommandResult run_slurm(const std::vector<std::string>& argv) {
+  require_program(argv.front());
+  CommandResult r = run_command(argv, "", kSlurmTimeoutSeconds);
+  if (!r.started) {
+    throw ConfigError(argv.front() + ": expected it to run, found it could not be started.",
+                      "check that SLURM's client tools are installed and executable.");
+  }
+  if (r.timed_out) {
+    throw ConfigError(argv.front() + ": expected an answer within " + std::to_string(int(kSlurmTimeoutSeconds)) +
+                          " s, found none (killed).",
+                      "the controller may be down or overloaded; check with scontrol ping and sinfo.");
+  }
+  return r;
+}
+
+/// The jobcomp/filetxt log's path from `scontrol show config`, "" when the cluster keeps none.
+std::string jobcomp_path() {
+  const CommandResult r = run_slurm({"scontrol", "show", "config"});
+  if (r.exit_code != 0) return "";
+  std::string type, loc;
+  std::istringstream in(r.out);
+  std::string line;
+  while (std::getline(in, line)) {
+    const std::size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string key = trim(line.substr(0, eq));
+    if (key == "JobCompType") type = trim(line.substr(eq + 1));
+    if (key == "JobCompLoc") loc = trim(line.substr(eq + 1));
+  }
+  return type == "jobcomp/filetxt" && !loc.empty() && loc[0] == '/' ? loc : "";
+}
+
+bool is_running_state(const std::string& state) {
+  return state == "RUNNING" || state == "COMPLETING" || state == "CONFIGURING" || state == "SUSPENDED" ||
+         state == "STOPPED" || state == "SIGNALING" || state == "STAGE_OUT";
+}
+
+}  // namespace
+
+std::vector<KeyValues> parse_key_value_lines(const std::string& text) {
+  static const std::regex kKey(R"(^[A-Za-z][A-Za-z0-9_:/]*=)");
+  std::vector<KeyValues> records;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    line = trim(line);
+    if (line.empty()) continue;
+    KeyValues kv;
+    std::string key;
+    std::istringstream words(line);
+    std::string word;
+    while (words >> word) {
+      std::smatch m;
+      if (std::regex_search(word, m, kKey)) {
+        key = word.substr(0, m.length(0) - 1);
+        kv[key] = word.substr(m.length(0));
+      } else if (!key.empty()) {
+        kv[key] += " " + word;  // a value with spaces
+      }
+    }
+    if (!kv.empty()) records.push_back(std::move(kv));
+  }
+  return records;
+}
+
+std::vector<JobInfo> parse_scontrol_jobs(const std::string& text) {
+  std::vector<JobInfo> jobs;
+  for (const KeyValues& kv : parse_key_value_lines(text)) {
+    if (kv.count("JobId") != 0) jobs.push_back(job_from(kv));
+  }
+  return jobs;
+}
+
+std::vector<JobInfo> parse_jobcomp(const std::string& text) {
+  std::vector<JobInfo> jobs = parse_scontrol_jobs(text);
+  for (JobInfo& j : jobs) j.from_jobcomp = true;
+  return jobs;
+}
+
+bool is_final_state(const std::string& state) {
+  static const std::set<std::string> kFinal = {"COMPLETED", "FAILED",    "CANCELLED", "TIMEOUT",  "NODE_FAIL",
+                                               "PREEMPTED", "BOOT_FAIL", "DEADLINE",  "OUT_OF_MEMORY",
+                                               "SPECIAL_EXIT", "REVOKED"};
+  return kFinal.count(state) != 0;
+}
+
+void check_job_id(const std::string& id) {
+  static const std::regex kId(R"(^[0-9]+(_([0-9]+|\[[0-9,%\-]+\]))?$)");
+  if (!std::regex_match(id, kId)) {
+    throw ConfigError("JOBID '" + id + "': expected a job id such as 12, or 12_3 for task 3 of array 12, found '" + id +
+                          "'.",
+                      "trainctl status (or squeue -u $USER) lists your jobs' ids.");
+  }
+}
+
+std::vector<JobInfo> query_jobs(const std::string& id) {
+  if (!id.empty()) check_job_id(id);
+  std::vector<std::string> argv = {"scontrol", "show", "job", "-o"};
+  if (!id.empty()) argv.push_back(id);
+  const CommandResult r = run_slurm(argv);
+  if (r.exit_code == 0) {
+    std::vector<JobInfo> jobs = parse_scontrol_jobs(r.out);
+    // scontrol lists the newest first; users read job and task ids upwards.
+    const auto key = [](const JobInfo& j) {
+      const std::string& base = j.array_job_id.empty() ? j.job_id : j.array_job_id;
+      const std::string& task = j.array_task_id;
+      const bool single = !task.empty() && task.size() < 10 && task.find_first_not_of("0123456789") == std::string::npos;
+      const long order = task.empty() ? -1L : single ? std::stol(task) : 1L << 40;  // pending groups last
+      return std::make_tuple(base.size(), base, order);
+    };
+    std::stable_sort(jobs.begin(), jobs.end(), [&](const JobInfo& a, const JobInfo& b) { return key(a) < key(b); });
+    if (!jobs.empty() || id.empty()) return jobs;
+  }
+  const std::string message = trim(r.err + r.out);
+  const bool unknown = r.exit_code == 0 || message.find("Invalid job id") != std::string::npos;
+  if (id.empty() || !unknown) {
+    throw ConfigError("scontrol show job" + (id.empty() ? std::string() : " " + id) +
+                          ": expected the controller's list of jobs, found exit code " + std::to_string(r.exit_code) +
+                          ": " + message + ".",
+                      "check that the controller answers (scontrol ping) and that SLURM_CONF names this cluster.");
+  }
+  // Forgotten by the controller (MinJobAge after its end): the completion log may still have it.
+  const std::string log = jobcomp_path();
+  if (!log.empty()) {
+    std::vector<JobInfo> found;
+    for (const JobInfo& j : parse_jobcomp(read_file(log))) {
+      if (j.job_id == id) found = {j};  // the last record of a requeued job is its last run
+    }
+    if (!found.empty()) return found;
+  }
+  throw ConfigError("JOBID " + id + ": expected a job the controller knows (scontrol show job" +
+                        std::string(log.empty() ? "" : ") or the job completion log (" + log) +
+                        "), found no job with that id.",
+                    "check the id with trainctl status or squeue -u $USER; the controller forgets finished jobs "
+                    "MinJobAge seconds after they end (scontrol show config | grep MinJobAge).");
+}
+
+std::vector<JobInfo> jobs_under(const std::vector<JobInfo>& jobs, const std::string& user, const std::string& folder) {
+  std::vector<JobInfo> out;
+  std::string prefix = folder;
+  while (prefix.size() > 1 && prefix.back() == '/') prefix.pop_back();
+  for (const JobInfo& j : jobs) {
+    if (!user.empty() && j.user != user) continue;
+    const bool under = j.work_dir == prefix || (j.work_dir.rfind(prefix + "/", 0) == 0) || prefix == "/";
+    if (under) out.push_back(j);
+  }
+  return out;
+}
+
+std::string checkpoint_dir_from_log(const std::string& log_text, const std::string& work_dir) {
+  static const std::regex kLine(R"(, checkpoints in (\S+)\s*$)");
+  std::string dir;
+  std::istringstream in(log_text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, kLine)) dir = m[1];
+  }
+  if (dir.empty() || dir[0] == '/' || work_dir.empty()) return dir;
+  return files::join(work_dir, dir);
+}
+
+std::string newest_checkpoint(const std::string& dir) {
+  static const std::regex kName(R"(ckpt-(\d+)\.pt)");
+  long best = -1;
+  std::string found;
+  for (const std::string& name : files::list_dir(dir)) {
+    std::smatch m;
+    if (!std::regex_match(name, m, kName)) continue;
+    const long step = std::stol(m[1]);
+    if (step > best) {
+      best = step;
+      found = files::join(dir, name);
+    }
+  }
+  return found;
+}
+
+std::string last_metrics_line(const std::string& log_text) {
+  std::string json, progress;
+  std::istringstream in(log_text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const std::string t = trim(line);
+    if (t.empty()) continue;
+    if (t.front() == '{' && t.back() == '}') json = t;
+    if (t.find("Test set:") != std::string::npos || t.find("Train Epoch") != std::string::npos) progress = t;
+  }
+  return json.empty() ? progress : json;
+}
+
+JobProgress job_progress(const JobInfo& job) {
+  JobProgress p;
+  p.log = job.std_out;
+  if (p.log.empty() || p.log.find('%') != std::string::npos) return p;
+  const std::string text = read_file(p.log, &p.log_exists);
+  if (!p.log_exists) return p;
+  p.checkpoint_dir = checkpoint_dir_from_log(text, job.work_dir);
+  if (!p.checkpoint_dir.empty()) p.checkpoint = newest_checkpoint(p.checkpoint_dir);
+  // A sweep's task writes its epoch lines next to its checkpoints (RUN_DIR/metrics.jsonl); train's
+  // done line, once there, is the last JSON line of the log.
+  std::string metrics_file;
+  if (!p.checkpoint_dir.empty()) {
+    const std::string run_dir = p.checkpoint_dir.substr(0, p.checkpoint_dir.rfind('/'));
+    metrics_file = read_file(files::join(run_dir, "metrics.jsonl"));
+  }
+  std::string metrics = last_metrics_line(metrics_file + "\n" + text);
+  // With --per-rank-logs, train's lines are in the ranks' files; rank 0 logs the progress.
+  if (metrics.empty()) metrics = last_metrics_line(read_file(rank_log_path(p.log, 0)));
+  p.metrics = metrics;
+  return p;
+}
+
+std::string pending_reason_text(const std::string& reason) {
+  static const std::map<std::string, std::string> kReasons = {
+      {"Priority", "other jobs come first; it starts when they have run (squeue --start shows an estimate)."},
+      {"Resources", "it is next, waiting for nodes to free up (trainctl resources shows what is in use)."},
+      {"JobArrayTaskLimit", "the array's %N throttle: it starts when a running task of the array ends."},
+      {"BeginTime", "it may not start before its begin time (a requeued job waits a moment before it runs again)."},
+      {"Dependency", "it waits for the job it depends on (--dependency)."},
+      {"DependencyNeverSatisfied", "it will never start: the job it depends on failed. Cancel it (trainctl cancel)."},
+      {"PartitionTimeLimit", "it will never start: its --time is above the partition's MaxTime. Cancel it and resubmit "
+                             "with a shorter --time (trainctl resources shows the limits)."},
+      {"PartitionNodeLimit", "it will never start: it asks for more nodes than the partition allows. Cancel it and ask "
+                             "for fewer (trainctl resources)."},
+      {"ReqNodeNotAvail", "a node it needs is down, drained or reserved (trainctl resources shows node states)."},
+      {"PartitionDown", "its partition is down; it starts when an administrator brings it up."},
+      {"PartitionInactive", "its partition is inactive; it starts when an administrator brings it up."},
+      {"QOSMaxJobsPerUserLimit", "you have as many jobs running as your QOS allows; it starts when one ends."},
+      {"AssocGrpGRES", "your account's GPU limit is reached; it starts when your other jobs free GPUs."},
+      {"AssocGrpCpuLimit", "your account's CPU limit is reached; it starts when your other jobs free CPUs."},
+      {"InvalidAccount", "it will never start: the account is not valid here. Cancel it and resubmit with --account."},
+      {"InvalidQOS", "it will never start: the QOS is not valid here. Cancel it and resubmit with --qos."},
+      {"BadConstraints", "it will never start: no node has the requested features. Cancel it and check --constraint."},
+      {"JobHeldUser", "you held it (scontrol hold): scontrol release JOBID lets it start."},
+      {"JobHeldAdmin", "an administrator held it; ask them, or cancel it."},
+  };
+  const auto it = kReasons.find(reason);
+  return it == kReasons.end() ? "" : it->second;
+}
+
+std::string render_status(const std::vector<JobInfo>& jobs, const std::vector<JobProgress>& progress) {
+  std::vector<std::vector<std::string>> rows = {{"JOBID", "NAME", "STATE", "REASON", "ELAPSED", "NODES", "RESTARTS"}};
+  for (const JobInfo& j : jobs) {
+    rows.push_back({j.id, j.name.empty() ? "-" : j.name, j.state + (j.from_jobcomp ? " (ended)" : ""),
+                    j.reason.empty() || j.reason == "None" ? "-" : j.reason, j.elapsed.empty() ? "-" : j.elapsed,
+                    j.nodes.empty() ? "-" : j.nodes, std::to_string(j.restarts)});
+  }
+  std::vector<std::size_t> width(rows[0].size(), 0);
+  for (const auto& row : rows) {
+    for (std::size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  std::string out;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    std::string line;
+    for (std::size_t c = 0; c < rows[r].size(); ++c) {
+      line += rows[r][c];
+      if (c + 1 < rows[r].size()) line += std::string(width[c] - rows[r][c].size() + 2, ' ');
+    }
+    out += line + "\n";
+  }
+  for (std::size_t i = 0; i < jobs.size() && i < progress.size(); ++i) {
+    const JobProgress& p = progress[i];
+    out += "\n" + jobs[i].id + ":\n";
+    if (jobs[i].state == "PENDING") {
+      const std::string why = pending_reason_text(jobs[i].reason);
+      if (!why.empty()) out += "  waiting     " + jobs[i].reason + ": " + why + "\n";
+    }
+    const std::string missing = is_final_state(jobs[i].state) ? " (no such file)" : " (not written yet)";
+    out += "  log         " + (p.log.empty() ? std::string("-") : p.log + (p.log_exists ? "" : missing)) + "\n";
+    out += "  checkpoint  " +
+           (!p.checkpoint.empty()       ? p.checkpoint
+            : !p.checkpoint_dir.empty() ? "none yet in " + p.checkpoint_dir
+                                        : std::string("-")) +
+           "\n";
+    out += "  metrics     " + (p.metrics.empty() ? std::string("-") : p.metrics) + "\n";
+  }
+  return out;
+}
+
+std::string rank_log_path(const std::string& log_path, int rank) {
+  std::string pattern = per_rank_pattern(log_path);
+  const std::size_t at = pattern.rfind("%t");
+  return pattern.replace(at, 2, std::to_string(rank));
+}
+
+bool is_rank_line(const std::string& line, int rank) {
+  const std::string r = std::to_string(rank);
+  return line.find("[rank " + r + "/") != std::string::npos || line.rfind("[r" + r + "] ", 0) == 0;
+}
+
+namespace {
+
+/// One file `trainctl logs` prints from, and how far it got.
+struct LogSource {
+  LogSource(std::string file, std::string line_prefix, int rank = -1)
+      : path(std::move(file)), prefix(std::move(line_prefix)), filter_rank(rank) {}
+  std::string path;
+  std::string prefix;       ///< put before each line ("[rR] " for a rank's own file)
+  int filter_rank = -1;     ///< keep only this rank's lines; -1: all
+  std::streamoff offset = 0;
+  std::string partial;      ///< a last line without its '\n' yet
+};
+
+/// Prints what was added to a source since the last call; false when writing fails.
+bool pump(LogSource& s, bool final, const std::function<bool(const std::string&)>& write) {
+  std::ifstream in(s.path, std::ios::binary);
+  if (!in) return true;
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  if (size < s.offset) s.offset = 0;  // truncated: start again
+  std::string chunk;
+  if (size > s.offset) {
+    in.seekg(s.offset);
+    chunk.resize(static_cast<std::size_t>(size - s.offset));
+    in.read(&chunk[0], static_cast<std::streamsize>(chunk.size()));
+    chunk.resize(static_cast<std::size_t>(in.gcount()));
+    s.offset += static_cast<std::streamoff>(chunk.size());
+  }
+  std::string text = s.partial + chunk;
+  s.partial.clear();
+  std::string out;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    const std::size_t nl = text.find('\n', start);
+    if (nl == std::string::npos && !final) {
+      s.partial = text.substr(start);
+      break;
+    }
+    const std::string line = text.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
+    start = nl == std::string::npos ? text.size() : nl + 1;
+    if (s.filter_rank >= 0 && !is_rank_line(line, s.filter_rank)) continue;
+    out += s.prefix + line + "\n";
+  }
+  return out.empty() || write(out);
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+/// The one job an id names for `logs`.
+JobInfo single_job(const std::string& id) {
+  const std::vector<JobInfo> jobs = query_jobs(id);
+  if (jobs.size() != 1) {
+    std::string ids;
+    for (const JobInfo& j : jobs) ids += (ids.empty() ? "" : ", ") + j.id;
+    throw ConfigError("JOBID " + id + ": expected one job, found an array of " + std::to_string(jobs.size()) +
+                          " tasks (" + ids + ").",
+                      "name one task, e.g. trainctl logs " + jobs.front().id + ".");
+  }
+  return jobs.front();
+}
+
+}  // namespace
+
+int show_logs(const LogsRequest& request, const std::function<bool(const std::string&)>& write) {
+  JobInfo job = single_job(request.job_id);
+  const std::string log = request.errors ? job.std_err : job.std_out;
+  if (job.from_jobcomp || log.empty()) {
+    throw ConfigError("JOBID " + request.job_id + ": expected the controller to know the job's log file, found only " +
+                          "its completion record (" + job.state + ").",
+                      "the controller forgets a job MinJobAge seconds after it ends; its log is where --output "
+                      "put it, relative to the folder it was submitted from" +
+                          (job.work_dir.empty() ? std::string(".") : " (" + job.work_dir + ")."));
+  }
+  std::vector<LogSource> sources;
+  auto add_rank_files = [&]() {
+    // srun's per-rank files (--per-rank-logs) sit next to the job's log: NAME-R.EXT.
+    const int ranks = std::max(job.num_tasks, 1);
+    for (int r = 0; r < ranks; ++r) {
+      if (request.rank >= 0 && r != request.rank) continue;
+      const std::string path = rank_log_path(log, r);
+      if (!file_exists(path)) continue;
+      if (std::any_of(sources.begin(), sources.end(), [&](const LogSource& s) { return s.path == path; })) continue;
+      sources.emplace_back(path, request.rank >= 0 ? "" : "[r" + std::to_string(r) + "] ");
+    }
+  };
+  if (request.rank >= 0) {
+    if (file_exists(rank_log_path(log, request.rank))) {
+      add_rank_files();
+    } else {
+      sources.emplace_back(log, "", request.rank);  // one log: the lines with the rank's prefix
+    }
+  } else {
+    sources.emplace_back(log, "");
+    add_rank_files();
+  }
+  if (!request.follow) {
+    if (!file_exists(sources.front().path)) {
+      throw ConfigError("JOBID " + job.id + ": expected its log " + sources.front().path + ", found no such file (job " +
+                            job.state + (job.reason.empty() || job.reason == "None" ? "" : ", " + job.reason) + ").",
+                        "a pending job has no log yet; trainctl logs -f " + job.id + " waits for it.");
+    }
+    for (LogSource& s : sources) {
+      if (!pump(s, true, write)) return 1;
+    }
+    return 0;
+  }
+  std::string state = job.state;
+  auto next_state_check = std::chrono::steady_clock::now();
+  while (true) {
+    add_rank_files();  // srun opens the ranks' files after the script's first lines
+    for (LogSource& s : sources) {
+      if (!pump(s, false, write)) return 1;
+    }
+    if (is_final_state(state)) break;
+    std::this_thread::sleep_for(std::chrono::duration<double>(request.poll_seconds));
+    if (std::chrono::steady_clock::now() >= next_state_check) {
+      next_state_check = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      try {
+        const std::vector<JobInfo> now = query_jobs(job.id);
+        state = now.empty() ? "COMPLETED" : now.front().state;
+      } catch (const ConfigError&) {
+        state = "COMPLETED";  // forgotten: it ended long ago
+      }
+    }
+  }
+  for (LogSource& s : sources) {
+    if (!pump(s, true, write)) return 1;
+  }
+  return 0;
+}
+
+std::string cancel_job(const CancelRequest& request) {
+  const std::vector<JobInfo> jobs = query_jobs(request.job_id);
+  const bool any_left = std::any_of(jobs.begin(), jobs.end(), [](const JobInfo& j) {
+    return !j.from_jobcomp && !is_final_state(j.state);
+  });
+  if (!any_left) {
+    throw ConfigError("JOBID " + request.job_id + ": expected a pending or running job to cancel, found it ended (" +
+                          jobs.front().state + ").",
+                      "nothing to do; trainctl status " + request.job_id + " shows its log and last checkpoint.");
+  }
+  require_program("scancel");
+  std::string report;
+  if (!request.signal.empty()) {
+    const SignalSpec spec = parse_signal_spec("--signal", request.signal);
+    if (spec.batch_only || spec.reservation || request.signal.find('@') != std::string::npos) {
+      throw ConfigError("--signal '" + request.signal + "': expected a plain signal such as USR2, found a prefix or '@'.",
+                        "give the signal train checkpoints on, e.g. --signal USR2 (its default ones: USR1, USR2, TERM).");
+    }
+    // The tasks running now, and how often each had been requeued: a task has stopped once it no
+    // longer runs, or runs again after a requeue.
+    std::map<std::string, int> running_restarts;
+    bool pending = false;
+    for (const JobInfo& j : jobs) {
+      if (j.state == "RUNNING") running_restarts[j.id] = j.restarts;
+      pending = pending || j.state == "PENDING";
+    }
+    const bool running = !running_restarts.empty();
+    if (running && pending) {
+      // An array's waiting tasks have nothing to checkpoint; dropped first, they can't start meanwhile.
+      const CommandResult r = run_slurm({"scancel", "--state=PENDING", request.job_id});
+      if (r.exit_code == 0) report += "job " + request.job_id + ": cancelled its pending tasks.\n";
+    }
+    if (running) {
+      // To the tasks of the job's steps, where train runs; not to the batch shell (no --full).
+      const CommandResult r = run_slurm({"scancel", "--signal=" + spec.name, request.job_id});
+      if (r.exit_code != 0) {
+        throw ConfigError("scancel --signal=" + spec.name + " " + request.job_id + ": expected the signal to be sent, "
+                              "found exit code " + std::to_string(r.exit_code) + ": " + trim(r.err + r.out) + ".",
+                          "check the job with trainctl status " + request.job_id + ".");
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      const auto deadline = t0 + std::chrono::duration<double>(request.grace_seconds);
+      bool stopped = false;
+      while (std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(request.poll_seconds));
+        std::vector<JobInfo> now;
+        try {
+          now = query_jobs(request.job_id);
+        } catch (const ConfigError&) {
+          stopped = true;
+          break;
+        }
+        stopped = std::none_of(now.begin(), now.end(), [&](const JobInfo& j) {
+          const auto it = running_restarts.find(j.id);
+          return j.state == "RUNNING" && it != running_restarts.end() && j.restarts == it->second;
+        });
+        if (stopped) break;
+      }
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      char secs[32];
+      std::snprintf(secs, sizeof(secs), "%.1f", waited);
+      report += "job " + request.job_id + ": sent SIG" + spec.name + " to its tasks; " +
+                (stopped ? std::string("they stopped after ") + secs + " s"
+                         : "they were still running after " + std::to_string(int(request.grace_seconds)) +
+                               " s (--grace), cancelling anyway") +
+                ".\n";
+    } else {
+      report += "job " + request.job_id + ": no task running (" + jobs.front().state +
+                "), so no signal sent and nothing to checkpoint.\n";
+    }
+  }
+  std::vector<JobInfo> left;
+  try {
+    left = query_jobs(request.job_id);
+  } catch (const ConfigError&) {
+  }
+  const bool cancel_needed = std::any_of(left.begin(), left.end(), [](const JobInfo& j) {
+    return !j.from_jobcomp && !is_final_state(j.state);
+  });
+  if (cancel_needed) {
+    const CommandResult r = run_slurm({"scancel", request.job_id});
+    if (r.exit_code != 0) {
+      throw ConfigError("scancel " + request.job_id + ": expected the job to be cancelled, found exit code " +
+                            std::to_string(r.exit_code) + ": " + trim(r.err + r.out) + ".",
+                        "check the job with trainctl status " + request.job_id + " (or squeue -j " + request.job_id +
+                            ").");
+    }
+    report += "job " + request.job_id + ": cancelled (scancel).\n";
+  } else {
+    report += "job " + request.job_id + ": already ended (" + (left.empty() ? std::string("gone") : left.front().state) +
+              "), nothing left to cancel.\n";
+  }
+  if (!request.signal.empty()) {
+    for (const JobInfo& j : left.empty() ? jobs : left) {
+      const JobProgress p = job_progress(j);
+      if (!p.checkpoint.empty()) report += "job " + j.id + ": newest checkpoint " + p.checkpoint + "\n";
+    }
+  }
+  return report;
+}
+
+}  // namespace train
