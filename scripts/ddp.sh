@@ -41,6 +41,9 @@ cd "$SLURM_SUBMIT_DIR"
 mkdir -p logs
 # The batch shell gets USR2 only from `scancel --signal=USR2 --full`; the tasks checkpoint on their own.
 trap 'say "batch shell got SIGUSR2; the train tasks handle it"' USR2
+# scancel (and the time limit) send SIGTERM to this shell too: with a trap it waits for the tasks,
+# which checkpoint and stop, and says how they ended instead of dying first.
+trap 'say "batch shell got SIGTERM (scancel or the time limit); the train tasks checkpoint and stop"' TERM
 # Since Slurm 22.05 srun doesn't take --cpus-per-task from the job; SRUN_CPUS_PER_TASK passes it on.
 if [[ -n "${SLURM_CPUS_PER_TASK:-}" ]]; then export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"; fi
 
@@ -85,6 +88,9 @@ rc=0
 srun --kill-on-bad-exit=1 "$TRAIN_BIN" "${TRAIN_ARGS[@]}" || rc=$?
 if (( rc == 75 )); then
   say "train stopped early and saved a checkpoint in $CKPT_DIR (exit 75): the requeued job resumes from it."
+elif (( rc == 143 || rc == 130 )); then
+  say "train was stopped by SIGTERM/SIGINT (scancel) and saved a checkpoint in $CKPT_DIR, if it could: \
+not requeued. Submit the same script again to resume from it."
 elif (( rc != 0 )); then
   say "training failed: srun exit code $rc. Hint: the first error above names the rank and host; \
 to go on from the checkpoints in $CKPT_DIR, if any, resubmit with --checkpoint-dir $CKPT_DIR."

@@ -29,10 +29,11 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   "$py" -m venv .venv
 fi
-have=$(.venv/bin/python -c 'import torch, numpy; print(torch.__version__.split("+")[0])' 2>/dev/null || true)
+have=$(.venv/bin/python -c 'import torch, numpy, matplotlib; print(torch.__version__.split("+")[0])' 2>/dev/null || true)
 if [ "$have" != "$TORCH_VERSION" ]; then
   # pip's cache lives outside the repo (~/.cache/pip), so a fresh clone reinstalls from it.
-  echo "setup: pip install torch==$TORCH_VERSION numpy into .venv (found: ${have:-none})"
-  .venv/bin/python -m pip install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy
+  # matplotlib draws `trainctl plot` and sweep reports.
+  echo "setup: pip install torch==$TORCH_VERSION numpy matplotlib into .venv (found: ${have:-none})"
+  .venv/bin/python -m pip install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy matplotlib
 fi
 echo "setup: ok (torch $(.venv/bin/python -c 'import torch; print(torch.__version__)' 2>/dev/null))"

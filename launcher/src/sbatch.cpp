@@ -23,7 +23,7 @@ constexpr char kTimeFormats[] =
     "days-hours:minutes:seconds, or INFINITE";
 
 /// Signals train checkpoints on when --preempt-signals is not given (its default).
-const std::vector<std::string> kTrainDefaultPreemptSignals = {"USR1", "USR2", "TERM"};
+const std::vector<std::string> kTrainDefaultPreemptSignals = {"USR2"};
 
 struct SignalName {
   const char* name;
@@ -515,7 +515,7 @@ SbatchPlan plan_sbatch(const SbatchOptions& o) {
     bool given = false;
     const std::vector<std::string> handled = train_preempt_signals(o.train_args, given);
     if (std::find(handled.begin(), handled.end(), spec.name) == handled.end()) {
-      throw ConfigError("--signal '" + signal + "': expected a signal train checkpoints on (" +
+      throw ConfigError("--signal '" + signal + "': expected a signal train checkpoints and requeues on (" +
                             (handled.empty() ? std::string("none, with --preempt-signals none")
                                              : join(handled, ", ") + (given ? "" : ", its default")) +
                             "), found " + spec.name + ".",
@@ -691,6 +691,9 @@ std::string render_sbatch_script(const SbatchOptions& o, const SbatchPlan& plan)
          " --full`; the tasks checkpoint on their own.");
     line("trap 'say \"batch shell got SIG" + plan.signal->name + "; the train tasks handle it\"' " + plan.signal->name);
   }
+  line("# scancel (and the time limit) send SIGTERM to this shell too: with a trap it waits for the tasks,");
+  line("# which checkpoint and stop, and says how they ended instead of dying first.");
+  line("trap 'say \"batch shell got SIGTERM (scancel or the time limit); the train tasks checkpoint and stop\"' TERM");
   line("# Since Slurm 22.05 srun doesn't take --cpus-per-task from the job; SRUN_CPUS_PER_TASK passes it on.");
   line("if [[ -n \"${SLURM_CPUS_PER_TASK:-}\" ]]; then export SRUN_CPUS_PER_TASK=\"$SLURM_CPUS_PER_TASK\"; fi");
   if (!o.setup.empty()) {
@@ -837,6 +840,9 @@ std::string render_sbatch_script(const SbatchOptions& o, const SbatchPlan& plan)
   line("if (( rc == 75 )); then");
   line("  say \"train stopped early and saved a checkpoint in $CKPT_DIR (exit 75): " +
        std::string(chain ? "the next chunk resumes from it.\"" : "the requeued job resumes from it.\""));
+  line("elif (( rc == 143 || rc == 130 )); then");
+  line("  say \"train was stopped by SIGTERM/SIGINT (scancel) and saved a checkpoint in $CKPT_DIR, if it could: \\");
+  line("not requeued. Submit the same script again to resume from it.\"");
   line("elif (( rc != 0 )); then");
   line("  say \"training failed: srun exit code $rc. Hint: the first error above names the rank and host; \\");
   line("to go on from the checkpoints in $CKPT_DIR, if any, resubmit with --checkpoint-dir $CKPT_DIR.\"");

@@ -182,7 +182,7 @@ TEST(SbatchPlan, InvalidRequestsAreCaughtWithClearMessages) {
       {[](SbatchOptions& o) { o.time = "1h"; }, {"--time '1h'"}},
       {[](SbatchOptions& o) { o.mem = "lots"; }, {"--mem 'lots'"}},
       {[](SbatchOptions& o) { o.signal = "B:USR2@120"; }, {"--signal 'B:USR2@120'", "batch shell only"}},
-      {[](SbatchOptions& o) { o.signal = "INT@60"; }, {"--signal 'INT@60'", "USR1, USR2, TERM, its default"}},
+      {[](SbatchOptions& o) { o.signal = "INT@60"; }, {"--signal 'INT@60'", "USR2, its default"}},
       {[](SbatchOptions& o) { o.train_args = {"--preempt-signals", "none"}; }, {"--signal 'USR2@120'", "none"}},
       {[](SbatchOptions& o) { o.time = "2"; }, {"--signal 'USR2@120' with --time 2", "120 s lead", "(2 min)"}},
       {[](SbatchOptions& o) { o.job_name = "my job"; }, {"--job-name 'my job'", "without spaces"}},
@@ -214,7 +214,7 @@ TEST(SbatchPlan, SignalFollowsTrainsPreemptSignals) {
   o.train_args = {"--preempt-signal=TERM"};
   EXPECT_EQ(plan_sbatch(o).signal->name, "TERM");
   o.signal = "USR1@60";
-  o.train_args = {};
+  o.train_args = {"--preempt-signals", "USR1"};
   const SbatchPlan p = plan_sbatch(o);
   ASSERT_EQ(p.warnings.size(), 1u);
   EXPECT_TRUE(contains(p.warnings[0], "NCCL")) << p.warnings[0];
@@ -285,6 +285,7 @@ TEST(SbatchScript, EveryResourceOptionBecomesAnSbatchLine) {
   o.constraint = "a100&ib";
   o.output = "out/%x-%j.log";
   o.signal = "R:TERM@300";
+  o.train_args = {"--preempt-signals", "TERM"};
   const std::string s = generate_sbatch_script(o);
   EXPECT_EQ(sbatch_lines(s),
             (std::vector<std::string>{"--job-name=big", "--nodes=4", "--ntasks-per-node=4", "--cpus-per-task=8",
@@ -362,7 +363,9 @@ TEST(SbatchScript, SignalNoneSendsNothing) {
   o.signal = "none";
   const std::string s = generate_sbatch_script(o);
   EXPECT_FALSE(contains(s, "--signal")) << s;
-  EXPECT_FALSE(contains(s, "trap ")) << s;
+  // No trap for a preemption signal; only the SIGTERM trap that waits for the tasks' checkpoint.
+  EXPECT_FALSE(contains(s, "trap 'say \"batch shell got SIGUSR")) << s;
+  EXPECT_TRUE(contains(s, "trap 'say \"batch shell got SIGTERM (scancel or the time limit)")) << s;
 }
 
 TEST(SbatchScript, HeaderRecordsTheCommand) {
@@ -847,7 +850,7 @@ TEST(TrainctlSbatch, PrintsTheScriptOrWritesIt) {
 TEST(TrainctlSbatch, SetupIsRepeatableAndWarningsGoToStderr) {
   test::TempDir dir("trainctl-sbatch-setup");
   const auto p = run_trainctl({"sbatch", "--setup", "module load cuda", "--setup", "source .venv/bin/activate",
-                               "--signal", "USR1@90", "--nodes", "1"},
+                               "--signal", "USR1@90", "--nodes", "1", "--", "--preempt-signals", "USR1"},
                               without_slurm(dir));
   ASSERT_EQ(p->exit_code(), 0) << p->err();
   EXPECT_TRUE(contains(p->out(), "set +u\nmodule load cuda\nsource .venv/bin/activate\nset -u\n")) << p->out();

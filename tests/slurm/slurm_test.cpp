@@ -603,7 +603,7 @@ TEST_F(SlurmTest, SbatchTestOnlyAcceptsGeneratedScripts) {
       {"--job-name", "ddp", "--nodes", "2", "--ntasks-per-node", "2"},
       {"--job-name", "cpus", "--nodes", "2", "--cpus-per-task", "2", "--mem", "1000", "--time", "10", "--partition",
        "debug"},
-      {"--job-name", "chain", "--array-chain", "3", "--time", "1-00:00:00", "--signal", "TERM@600"},
+      {"--job-name", "chain", "--array-chain", "3", "--time", "1-00:00:00", "--signal", "XCPU@600", "--", "--preempt-signals", "XCPU"},
       {"--setup", "module load x", "--container", "img.sif", "--stage-data", "d.tar", "--stage-subdir", "x",
        "--signal", "none", "--output", "out/%j.txt", "--", "--epochs", "3"},
       {"--nodes", "1", "--time", "2-3:30:15", "--signal", "R:USR2@300"},
