@@ -15,7 +15,7 @@ add_library(train STATIC
 add_library(train::train ALIAS train)
 target_include_directories(train PUBLIC
   $<BUILD_INTERFACE:${CMAKE_CURRENT_LIST_DIR}/include> $<INSTALL_INTERFACE:include>)
-target_include_directories(train PRIVATE ${CMAKE_CURRENT_LIST_DIR}/src ${TRAIN_GLOO_INCLUDE_DIR})
+target_include_directories(train PRIVATE ${CMAKE_CURRENT_LIST_DIR}/src ${CMAKE_CURRENT_LIST_DIR}/base/src ${TRAIN_GLOO_INCLUDE_DIR})
 target_compile_definitions(train PRIVATE USE_C10D_GLOO)
 if(TRAIN_HAVE_NCCL)
   target_compile_definitions(train PRIVATE USE_C10D_NCCL TRAIN_HAVE_NCCL)
