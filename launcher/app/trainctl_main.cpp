@@ -577,15 +577,18 @@ std::string scripts_folder() {
   return std::string(TRAIN_SOURCE_DIR) + "/scripts";
 }
 
-/// Draws the report's PNG with matplotlib (TRAIN_PYTHON, the repository's .venv, python3) or
+/// Draws the report's PNG with matplotlib (TRAIN_PYTHON when set, else the repository's .venv, then python3) or
 /// gnuplot; returns what happened, for stderr.
 std::string draw_sweep_png(const std::string& csv, const std::string& png, const std::string& metric,
                            const train::SweepIndex& index, const std::vector<train::SweepResult>& results) {
   const std::string scripts = scripts_folder();
   std::vector<std::string> pythons;
-  if (const char* p = std::getenv("TRAIN_PYTHON"); p != nullptr && *p != '\0') pythons.push_back(p);
-  pythons.push_back(scripts.substr(0, scripts.rfind('/')) + "/.venv/bin/python");
-  pythons.push_back("python3");
+  if (const char* p = std::getenv("TRAIN_PYTHON"); p != nullptr && *p != '\0') {
+    pythons.push_back(p);  // the user's choice, and no other
+  } else {
+    pythons.push_back(scripts.substr(0, scripts.rfind('/')) + "/.venv/bin/python");
+    pythons.push_back("python3");
+  }
   for (const std::string& python : pythons) {
     if (python.find('/') != std::string::npos && !train::files::exists(python)) continue;
     if (!runs_ok({python, "-c", "import matplotlib"})) continue;
