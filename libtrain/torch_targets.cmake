@@ -10,6 +10,7 @@ add_library(train STATIC
   ${CMAKE_CURRENT_LIST_DIR}/src/preemption.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/process_group.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/sampler.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/src/train_step.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/trainer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/training_state.cpp)
 add_library(train::train ALIAS train)
@@ -18,7 +19,7 @@ target_include_directories(train PUBLIC
 target_include_directories(train PRIVATE ${CMAKE_CURRENT_LIST_DIR}/src ${CMAKE_CURRENT_LIST_DIR}/base/src ${TRAIN_GLOO_INCLUDE_DIR})
 target_compile_definitions(train PRIVATE USE_C10D_GLOO)
 if(TRAIN_HAVE_NCCL)
-  target_compile_definitions(train PRIVATE USE_C10D_NCCL TRAIN_HAVE_NCCL)
+  target_compile_definitions(train PRIVATE USE_C10D_NCCL TRAIN_HAVE_NCCL TRAIN_HAVE_CUDA)
   target_include_directories(train PRIVATE ${TRAIN_NCCL_INCLUDE_DIR} ${TRAIN_CUDA_INCLUDE_DIR})
 endif()
 target_compile_options(train PRIVATE $<$<CXX_COMPILER_ID:GNU>:-Wno-interference-size>)

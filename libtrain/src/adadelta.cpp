@@ -1,6 +1,12 @@
 // Adadelta: the update order and in-place ops follow torch/optim/adadelta.py so results match bitwise.
 #include "train/adadelta.h"
 
+#include <ATen/ops/_foreach_add.h>
+#include <ATen/ops/_foreach_addcmul.h>
+#include <ATen/ops/_foreach_div.h>
+#include <ATen/ops/_foreach_mul.h>
+#include <ATen/ops/_foreach_sqrt.h>
+
 #include "train/error.h"
 
 #include <torch/autograd.h>
@@ -58,6 +64,7 @@ torch::Tensor Adadelta::step(LossClosure closure) {
   }
   for (auto& group : param_groups_) {
     const auto& o = static_cast<const AdadeltaOptions&>(group.options());
+    if (foreach_step(group, o)) continue;
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       torch::Tensor grad = o.maximize() ? -p.grad() : p.grad();
@@ -82,6 +89,46 @@ torch::Tensor Adadelta::step(LossClosure closure) {
     }
   }
   return loss;
+}
+
+// On CUDA, one kernel per operation for the whole group (torch's foreach ops) instead of one per
+// parameter: the same elementwise arithmetic in a tenth of the launches. The CPU keeps the
+// per-parameter loop, whose results the recorded CPU runs pin down.
+bool Adadelta::foreach_step(torch::optim::OptimizerParamGroup& group, const AdadeltaOptions& o) {
+  std::vector<torch::Tensor> params, grads, square_avgs, acc_deltas;
+  for (auto& p : group.params()) {
+    if (!p.grad().defined()) continue;
+    if (!p.is_cuda() || p.grad().is_sparse()) return false;
+    params.push_back(p);
+  }
+  if (params.empty()) return false;
+  for (auto& p : params) {
+    auto& slot = state_[p.unsafeGetTensorImpl()];
+    if (!slot) {
+      auto st = std::make_unique<AdadeltaParamState>();
+      st->square_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      st->acc_delta(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      slot = std::move(st);
+    }
+    auto& st = static_cast<AdadeltaParamState&>(*slot);
+    st.step(st.step() + 1);  // bookkeeping only: Adadelta's update does not use it
+    square_avgs.push_back(st.square_avg());
+    acc_deltas.push_back(st.acc_delta());
+    grads.push_back(o.maximize() ? -p.grad() : p.grad());
+  }
+  if (o.weight_decay() != 0) grads = at::_foreach_add(grads, params, o.weight_decay());
+  at::_foreach_mul_(square_avgs, o.rho());
+  at::_foreach_addcmul_(square_avgs, grads, grads, 1 - o.rho());
+  std::vector<torch::Tensor> std_ = at::_foreach_add(square_avgs, o.eps());
+  at::_foreach_sqrt_(std_);
+  std::vector<torch::Tensor> delta = at::_foreach_add(acc_deltas, o.eps());
+  at::_foreach_sqrt_(delta);
+  at::_foreach_div_(delta, std_);
+  at::_foreach_mul_(delta, grads);
+  at::_foreach_mul_(acc_deltas, o.rho());
+  at::_foreach_addcmul_(acc_deltas, delta, delta, 1 - o.rho());
+  at::_foreach_add_(params, delta, -o.lr());
+  return true;
 }
 
 void Adadelta::save(torch::serialize::OutputArchive& archive) const {

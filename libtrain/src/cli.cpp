@@ -113,6 +113,11 @@ void add_run_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--tf32", c.tf32, "TF32 on CUDA: auto (PyTorch's defaults), on, off")->capture_default_str()
       ->check(one_of({"auto", "on", "off"}, "on trades precision for speed on Ampere and newer GPUs"));
   app.add_flag("--deterministic", c.deterministic, "deterministic cuDNN algorithms (slower)");
+  app.add_option("--cuda-graph", c.cuda_graph, "the training step in a CUDA graph: auto (on for CUDA), on, off")
+      ->capture_default_str()->check(one_of({"auto", "on", "off"}, "off runs the step eagerly"));
+  app.add_option("--precision", c.precision,
+                 "CUDA arithmetic: fp32, tf32 (TF32 matmuls/convolutions), bf16 (autocast, fp32 master weights)")
+      ->capture_default_str()->check(one_of({"fp32", "tf32", "bf16"}, "bf16 is fastest on Ampere and newer GPUs"));
   app.add_option("--init-method,--init_method", c.init_method,
                  "tcp://HOST:PORT of rank 0's rendezvous (wins over MASTER_ADDR/MASTER_PORT)");
   app.add_option("--world-size,--world_size", c.world_size,

@@ -9,7 +9,10 @@
 #include "train/signals.h"
 #include "train/subprocess.h"
 
+#include <ATen/ops/empty.h>
 #include <ATen/ops/tensor.h>
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <algorithm>
 #include <atomic>
@@ -178,6 +181,27 @@ StopRequest Preemption::poll(ProcessGroup* pg, const at::Device& device) const {
     for (size_t i = 0; i < flags.size(); ++i) flags[i] = t[static_cast<int64_t>(i)].item<int64_t>();
   }
   return decide(flags);
+}
+
+void Preemption::post(ProcessGroup* pg, const at::Device& device) {
+  const std::vector<int64_t> flags = local_flags();
+  if (!posted_.defined()) posted_ = at::empty({3}, at::TensorOptions().dtype(at::kLong).pinned_memory(device.is_cuda()));
+  at::Tensor t = at::tensor(flags, at::TensorOptions().dtype(at::kLong)).to(device, /*non_blocking=*/true);
+  if (pg != nullptr) pg->allreduce_sum(t);  // NCCL: queued on the device, the host goes on
+  posted_.copy_(t, /*non_blocking=*/true);
+  auto event = std::make_shared<c10::Event>(device.type());
+  c10::impl::VirtualGuardImpl guard(device.type());
+  event->record(guard.getStream(device));
+  posted_event_ = event;
+}
+
+StopRequest Preemption::collect() {
+  if (!posted_event_) return {};
+  static_cast<c10::Event*>(posted_event_.get())->synchronize();
+  posted_event_.reset();
+  std::vector<int64_t> summed(3);
+  for (int64_t i = 0; i < 3; ++i) summed[static_cast<size_t>(i)] = posted_.data_ptr<int64_t>()[i];
+  return decide(summed);
 }
 
 bool Preemption::requeue_job() const {

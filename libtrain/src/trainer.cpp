@@ -12,9 +12,12 @@
 #include "train/sampler.h"
 #include "train/sha256.h"
 #include "train/training_state.h"
+#include "train_step.h"
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <nlohmann/json.hpp>
 #include <torch/cuda.h>
 #include <torch/nn/functional/activation.h>
@@ -23,6 +26,8 @@
 
 #include <chrono>
 #include <csignal>
+#include <ctime>
+#include <optional>
 #include <cstdio>
 #include <fstream>
 #include <thread>
@@ -202,6 +207,8 @@ std::string to_json(const TrainResult& r) {
   j["test_loss"] = r.test_loss;
   j["test_accuracy"] = r.test_accuracy;
   j["images_per_sec"] = r.images_per_sec;
+  j["images_per_sec_steady"] = r.images_per_sec_steady;
+  if (r.peak_gpu_mb > 0) j["peak_gpu_mb"] = r.peak_gpu_mb;
   j["world_size"] = r.world_size;
   j["params_sha256"] = r.params_sha256;
   if (r.preempted || r.cancelled) {
@@ -233,6 +240,18 @@ struct Trainer::Impl {
   std::unique_ptr<MetricsWriter> metrics;
   TrainingState state;
   TrainResult result;
+  std::unique_ptr<detail::TrainStep> train_step;
+  double step_lr = -1;                 // the rate the step was last run (or captured) with
+  std::vector<double> epoch_ips;       // images/s of each epoch this process trained
+  // CUDA: a progress line waits for its loss to arrive in pinned memory instead of syncing.
+  struct PendingLine {
+    at::Tensor loss;  // pinned host copy
+    std::shared_ptr<c10::Event> ready;
+    int epoch = 0;
+    int64_t step = 0, b = 0, batches = 0, seen = 0;
+    double ips = 0, lr = 0;
+  };
+  std::optional<PendingLine> pending_line;
 
   Progress& prog() { return state.progress; }
 
@@ -244,9 +263,12 @@ struct Trainer::Impl {
   void apply_resumed(torch::serialize::InputArchive& archive, const std::string& path);
   void train();
   bool train_epoch();
-  at::Tensor step(const at::Tensor& indices);
+  void make_step();
+  bool check_stop(Clock::time_point t0);
   void log_progress(int64_t b, int64_t batches, int64_t start, const at::Tensor& loss, double& t_log_images,
                     Clock::time_point& t_log);
+  void print_line(const PendingLine& line, double loss);
+  void flush_pending_line();
   void end_epoch(double epoch_seconds);
   EvalResult evaluate(bool one_batch);
   void stop(const StopRequest& request);
@@ -267,14 +289,19 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : impl_(std::make_unique<Impl>
   t.device = pick_device(t.c, t.env);
   t.backend = choose_backend(t.c, t.device);
   if (t.device.is_cuda()) {
-    if (t.c.tf32 != "auto") {
-      at::globalContext().setAllowTF32CuDNN(t.c.tf32 == "on");
-      at::globalContext().setAllowTF32CuBLAS(t.c.tf32 == "on");
+    if (t.c.tf32 != "auto" || t.c.precision == "tf32") {
+      const bool on = t.c.precision == "tf32" || t.c.tf32 == "on";
+      at::globalContext().setAllowTF32CuDNN(on);
+      at::globalContext().setAllowTF32CuBLAS(on);
     }
-    if (t.c.deterministic) {
-      at::globalContext().setDeterministicCuDNN(true);
-      at::globalContext().setBenchmarkCuDNN(false);
-    }
+    // cuDNN picks the fastest algorithms for the step's fixed shapes once, unless asked to be
+    // deterministic.
+    at::globalContext().setDeterministicCuDNN(t.c.deterministic);
+    at::globalContext().setBenchmarkCuDNN(!t.c.deterministic);
+  } else if (t.c.cuda_graph == "on" || t.c.precision != "fp32") {
+    throw ConfigError(std::string(t.c.cuda_graph == "on" ? "--cuda-graph on" : "--precision " + t.c.precision) +
+                          ": expected a CUDA device, found the run on " + t.device.str() + ".",
+                      "these settings need a GPU; on the CPU leave them at their defaults.");
   }
 }
 
@@ -296,6 +323,7 @@ TrainResult Trainer::fit(const TrainSpec& spec) {
     dopt.bucket_cap_mb = t.c.bucket_cap_mb;
     t.ddp = std::make_unique<DistributedDataParallel>(t.model.module, t.pg, dopt);
   }
+  t.make_step();
   t.for_callbacks([&](Callback& cb) { cb.on_train_start(*this); });
   t.train();
   TrainResult r = t.finish();
@@ -441,6 +469,43 @@ void Trainer::Impl::apply_resumed(torch::serialize::InputArchive& a, const std::
             std::to_string(prog().step) + ", " + std::to_string(prog().batches_done) + " batches into the epoch");
 }
 
+void Trainer::Impl::make_step() {
+  detail::StepParts parts;
+  parts.data = spec->train_data.get();
+  parts.model = &model;
+  parts.optimizer = optimizer.get();
+  parts.loss = &spec->loss;
+  parts.loss_sum = &state.loss_sum;
+  parts.bf16 = device.is_cuda() && c.precision == "bf16";
+  bool graph = device.is_cuda() && c.cuda_graph != "off";
+  if (graph && spec->lr_schedule.every == LrSchedule::Every::step) {
+    // The rate is baked into a captured step; one that changes every step can't be replayed.
+    if (c.cuda_graph == "on") log::warn("--cuda-graph on: the LR schedule changes every step, so the step runs eagerly");
+    graph = false;
+  }
+  train_step = graph ? detail::make_cuda_graph_step(parts, batch) : detail::make_eager_step(parts);
+  log::info("training step: " + train_step->describe());
+}
+
+// Whether every rank agreed to stop at this step; stops the run when so. CPU ranks agree through
+// one small all-reduce now. CUDA ranks read the agreement they posted `check_every` steps ago (long
+// done on the device, so the host never waits), then post the next.
+bool Trainer::Impl::check_stop(Clock::time_point t0) {
+  StopRequest request;
+  if (device.is_cuda()) {
+    request = preemption->collect();
+    if (request.kind == StopKind::none) preemption->post(pg.get(), device);
+  } else {
+    request = preemption->poll(pg.get(), device);
+  }
+  if (request.kind == StopKind::none) return false;
+  if (device.is_cuda()) torch::cuda::synchronize();
+  flush_pending_line();
+  prog().train_seconds += seconds_since(t0);
+  stop(request);
+  return true;
+}
+
 void Trainer::Impl::train() {
   metrics = std::make_unique<MetricsWriter>(c.metrics, env.rank == 0);
   log::info("training " + spec->model_name + " on " + spec->train_data->name() + " (" +
@@ -461,21 +526,33 @@ void Trainer::Impl::train() {
 bool Trainer::Impl::train_epoch() {
   DistributedSampler sampler(spec->train_data->size(), env.world_size, env.rank, /*shuffle=*/true, c.seed);
   set_lr(*optimizer, prog().lr);
+  if (prog().lr != step_lr) {
+    train_step->invalidate();  // a captured step holds the old rate
+    step_lr = prog().lr;
+  }
   sampler.set_epoch(prog().epoch - 1);
   std::vector<int64_t> local = sampler.indices();
   at::Tensor order = at::from_blob(local.data(), {static_cast<int64_t>(local.size())}, at::kLong).to(device);
   const int64_t n_local = order.size(0);
   const int64_t batches = (n_local + batch - 1) / batch;
-  // Agreeing on a stop costs an all-reduce; on CUDA also a host sync, so it runs every few steps.
+  // Agreeing on a stop costs an all-reduce; on CUDA it runs every few steps, without host syncs.
   const int64_t check_every = device.is_cuda() ? 20 : 1;
   auto t0 = Clock::now();
   auto t_log = t0;
   double images_since_log = 0;
+  const int64_t images_before = prog().images_total;
   bool max_steps_reached = false;
   for (int64_t b = prog().batches_done; b < batches; ++b) {
     const int64_t start = b * batch;
     const int64_t len = std::min(batch, n_local - start);
-    at::Tensor loss = step(order.narrow(0, start, len));
+    at::Tensor loss = train_step->run(order, start, len);
+    ++prog().epoch_steps;
+    ++prog().step;
+    if (spec->lr_schedule.every == LrSchedule::Every::step) {
+      prog().lr = spec->lr_schedule.next(prog().step, prog().lr);
+      set_lr(*optimizer, prog().lr);
+      step_lr = prog().lr;
+    }
     prog().batches_done = b + 1;
     images_since_log += static_cast<double>(len * env.world_size);
     prog().images_total += len * env.world_size;
@@ -486,14 +563,7 @@ bool Trainer::Impl::train_epoch() {
     for_callbacks([&](Callback& cb) { cb.on_step_end({prog().epoch, prog().step, b, batches, len, loss.detach()}); });
     if (c.dry_run || max_steps_reached) break;
     if (b + 1 == batches) break;
-    if (prog().step % check_every == 0) {
-      const StopRequest request = preemption->poll(pg.get(), device);
-      if (request.kind != StopKind::none) {
-        prog().train_seconds += seconds_since(t0);
-        stop(request);
-        return false;
-      }
-    }
+    if (prog().step % check_every == 0 && check_stop(t0)) return false;
     if (ckdir && c.checkpoint_every > 0 && prog().step % c.checkpoint_every == 0) {
       prog().train_seconds += seconds_since(t0);
       t0 = Clock::now();
@@ -501,8 +571,11 @@ bool Trainer::Impl::train_epoch() {
     }
   }
   if (device.is_cuda()) torch::cuda::synchronize();
+  flush_pending_line();
+  if (device.is_cuda()) preemption->collect();  // the last posted agreement: the epoch ended first
   const double epoch_seconds = seconds_since(t0);
   prog().train_seconds += epoch_seconds;
+  if (epoch_seconds > 0) epoch_ips.push_back(static_cast<double>(prog().images_total - images_before) / epoch_seconds);
   end_epoch(epoch_seconds);
   if (max_steps_reached) return false;
   if (ckdir && env.rank == 0) {
@@ -513,40 +586,50 @@ bool Trainer::Impl::train_epoch() {
   return true;
 }
 
-// The training step as one unit: gather the batch, forward, loss, backward (DDP's hooks
-// all-reduce the gradients), optimizer step, and the loss added to the epoch's sum on the device.
-at::Tensor Trainer::Impl::step(const at::Tensor& indices) {
-  Batch b = spec->train_data->get_batch(indices);
-  optimizer->zero_grad();
-  at::Tensor out = model.forward(b.inputs);
-  at::Tensor loss = spec->loss(out, b.targets, Reduction::mean);
-  loss.backward();
-  optimizer->step();
-  state.loss_sum += loss.detach().to(at::kDouble);
-  ++prog().epoch_steps;
-  ++prog().step;
-  if (spec->lr_schedule.every == LrSchedule::Every::step) {
-    prog().lr = spec->lr_schedule.next(prog().step, prog().lr);
-    set_lr(*optimizer, prog().lr);
-  }
-  return loss;
-}
-
 void Trainer::Impl::log_progress(int64_t b, int64_t batches, int64_t start, const at::Tensor& loss,
                                  double& images_since_log, Clock::time_point& t_log) {
-  const double l = loss.item<double>();
   const auto now = Clock::now();
   const double dt = std::chrono::duration<double>(now - t_log).count();
-  const double ips = dt > 0 ? images_since_log / dt : 0.0;
-  const int64_t total = spec->train_data->size();
-  const int64_t seen = std::min<int64_t>(start * env.world_size, total);
-  log::info("Train Epoch: " + std::to_string(prog().epoch) + " [" + std::to_string(seen) + "/" + std::to_string(total) +
-            " (" + fmt("%.0f", 100.0 * static_cast<double>(b) / static_cast<double>(batches)) + "%)]\tLoss: " +
-            fmt("%.6f", l) + "\t" + fmt("%.0f", ips) + " img/s");
-  metrics->write({{"event", "train"}, {"epoch", prog().epoch}, {"step", prog().step},
-                  {"loss", l}, {"lr", prog().lr}, {"images_per_sec", ips}});
+  PendingLine line;
+  line.epoch = prog().epoch;
+  line.step = prog().step;
+  line.b = b;
+  line.batches = batches;
+  line.seen = std::min<int64_t>(start * env.world_size, spec->train_data->size());
+  line.ips = dt > 0 ? images_since_log / dt : 0.0;
+  line.lr = prog().lr;
   t_log = now;
   images_since_log = 0;
+  if (!device.is_cuda()) {
+    print_line(line, loss.item<double>());
+    return;
+  }
+  // The previous line's loss arrived long ago; this one's is copied while the device works on.
+  flush_pending_line();
+  line.loss = at::empty({1}, at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
+  line.loss.copy_(loss.detach().reshape({1}).to(at::kFloat), /*non_blocking=*/true);
+  line.ready = std::make_shared<c10::Event>(device.type());
+  c10::impl::VirtualGuardImpl guard(device.type());
+  line.ready->record(guard.getStream(device));
+  pending_line = std::move(line);
+}
+
+void Trainer::Impl::flush_pending_line() {
+  if (!pending_line) return;
+  pending_line->ready->synchronize();
+  const double l = pending_line->loss.data_ptr<float>()[0];
+  PendingLine line = std::move(*pending_line);
+  pending_line.reset();
+  print_line(line, l);
+}
+
+void Trainer::Impl::print_line(const PendingLine& line, double l) {
+  const int64_t total = spec->train_data->size();
+  log::info("Train Epoch: " + std::to_string(line.epoch) + " [" + std::to_string(line.seen) + "/" + std::to_string(total) +
+            " (" + fmt("%.0f", 100.0 * static_cast<double>(line.b) / static_cast<double>(line.batches)) + "%)]\tLoss: " +
+            fmt("%.6f", l) + "\t" + fmt("%.0f", line.ips) + " img/s");
+  metrics->write({{"event", "train"}, {"epoch", line.epoch}, {"step", line.step},
+                  {"loss", l}, {"lr", line.lr}, {"images_per_sec", line.ips}});
 }
 
 // The epoch's mean loss over ranks, evaluation, the epoch line, and the schedule's next rate.
@@ -559,20 +642,25 @@ void Trainer::Impl::end_epoch(double epoch_seconds) {
   }
   prog().last_train_loss = mean_loss.cpu().item<double>();
   EvalResult ev;
+  const auto t_eval = Clock::now();
   if (spec->eval_data) {
     ev = evaluate(c.dry_run);
     for_callbacks([&](Callback& cb) { cb.on_evaluation(ev); });
   }
+  const double eval_seconds = seconds_since(t_eval);
   prog().last_test_loss = ev.loss;
   prog().last_test_accuracy = ev.accuracy();
   log::info("Test set: Average loss: " + fmt("%.4f", ev.loss) + ", Accuracy: " +
             std::to_string(static_cast<int64_t>(std::llround(ev.accuracy() * static_cast<double>(ev.count)))) + "/" +
             std::to_string(ev.count) + " (" + fmt("%.2f", 100.0 * ev.accuracy()) + "%), epoch time " +
-            fmt("%.1f", epoch_seconds) + " s");
+            fmt("%.1f", epoch_seconds) + " s, evaluation " + fmt("%.2f", eval_seconds) + " s");
   nlohmann::json line = {{"event", "epoch"}, {"epoch", prog().epoch}, {"step", prog().step},
                          {"train_loss", prog().last_train_loss}, {"test_loss", ev.loss},
                          {"test_accuracy", ev.accuracy()},
-                         {"images_per_sec", prog().train_seconds > 0 ? prog().images_total / prog().train_seconds : 0.0}};
+                         {"images_per_sec", prog().train_seconds > 0 ? prog().images_total / prog().train_seconds : 0.0},
+                         {"epoch_images_per_sec", epoch_ips.empty() ? 0.0 : epoch_ips.back()},
+                         {"epoch_seconds", epoch_seconds}, {"eval_seconds", eval_seconds},
+                         {"time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()}};
   for (const auto& [name, value] : ev.metrics) {
     if (name != "accuracy") line[name] = value;  // accuracy is test_accuracy
   }
@@ -664,6 +752,13 @@ TrainResult Trainer::Impl::finish() {
   result.test_loss = prog().last_test_loss;
   result.test_accuracy = prog().last_test_accuracy;
   result.images_per_sec = prog().train_seconds > 0 ? prog().images_total / prog().train_seconds : 0.0;
+  if (!epoch_ips.empty()) {
+    // Steady state: the epochs after the first, which carries start-up (cuDNN tuning, capture).
+    double sum = 0;
+    for (size_t i = epoch_ips.size() > 1 ? 1 : 0; i < epoch_ips.size(); ++i) sum += epoch_ips[i];
+    result.images_per_sec_steady = sum / static_cast<double>(epoch_ips.size() > 1 ? epoch_ips.size() - 1 : 1);
+  }
+  result.peak_gpu_mb = detail::peak_gpu_memory_mb(device);
   result.params_sha256 = params_sha256(*model.module);
   if (!stopped && !c.save_model.empty() && env.rank == 0) {
     save_model_atomically(*model.module, c.save_model);

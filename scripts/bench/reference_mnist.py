@@ -97,6 +97,8 @@ def main():
     p.add_argument("--loader", choices=["seeds", "resident"], default="seeds")
     p.add_argument("--no-dropout", action="store_true")
     p.add_argument("--device", default="cpu", help="cpu or cuda (cuda: one GPU per rank, NCCL)")
+    p.add_argument("--eval-every-epoch", action="store_true",
+                   help="evaluate after every epoch and print an epoch JSON line (for time to accuracy)")
     a = p.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -132,7 +134,18 @@ def main():
         train_ds = SeedsDataset(xtr, ytr)
     sampler = DistributedSampler(range(len(ytr)), num_replicas=world, rank=rank, seed=a.seed)
 
-    steps, images, train_time = 0, 0, 0.0
+    xte_dev = ((torch.from_numpy(xte.astype(np.float32)) / 255.0 - 0.1307) / 0.3081).unsqueeze(1).to(dev)
+    yte_dev = torch.from_numpy(yte.astype(np.int64)).to(dev)
+
+    def evaluate():
+        model.eval()
+        with torch.no_grad():
+            out = torch.cat([model(c) for c in xte_dev.split(a.test_batch_size)])
+            test_loss = F.nll_loss(out, yte_dev, reduction="sum").item() / len(yte_dev)
+            acc = out.argmax(1).eq(yte_dev).float().mean().item()
+        return test_loss, acc
+
+    steps, images, train_time, epoch_ips = 0, 0, 0.0, []
     for epoch in range(1, a.epochs + 1):
         sampler.set_epoch(epoch - 1)
         ddp.train()
@@ -157,17 +170,22 @@ def main():
         if dev.type == "cuda":
             torch.cuda.synchronize()
         train_time += time.perf_counter() - t0
+        epoch_time = time.perf_counter() - t0
+        epoch_ips.append(n_steps and (len(ytr) if a.loader == "resident" else len(train_ds)) / epoch_time)
         loss_sum = float(loss_sum)
         steps += n_steps
         sched.step()
+        if a.eval_every_epoch and epoch < a.epochs:
+            test_loss, acc = evaluate()
+            if rank == 0:
+                print(json.dumps({"event": "epoch", "epoch": epoch, "test_accuracy": acc, "time": time.time(),
+                                  "epoch_images_per_sec": epoch_ips[-1]}), flush=True)
+            model.train()
 
-    model.eval()
-    with torch.no_grad():
-        x = ((torch.from_numpy(xte.astype(np.float32)) / 255.0 - 0.1307) / 0.3081).unsqueeze(1).to(dev)
-        y = torch.from_numpy(yte.astype(np.int64)).to(dev)
-        out = torch.cat([model(c) for c in x.split(a.test_batch_size)])
-        test_loss = F.nll_loss(out, y, reduction="sum").item() / len(y)
-        acc = out.argmax(1).eq(y).float().mean().item()
+    test_loss, acc = evaluate()
+    if a.eval_every_epoch and rank == 0:
+        print(json.dumps({"event": "epoch", "epoch": a.epochs, "test_accuracy": acc, "time": time.time(),
+                          "epoch_images_per_sec": epoch_ips[-1]}), flush=True)
     h = hashlib.sha256()
     for t in model.parameters():
         h.update(t.detach().float().cpu().contiguous().numpy().tobytes())
@@ -175,6 +193,8 @@ def main():
         print(json.dumps({"event": "done", "epochs": a.epochs, "steps": steps,
                           "train_loss": loss_sum / max(1, n_steps), "test_loss": test_loss,
                           "test_accuracy": acc, "images_per_sec": images / train_time,
+                          "images_per_sec_best": max(epoch_ips) if epoch_ips else 0.0,
+                          "peak_gpu_mb": torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else 0.0,
                           "world_size": world, "params_sha256": h.hexdigest(),
                           "loader": a.loader}), flush=True)
     if world > 1:

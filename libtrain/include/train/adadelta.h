@@ -53,6 +53,10 @@ class Adadelta : public torch::optim::Optimizer {
   torch::Tensor step(LossClosure closure = nullptr) override;
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
+
+ private:
+  // The update of a group of CUDA parameters with torch's foreach ops; false when it doesn't apply.
+  bool foreach_step(torch::optim::OptimizerParamGroup& group, const AdadeltaOptions& options);
 };
 
 }  // namespace train::optim

@@ -38,6 +38,8 @@ struct TrainConfig {
   std::string shm_allreduce = "auto";  ///< auto (ranks on one machine sum CPU gradients in shared memory) | off
   std::string tf32 = "auto";    ///< auto (PyTorch's defaults: cuDNN yes, matmul no) | on | off
   bool deterministic = false;   ///< deterministic cuDNN algorithms (CUDA runs)
+  std::string cuda_graph = "auto";  ///< auto (on for CUDA) | on | off: the training step in a CUDA graph
+  std::string precision = "fp32";   ///< fp32 | tf32 (TF32 matmuls and convolutions) | bf16 (autocast, fp32 weights)
   std::string init_method;      ///< "" or tcp://HOST:PORT (torch.distributed's init_method)
   int world_size = 0;           ///< 0 = from the environment; else checked against it
 
@@ -58,7 +60,9 @@ struct TrainResult {
   double train_loss = 0;
   double test_loss = 0;
   double test_accuracy = 0;
-  double images_per_sec = 0;
+  double images_per_sec = 0;          ///< over every epoch, warm-up included
+  double images_per_sec_steady = 0;   ///< over the epochs after the first (the first when there is one)
+  double peak_gpu_mb = 0;             ///< peak CUDA memory allocated by this rank (0 on the CPU)
   int world_size = 1;
   std::string params_sha256;
   bool preempted = false;        ///< stopped early by a preemption signal or the time limit

@@ -8,6 +8,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,13 @@ class Preemption {
   /// nullptr for a single process) and decides. `device` is where the group's tensors live.
   StopRequest poll(ProcessGroup* process_group, const at::Device& device) const;
 
+  /// The same agreement without blocking the host, for CUDA runs: post() starts the flags'
+  /// all-reduce on the device and their copy back to pinned host memory; collect(), called by every
+  /// rank at the same later step, waits for that copy (long done by then) and decides. Returns
+  /// StopKind::none when nothing was posted.
+  void post(ProcessGroup* process_group, const at::Device& device);
+  StopRequest collect();
+
   /// The SLURM job's end time (epoch seconds) as squeue reported it at start; 0 when unknown.
   int64_t job_end_time() const { return end_time_; }
 
@@ -91,6 +99,8 @@ class Preemption {
   int64_t fault_step_ = -1;
   int fault_signal_ = 0;
   std::vector<std::pair<int, void*>> previous_;  // signal, saved struct sigaction
+  at::Tensor posted_;                            // pinned host copy of the summed flags
+  std::shared_ptr<void> posted_event_;           // c10::Event recorded after that copy
 };
 
 /// Parses a signal list ("USR1,USR2,TERM", "SIGUSR2", "none") into signal numbers.

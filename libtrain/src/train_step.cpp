@@ -1,0 +1,181 @@
+// Eager and CUDA-graph training steps. A captured step is the same sequence of kernels as the
+// eager one, replayed from static buffers: the batch indices are copied into a fixed tensor
+// before each replay, and everything else (activations, gradients, DDP's buckets, the loss) lives
+// in the graph's private memory pool.
+#include "train_step.h"
+
+#include "train/error.h"
+#include "train/log.h"
+
+#include <ATen/autocast_mode.h>
+#include <torch/autograd.h>
+
+#ifdef TRAIN_HAVE_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <optional>
+#endif
+
+namespace train::detail {
+namespace {
+
+// forward + loss (under bf16 autocast when asked), backward, optimizer step, loss sum.
+at::Tensor step_on(const StepParts& p, const at::Tensor& indices) {
+  Batch b = p.data->get_batch(indices);
+  p.optimizer->zero_grad();
+  at::Tensor loss;
+  if (p.bf16) {
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    try {
+      at::Tensor out = p.model->forward(b.inputs);
+      loss = (*p.loss)(out, b.targets, Reduction::mean).to(at::kFloat);
+    } catch (...) {
+      at::autocast::set_autocast_enabled(at::kCUDA, false);
+      at::autocast::clear_cache();
+      throw;
+    }
+    at::autocast::set_autocast_enabled(at::kCUDA, false);
+    at::autocast::clear_cache();
+  } else {
+    at::Tensor out = p.model->forward(b.inputs);
+    loss = (*p.loss)(out, b.targets, Reduction::mean);
+  }
+  loss.backward();
+  p.optimizer->step();
+  *p.loss_sum += loss.detach().to(at::kDouble);
+  return loss;
+}
+
+class EagerStep : public TrainStep {
+ public:
+  explicit EagerStep(const StepParts& parts) : parts_(parts) {}
+  at::Tensor run(const at::Tensor& order, int64_t start, int64_t len) override {
+    return step_on(parts_, order.narrow(0, start, len));
+  }
+  std::string describe() const override { return parts_.bf16 ? "eager, bf16 autocast" : "eager"; }
+
+ private:
+  StepParts parts_;
+};
+
+#ifdef TRAIN_HAVE_CUDA
+class CudaGraphStep : public TrainStep {
+ public:
+  CudaGraphStep(const StepParts& parts, int64_t batch, int warmup)
+      : parts_(parts), batch_(batch), warmup_(warmup), eager_(parts) {}
+
+  at::Tensor run(const at::Tensor& order, int64_t start, int64_t len) override {
+    if (len != batch_) return eager_.run(order, start, len);  // the epoch's last, smaller batch
+    if (!graph_ && eager_steps_ < warmup_) {
+      // Warm-up on the stream the capture will use, so what it sets up lazily (cuBLAS workspaces,
+      // NCCL communicators, optimizer state) exists before the capture starts.
+      ++eager_steps_;
+      c10::cuda::CUDAStream main = c10::cuda::getCurrentCUDAStream();
+      main.synchronize();
+      at::Tensor loss;
+      {
+        c10::cuda::CUDAStreamGuard guard(side());
+        loss = eager_.run(order, start, len);
+      }
+      side().synchronize();
+      return loss;
+    }
+    if (!graph_) return capture(order, start);
+    indices_.copy_(order.narrow(0, start, batch_), /*non_blocking=*/true);
+    graph_->replay();
+    return loss_;
+  }
+
+  void invalidate() override {
+    if (!graph_) return;
+    // Replays may still run on the device; the graph's memory goes back only after them.
+    at::cuda::getCurrentCUDAStream().synchronize();
+    graph_.reset();
+    loss_ = at::Tensor();
+  }
+
+  std::string describe() const override {
+    return std::string("CUDA graph (batch ") + std::to_string(batch_) + ", " + std::to_string(warmup_) +
+           " eager warm-up steps" + (parts_.bf16 ? ", bf16 autocast)" : ")");
+  }
+
+ private:
+  // Captures one step and replays it once, so the captured step also trains.
+  at::Tensor capture(const at::Tensor& order, int64_t start) {
+    if (!indices_.defined()) indices_ = at::empty({batch_}, order.options());
+    indices_.copy_(order.narrow(0, start, batch_));
+    // Capture on a side stream, as CUDA graphs require, once the work queued so far is done.
+    c10::cuda::CUDAStream main = c10::cuda::getCurrentCUDAStream();
+    main.synchronize();
+    // Gradients are created inside the graph's pool and stay there between replays.
+    parts_.optimizer->zero_grad();
+    graph_ = std::make_unique<at::cuda::CUDAGraph>();
+    {
+      c10::cuda::CUDAStreamGuard guard(side());
+      graph_->capture_begin();
+      try {
+        loss_ = step_on(parts_, indices_);
+      } catch (...) {
+        try {
+          graph_->capture_end();
+        } catch (...) {
+        }
+        graph_.reset();
+        throw;
+      }
+      graph_->capture_end();
+    }
+    side().synchronize();
+    graph_->replay();
+    return loss_;
+  }
+
+  c10::cuda::CUDAStream side() {
+    if (!side_) side_ = c10::cuda::getStreamFromPool();
+    return *side_;
+  }
+
+  StepParts parts_;
+  int64_t batch_;
+  int warmup_;
+  int eager_steps_ = 0;
+  EagerStep eager_;
+  std::unique_ptr<at::cuda::CUDAGraph> graph_;
+  std::optional<c10::cuda::CUDAStream> side_;
+  at::Tensor indices_;  // this step's sample indices: the graph's only input
+  at::Tensor loss_;     // the graph's output
+};
+#endif
+
+}  // namespace
+
+double peak_gpu_memory_mb(const at::Device& device) {
+#ifdef TRAIN_HAVE_CUDA
+  if (!device.is_cuda()) return 0;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  const auto& peak = stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+  return static_cast<double>(peak) / (1024.0 * 1024.0);
+#else
+  (void)device;
+  return 0;
+#endif
+}
+
+std::unique_ptr<TrainStep> make_eager_step(const StepParts& parts) { return std::make_unique<EagerStep>(parts); }
+
+std::unique_ptr<TrainStep> make_cuda_graph_step(const StepParts& parts, int64_t batch, int warmup) {
+#ifdef TRAIN_HAVE_CUDA
+  return std::make_unique<CudaGraphStep>(parts, batch, warmup);
+#else
+  (void)parts, (void)batch, (void)warmup;
+  throw ConfigError("--cuda-graph on: expected a build with CUDA, found one without.",
+                    "rebuild against a CUDA build of torch, or use --cuda-graph off.");
+#endif
+}
+
+}  // namespace train::detail

@@ -1,0 +1,49 @@
+// The training step as one unit: gather the batch, forward, loss, backward (DDP's all-reduce
+// inside), optimizer step, loss added up on the device. Eager, or captured once in a CUDA graph
+// and replayed (--cuda-graph).
+#pragma once
+
+#include "train/trainer.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+
+namespace train::detail {
+
+/// What a step works on; owned by the Trainer.
+struct StepParts {
+  Dataset* data = nullptr;
+  ModelHandle* model = nullptr;
+  torch::optim::Optimizer* optimizer = nullptr;
+  const LossFn* loss = nullptr;
+  at::Tensor* loss_sum = nullptr;  ///< double scalar on the device; each step adds its loss
+  bool bf16 = false;               ///< forward and loss under CUDA autocast to bfloat16
+};
+
+class TrainStep {
+ public:
+  virtual ~TrainStep() = default;
+  /// One optimizer step on the samples order[start, start + len) (int64 indices on the device).
+  /// @return the step's mean loss, on the device; reading it waits for the device.
+  virtual at::Tensor run(const at::Tensor& order, int64_t start, int64_t len) = 0;
+  /// Something baked into a captured step changed (the learning rate): capture again.
+  virtual void invalidate() {}
+  /// One line for the log: "eager" or "CUDA graph (batch 64, captured at step 4)".
+  virtual std::string describe() const = 0;
+};
+
+/// The step as plain LibTorch calls.
+std::unique_ptr<TrainStep> make_eager_step(const StepParts& parts);
+
+/// The step captured in a CUDA graph for full batches of `batch` samples (a last, smaller batch
+/// runs eagerly). The first `warmup` steps run eagerly (NCCL and cuDNN set up, optimizer state
+/// allocated); the next one is captured and every later one replays it. CUDA builds only.
+/// @throws train::ConfigError on a build without CUDA.
+std::unique_ptr<TrainStep> make_cuda_graph_step(const StepParts& parts, int64_t batch, int warmup = 3);
+
+/// Peak memory the CUDA caching allocator handed out on `device` so far, in MB (0 on the CPU).
+double peak_gpu_memory_mb(const at::Device& device);
+
+}  // namespace train::detail

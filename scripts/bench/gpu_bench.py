@@ -1,0 +1,145 @@
+"""GPU benchmark: libtrain's `train` against the Python DDP reference on the same card, torch, model
+(the MNIST CNN), data (full Fashion-MNIST), batch, world size and epochs, in one invocation.
+
+usage: python3 scripts/bench/gpu_bench.py --build build-gpu --data DIR [--epochs 3]
+           [--configs 1x64,1x512,2x64,2x512] [--results docs/benchmarks/results.jsonl]
+For each WORLDxBATCH it runs libtrain (CUDA graph, fp32; then bf16; then eager for the ablation)
+and Python DDP with the dataset resident on the GPU (and, at 1x64, with the DataLoader as cluster
+wikis write it). Steady images/s: libtrain's epochs after the first, Python's best epoch. Whole:
+all epochs. Time to 91%: from launching the process to the end of the first epoch whose test
+accuracy reaches 0.91. Prints a table with the card's name, and appends one JSON row per run.
+"""
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run(cmd, env):
+    """Runs cmd; returns (stdout lines as JSON objects, launch time, wall seconds, peak RSS MB)."""
+    t_launch = time.time()
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile() as errf:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, env=env)
+        out = proc.stdout.read()
+        _, status, rusage = os.wait4(proc.pid, 0)
+        errf.seek(0)
+        err = errf.read().decode(errors="replace")
+    wall = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.stderr.write(err[-4000:])
+        raise SystemExit(f"benchmark command failed: {' '.join(cmd)}")
+    objs = []
+    for line in out.decode().splitlines():
+        line = line.strip()
+        if line.startswith("[r"):
+            line = line.split("] ", 1)[-1]
+        if line.startswith("{"):
+            try:
+                objs.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    return objs, t_launch, wall, rusage.ru_maxrss / 1024.0, err
+
+
+def seconds_to(epochs, t_launch, target=0.91):
+    for e in epochs:
+        if e.get("test_accuracy", 0) >= target:
+            return e["time"] - t_launch
+    return None
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--build", default=os.path.join(REPO, "build"))
+    p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--configs", default="1x64,1x512,2x64,2x512")
+    p.add_argument("--results", default=os.path.join(REPO, "docs", "benchmarks", "results.jsonl"))
+    p.add_argument("--no-python-seeds", action="store_true", help="skip the slow DataLoader run")
+    p.add_argument("--variants", default="graph,bf16,eager", help="libtrain runs: graph (fp32), bf16, eager, tf32")
+    a = p.parse_args()
+
+    import torch
+    card = torch.cuda.get_device_name(0)
+    run_id = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    date = datetime.date.today().isoformat()
+    env = dict(os.environ, NCCL_NVLS_ENABLE="0", OMP_NUM_THREADS="4")
+    train = os.path.join(a.build, "bin", "train")
+    trainctl = os.path.join(a.build, "bin", "trainctl")
+    ref = os.path.join(REPO, "scripts", "bench", "reference_mnist.py")
+    variants = {"graph": ["--cuda-graph", "on"], "bf16": ["--cuda-graph", "on", "--precision", "bf16"],
+                "eager": ["--cuda-graph", "off"], "tf32": ["--cuda-graph", "on", "--precision", "tf32"]}
+    rows = []
+    for config in a.configs.split(","):
+        world, batch = (int(x) for x in config.split("x"))
+        common = ["--data", a.data, "--epochs", str(a.epochs), "--batch-size", str(batch), "--threads", "4"]
+        runs = []
+        for v in a.variants.split(","):
+            metrics = tempfile.mktemp(suffix=".jsonl")
+            cmd = [train, "--device", "cuda", "--log-interval", "1000000", "--metrics", metrics] + common + variants[v]
+            if world > 1:
+                cmd = [trainctl, "local", "--nproc", str(world), "--no-prefix", "--"] + cmd
+            mode = "eager" if v == "eager" else "cuda_graph"
+            precision = {"bf16": "bf16", "tf32": "tf32"}.get(v, "fp32")
+            runs.append(("cpp", mode, precision, cmd, metrics))
+        py = [sys.executable, ref, "--device", "cuda", "--eval-every-epoch"] + common
+        if world > 1:
+            py = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}"] + py[1:]
+        runs.append(("python", "resident", "fp32", py + ["--loader", "resident"], None))
+        if world == 1 and batch == 64 and not a.no_python_seeds:
+            runs.append(("python", "dataloader", "fp32", py + ["--loader", "seeds"], None))
+        for impl, mode, precision, cmd, metrics in runs:
+            objs, t_launch, wall, rss, err = run(cmd, env)
+            done = [o for o in objs if o.get("event") == "done"][-1]
+            if impl == "cpp":
+                with open(metrics) as f:
+                    epochs = [json.loads(l) for l in f if '"event": "epoch"' in l or '"event":"epoch"' in l]
+                os.unlink(metrics)
+                steady = done["images_per_sec_steady"]
+            else:
+                epochs = [o for o in objs if o.get("event") == "epoch"]
+                steady = done["images_per_sec_best"]
+            rows.append(dict(run_id=run_id, date=date, device=card, world_size=world, batch_size=batch, impl=impl,
+                             mode=mode, precision=precision, images_per_sec=round(steady, 1),
+                             images_per_sec_whole=round(done["images_per_sec"], 1), epochs=a.epochs,
+                             test_accuracy=round(done["test_accuracy"], 4),
+                             seconds_to_91=None if seconds_to(epochs, t_launch) is None else round(seconds_to(epochs, t_launch), 2),
+                             peak_gpu_mb=round(done.get("peak_gpu_mb", 0.0), 1), host_rss_mb=round(rss, 1),
+                             wall_s=round(wall, 2),
+                             eval_seconds=round(sum(e.get("eval_seconds", 0) for e in epochs), 3) if impl == "cpp" else None))
+            r = rows[-1]
+            print(f"  {world}x{batch} {impl:6} {mode:10} {precision:5} {r['images_per_sec']:>10,.0f} img/s steady, "
+                  f"acc {r['test_accuracy']:.4f}, to 91% {r['seconds_to_91']}, wall {r['wall_s']} s", flush=True)
+
+    print(f"\nGPU: {card}; torch {torch.__version__}; MNIST CNN on full Fashion-MNIST, {a.epochs} epochs, Adadelta")
+    print(f"{'world x batch':14} {'impl':7} {'mode':11} {'prec':5} {'steady img/s':>13} {'whole img/s':>12} "
+          f"{'vs py resident':>15} {'test acc':>9} {'to 91% s':>9} {'GPU MB':>8} {'RSS MB':>8}")
+    for r in rows:
+        base = [x for x in rows if x["world_size"] == r["world_size"] and x["batch_size"] == r["batch_size"]
+                and x["impl"] == "python" and x["mode"] == "resident"][0]
+        ratio = r["images_per_sec"] / base["images_per_sec"]
+        print(f"{str(r['world_size']) + ' x ' + str(r['batch_size']):14} {r['impl']:7} {r['mode']:11} {r['precision']:5} "
+              f"{r['images_per_sec']:13,.0f} {r['images_per_sec_whole']:12,.0f} {ratio:14.2f}x {r['test_accuracy']:9.4f} "
+              f"{str(r['seconds_to_91']):>9} {r['peak_gpu_mb']:8.0f} {r['host_rss_mb']:8.0f}")
+    for batch in sorted({r["batch_size"] for r in rows}):
+        one = [r for r in rows if r["world_size"] == 1 and r["batch_size"] == batch and r["impl"] == "cpp" and r["mode"] == "cuda_graph" and r["precision"] == "fp32"]
+        two = [r for r in rows if r["world_size"] == 2 and r["batch_size"] == batch and r["impl"] == "cpp" and r["mode"] == "cuda_graph" and r["precision"] == "fp32"]
+        if one and two:
+            print(f"scaling at batch {batch}/GPU: 2 GPUs = {two[0]['images_per_sec'] / one[0]['images_per_sec']:.2f}x one GPU")
+    if a.results:
+        os.makedirs(os.path.dirname(a.results), exist_ok=True)
+        with open(a.results, "a") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+        print(f"appended {len(rows)} rows to {a.results}")
+
+
+if __name__ == "__main__":
+    main()
