@@ -71,21 +71,27 @@ class CudaGraphStep : public TrainStep {
 
   at::Tensor run(const at::Tensor& order, int64_t start, int64_t len) override {
     if (len != batch_) return eager_.run(order, start, len);  // the epoch's last, smaller batch
+    if (failed_) return eager_.run(order, start, len);
     if (!graph_ && eager_steps_ < warmup_) {
-      // Warm-up on the stream the capture will use, so what it sets up lazily (cuBLAS workspaces,
-      // NCCL communicators, optimizer state) exists before the capture starts.
+      // Warm-up on the stream the capture will use (the Trainer made a non-default stream current
+      // for the whole run), so what it sets up lazily (cuBLAS workspaces, NCCL communicators,
+      // optimizer state) exists before the capture starts.
       ++eager_steps_;
-      c10::cuda::CUDAStream main = c10::cuda::getCurrentCUDAStream();
-      main.synchronize();
-      at::Tensor loss;
-      {
-        c10::cuda::CUDAStreamGuard guard(side());
-        loss = eager_.run(order, start, len);
-      }
-      side().synchronize();
-      return loss;
+      return eager_.run(order, start, len);
     }
-    if (!graph_) return capture(order, start);
+    if (!graph_) {
+      try {
+        return capture(order, start);
+      } catch (const c10::Error& e) {
+        // Something in the step can't be captured: say so once and train eagerly. The captured
+        // step did not run, so this step runs now.
+        failed_ = true;
+        std::string what = e.what();
+        log::warn("--cuda-graph: capturing the step failed (" + what.substr(0, what.find('\n')) +
+                  "); the step runs eagerly from now on. Hint: --cuda-graph off skips the attempt.");
+        return eager_.run(order, start, len);
+      }
+    }
     indices_.copy_(order.narrow(0, start, batch_), /*non_blocking=*/true);
     graph_->replay();
     return loss_;
@@ -109,35 +115,29 @@ class CudaGraphStep : public TrainStep {
   at::Tensor capture(const at::Tensor& order, int64_t start) {
     if (!indices_.defined()) indices_ = at::empty({batch_}, order.options());
     indices_.copy_(order.narrow(0, start, batch_));
-    // Capture on a side stream, as CUDA graphs require, once the work queued so far is done.
-    c10::cuda::CUDAStream main = c10::cuda::getCurrentCUDAStream();
-    main.synchronize();
+    // Capture on the current stream (never the legacy default stream: the Trainer made a pool
+    // stream current), once the work queued so far is done.
+    c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream();
+    TORCH_CHECK(stream != c10::cuda::getDefaultCUDAStream(stream.device_index()),
+                "the current stream is the default stream, which can't be captured");
+    stream.synchronize();
     // Gradients are created inside the graph's pool and stay there between replays.
     parts_.optimizer->zero_grad();
     graph_ = std::make_unique<at::cuda::CUDAGraph>();
-    {
-      c10::cuda::CUDAStreamGuard guard(side());
-      graph_->capture_begin();
+    graph_->capture_begin();
+    try {
+      loss_ = step_on(parts_, indices_);
+    } catch (...) {
       try {
-        loss_ = step_on(parts_, indices_);
+        graph_->capture_end();
       } catch (...) {
-        try {
-          graph_->capture_end();
-        } catch (...) {
-        }
-        graph_.reset();
-        throw;
       }
-      graph_->capture_end();
+      graph_.reset();
+      throw;
     }
-    side().synchronize();
+    graph_->capture_end();
     graph_->replay();
     return loss_;
-  }
-
-  c10::cuda::CUDAStream side() {
-    if (!side_) side_ = c10::cuda::getStreamFromPool();
-    return *side_;
   }
 
   StepParts parts_;
@@ -146,13 +146,23 @@ class CudaGraphStep : public TrainStep {
   int eager_steps_ = 0;
   EagerStep eager_;
   std::unique_ptr<at::cuda::CUDAGraph> graph_;
-  std::optional<c10::cuda::CUDAStream> side_;
+  bool failed_ = false;
   at::Tensor indices_;  // this step's sample indices: the graph's only input
   at::Tensor loss_;     // the graph's output
 };
 #endif
 
 }  // namespace
+
+void use_cuda_device(const at::Device& device) {
+#ifdef TRAIN_HAVE_CUDA
+  if (!device.is_cuda()) return;
+  c10::cuda::set_device(device.index());
+  c10::cuda::setCurrentCUDAStream(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index()));
+#else
+  (void)device;
+#endif
+}
 
 double peak_gpu_memory_mb(const at::Device& device) {
 #ifdef TRAIN_HAVE_CUDA

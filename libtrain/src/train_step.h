@@ -43,6 +43,11 @@ std::unique_ptr<TrainStep> make_eager_step(const StepParts& parts);
 /// @throws train::ConfigError on a build without CUDA.
 std::unique_ptr<TrainStep> make_cuda_graph_step(const StepParts& parts, int64_t batch, int warmup = 3);
 
+/// Makes `device` this thread's CUDA device and a pool stream its current stream, for the whole
+/// run: work for rank r lands on cuda:r, and a step can be captured on the current stream (CUDA
+/// graphs can't capture the legacy default stream). No-op on the CPU.
+void use_cuda_device(const at::Device& device);
+
 /// Peak memory the CUDA caching allocator handed out on `device` so far, in MB (0 on the CPU).
 double peak_gpu_memory_mb(const at::Device& device);
 

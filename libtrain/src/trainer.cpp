@@ -289,6 +289,7 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : impl_(std::make_unique<Impl>
   t.device = pick_device(t.c, t.env);
   t.backend = choose_backend(t.c, t.device);
   if (t.device.is_cuda()) {
+    detail::use_cuda_device(t.device);
     if (t.c.tf32 != "auto" || t.c.precision == "tf32") {
       const bool on = t.c.precision == "tf32" || t.c.tf32 == "on";
       at::globalContext().setAllowTF32CuDNN(on);
