@@ -23,10 +23,9 @@
 namespace train::detail {
 namespace {
 
-// forward + loss (under bf16 autocast when asked), backward, optimizer step, loss sum.
-at::Tensor step_on(const StepParts& p, const at::Tensor& indices) {
+// forward + loss (under bf16 autocast when asked) and backward; the loss is added to the sum.
+at::Tensor forward_backward(const StepParts& p, const at::Tensor& indices) {
   Batch b = p.data->get_batch(indices);
-  p.optimizer->zero_grad();
   at::Tensor loss;
   if (p.bf16) {
     at::autocast::set_autocast_enabled(at::kCUDA, true);
@@ -46,8 +45,15 @@ at::Tensor step_on(const StepParts& p, const at::Tensor& indices) {
     loss = (*p.loss)(out, b.targets, Reduction::mean);
   }
   loss.backward();
-  p.optimizer->step();
   *p.loss_sum += loss.detach().to(at::kDouble);
+  return loss;
+}
+
+// The whole step: zero the gradients, forward, backward (DDP all-reduces in its hooks), update.
+at::Tensor step_on(const StepParts& p, const at::Tensor& indices) {
+  p.optimizer->zero_grad();
+  at::Tensor loss = forward_backward(p, indices);
+  p.optimizer->step();
   return loss;
 }
 
@@ -81,7 +87,7 @@ class CudaGraphStep : public TrainStep {
     }
     if (!graph_) {
       try {
-        return capture(order, start);
+        return parts_.ddp != nullptr ? capture_split(order, start) : capture(order, start);
       } catch (const c10::Error& e) {
         // Something in the step can't be captured: say so once and train eagerly. The captured
         // step did not run, so this step runs now.
@@ -94,6 +100,10 @@ class CudaGraphStep : public TrainStep {
     }
     indices_.copy_(order.narrow(0, start, batch_), /*non_blocking=*/true);
     graph_->replay();
+    if (update_) {
+      parts_.process_group->allreduce_sum(flat_grads_);  // queued on the device; the host goes on
+      update_->replay();
+    }
     return loss_;
   }
 
@@ -101,6 +111,7 @@ class CudaGraphStep : public TrainStep {
     if (!graph_) return;
     // Replays may still run on the device; the graph's memory goes back only after them.
     at::cuda::getCurrentCUDAStream().synchronize();
+    update_.reset();
     graph_.reset();
     loss_ = at::Tensor();
   }
@@ -140,12 +151,74 @@ class CudaGraphStep : public TrainStep {
     return loss_;
   }
 
+  // Several ranks: every gradient becomes a view of one flat buffer, so one all-reduce covers
+  // them; graph_ computes them (DDP's hooks off), update_ averages and applies them.
+  at::Tensor capture_split(const at::Tensor& order, int64_t start) {
+    if (!indices_.defined()) indices_ = at::empty({batch_}, order.options());
+    indices_.copy_(order.narrow(0, start, batch_));
+    c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream();
+    TORCH_CHECK(stream != c10::cuda::getDefaultCUDAStream(stream.device_index()),
+                "the current stream is the default stream, which can't be captured");
+    stream.synchronize();
+    std::vector<at::Tensor> params = parts_.model->module->parameters();
+    if (!flat_grads_.defined()) {
+      int64_t total = 0;
+      for (const auto& q : params) total += q.numel();
+      flat_grads_ = at::zeros({total}, params.front().options());
+    }
+    // Again at every capture: an eager step in between (a last, smaller batch) replaced them.
+    int64_t offset = 0;
+    for (auto& q : params) {
+      q.mutable_grad() = flat_grads_.narrow(0, offset, q.numel()).view_as(q);
+      offset += q.numel();
+    }
+    graph_ = std::make_unique<at::cuda::CUDAGraph>();
+    {
+      DistributedDataParallel::NoSync no_sync(*parts_.ddp);
+      graph_->capture_begin();
+      try {
+        flat_grads_.zero_();  // the gradients stay views of the flat buffer
+        loss_ = forward_backward(parts_, indices_);
+      } catch (...) {
+        abandon_capture(*graph_);
+        graph_.reset();
+        throw;
+      }
+      graph_->capture_end();
+    }
+    update_ = std::make_unique<at::cuda::CUDAGraph>();
+    update_->capture_begin(graph_->pool());
+    try {
+      flat_grads_.div_(static_cast<double>(parts_.world_size));
+      parts_.optimizer->step();
+    } catch (...) {
+      abandon_capture(*update_);
+      update_.reset();
+      graph_.reset();
+      throw;
+    }
+    update_->capture_end();
+    graph_->replay();
+    parts_.process_group->allreduce_sum(flat_grads_);
+    update_->replay();
+    return loss_;
+  }
+
+  static void abandon_capture(at::cuda::CUDAGraph& graph) {
+    try {
+      graph.capture_end();
+    } catch (...) {
+    }
+  }
+
   StepParts parts_;
   int64_t batch_;
   int warmup_;
   int eager_steps_ = 0;
   EagerStep eager_;
   std::unique_ptr<at::cuda::CUDAGraph> graph_;
+  std::unique_ptr<at::cuda::CUDAGraph> update_;  // several ranks: the update after the all-reduce
+  at::Tensor flat_grads_;
   bool failed_ = false;
   at::Tensor indices_;  // this step's sample indices: the graph's only input
   at::Tensor loss_;     // the graph's output

@@ -3,6 +3,8 @@
 // and replayed (--cuda-graph).
 #pragma once
 
+#include "train/ddp.h"
+#include "train/process_group.h"
 #include "train/trainer.h"
 
 #include <ATen/core/Tensor.h>
@@ -20,6 +22,9 @@ struct StepParts {
   const LossFn* loss = nullptr;
   at::Tensor* loss_sum = nullptr;  ///< double scalar on the device; each step adds its loss
   bool bf16 = false;               ///< forward and loss under CUDA autocast to bfloat16
+  DistributedDataParallel* ddp = nullptr;  ///< null for one rank
+  ProcessGroup* process_group = nullptr;   ///< with ddp
+  int world_size = 1;
 };
 
 class TrainStep {
@@ -39,7 +44,10 @@ std::unique_ptr<TrainStep> make_eager_step(const StepParts& parts);
 
 /// The step captured in a CUDA graph for full batches of `batch` samples (a last, smaller batch
 /// runs eagerly). The first `warmup` steps run eagerly (NCCL and cuDNN set up, optimizer state
-/// allocated); the next one is captured and every later one replays it. CUDA builds only.
+/// allocated); the next one is captured and every later one replays it. With several ranks the
+/// step is two graphs around one eager NCCL all-reduce of all gradients, which live in one flat
+/// buffer: forward and backward (DDP's hooks off), then the all-reduce, then the averaging and the
+/// optimizer. NCCL calls are never captured. CUDA builds only.
 /// @throws train::ConfigError on a build without CUDA.
 std::unique_ptr<TrainStep> make_cuda_graph_step(const StepParts& parts, int64_t batch, int warmup = 3);
 

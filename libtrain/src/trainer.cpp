@@ -478,6 +478,9 @@ void Trainer::Impl::make_step() {
   parts.loss = &spec->loss;
   parts.loss_sum = &state.loss_sum;
   parts.bf16 = device.is_cuda() && c.precision == "bf16";
+  parts.ddp = ddp.get();
+  parts.process_group = pg.get();
+  parts.world_size = env.world_size;
   bool graph = device.is_cuda() && c.cuda_graph != "off";
   if (graph && spec->lr_schedule.every == LrSchedule::Every::step) {
     // The rate is baked into a captured step; one that changes every step can't be replayed.

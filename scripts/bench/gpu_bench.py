@@ -19,6 +19,7 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RUN_TIMEOUT_S = 150  # a run still going after this is killed and reported as failed
 
 
 def run(cmd, env):
@@ -27,14 +28,18 @@ def run(cmd, env):
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as errf:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, env=env)
+        timer = __import__("threading").Timer(RUN_TIMEOUT_S, proc.kill)
+        timer.start()
         out = proc.stdout.read()
         _, status, rusage = os.wait4(proc.pid, 0)
+        timer.cancel()
         errf.seek(0)
         err = errf.read().decode(errors="replace")
     wall = time.perf_counter() - t0
     if os.waitstatus_to_exitcode(status) != 0:
-        sys.stderr.write(err[-4000:])
-        raise SystemExit(f"benchmark command failed: {' '.join(cmd)}")
+        sys.stderr.write(err[-3000:])
+        print(f"FAILED ({os.waitstatus_to_exitcode(status)}): {' '.join(cmd)}", flush=True)
+        return None, t_launch, wall, 0.0, err
     objs = []
     for line in out.decode().splitlines():
         line = line.strip()
@@ -97,6 +102,8 @@ def main():
             runs.append(("python", "dataloader", "fp32", py + ["--loader", "seeds"], None))
         for impl, mode, precision, cmd, metrics in runs:
             objs, t_launch, wall, rss, err = run(cmd, env)
+            if objs is None or not [o for o in objs if o.get("event") == "done"]:
+                continue
             done = [o for o in objs if o.get("event") == "done"][-1]
             if impl == "cpp":
                 with open(metrics) as f:
@@ -123,8 +130,8 @@ def main():
           f"{'vs py resident':>15} {'test acc':>9} {'to 91% s':>9} {'GPU MB':>8} {'RSS MB':>8}")
     for r in rows:
         base = [x for x in rows if x["world_size"] == r["world_size"] and x["batch_size"] == r["batch_size"]
-                and x["impl"] == "python" and x["mode"] == "resident"][0]
-        ratio = r["images_per_sec"] / base["images_per_sec"]
+                and x["impl"] == "python" and x["mode"] == "resident"]
+        ratio = r["images_per_sec"] / base[0]["images_per_sec"] if base else float("nan")
         print(f"{str(r['world_size']) + ' x ' + str(r['batch_size']):14} {r['impl']:7} {r['mode']:11} {r['precision']:5} "
               f"{r['images_per_sec']:13,.0f} {r['images_per_sec_whole']:12,.0f} {ratio:14.2f}x {r['test_accuracy']:9.4f} "
               f"{str(r['seconds_to_91']):>9} {r['peak_gpu_mb']:8.0f} {r['host_rss_mb']:8.0f}")
