@@ -30,6 +30,7 @@
 #include "train/launcher/preflight.h"
 #include "train/launcher/resources.h"
 #include "train/launcher/sbatch.h"
+#include "train/launcher/slurm_time.h"
 #include "train/launcher/sweep.h"
 #include "train/subprocess.h"
 
@@ -197,11 +198,10 @@ Command add_local(CLI::App& app, const std::vector<std::string>& after_dashes) {
 /// Seconds from now until a SLURM timestamp such as 2026-11-26T02:42:19 (local time); 0 when it
 /// doesn't parse or lies in the past.
 long seconds_until(const std::string& when) {
-  std::tm tm{};
-  if (::strptime(when.c_str(), "%Y-%m-%dT%H:%M:%S", &tm) == nullptr) return 0;
-  tm.tm_isdst = -1;
-  const long diff = static_cast<long>(std::mktime(&tm) - std::time(nullptr));
-  return diff > 0 ? diff : 0;
+  const int64_t at = train::parse_slurm_timestamp(when);
+  if (at == 0) return 0;
+  const int64_t diff = at - static_cast<int64_t>(std::time(nullptr));
+  return diff > 0 ? static_cast<long>(diff) : 0;
 }
 
 /// The options that give a job its shape (nodes, tasks, CPUs, memory, GPUs, time, where), shared by

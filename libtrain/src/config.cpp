@@ -1,6 +1,7 @@
 // TrainConfig's checks and TrainResult's exit status.
 #include "train/config.h"
 
+#include "train/augment.h"
 #include "train/error.h"
 #include "train/files.h"
 #include "train/preemption.h"
@@ -56,6 +57,7 @@ void validate(const TrainConfig& c) {
   if (c.lr != -1 && !(c.lr > 0)) bad("--lr", "a positive learning rate", fmt("%g", c.lr), "the recipe's default is 1.0 (Adadelta) or 0.1 (SGD)");
   if (c.gamma != -1 && !(c.gamma > 0 && c.gamma <= 1)) bad("--gamma", "a factor in (0, 1]", fmt("%g", c.gamma), "the MNIST recipe uses 0.7");
   parse_signal_list(c.preempt_signals);  // throws naming the unknown signal
+  parse_augment(c.augment);               // throws naming the unknown word
   if (c.device == "cpu" && c.backend == "nccl") bad("--backend nccl", "a CUDA device", "--device cpu", "use --backend gloo on CPU");
 }
 
