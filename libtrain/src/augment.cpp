@@ -16,7 +16,6 @@
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/scalar_tensor.h>
 
-#include <mutex>
 #include <sstream>
 
 namespace train {
@@ -115,8 +114,8 @@ Batch AugmentedDataset::get_batch(const at::Tensor& indices) {
                       "augment image datasets only.");
   }
   const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
-  std::lock_guard<std::mutex> lock(generator_.mutex());
-  // The numbers of a batch depend on (seed, rank, batch) only, never on what ran before.
+  // The numbers of a batch depend on (seed, rank, batch) only, never on what ran before. (The
+  // sampling ops lock the generator themselves; get_batch is called from one thread.)
   generator_.set_current_seed(splitmix64(splitmix64(seed_) ^ splitmix64(uint64_t(rank_) + 1) ^ uint64_t(drawn)));
   const auto long_opts = x.options().dtype(at::kLong);
   at::Tensor out = x;

@@ -1,7 +1,7 @@
 // Writes CIFAR-10-shaped files for tests, in both layouts: the binary version (data_batch_N.bin)
 // and the Python version (cifar-10-batches-py/data_batch_N), the latter byte by byte as Python 2's
 // cPickle (protocol 2) wrote the real files, so no test needs Python. The classes are learnable:
-// each has its own colour, plus noise from a fixed LCG.
+// each has a bright square of its own place and colour on noise from a fixed LCG.
 #pragma once
 
 #include "test_util.h"
@@ -19,20 +19,26 @@ struct CifarSamples {
   std::vector<uint8_t> pixels;
 };
 
-/// `n` samples whose label is i % 10 and whose planes are the label's colour plus noise.
+/// `n` samples whose label is (7 i + seed) % 10: mid-grey noise (64..191, so the normalized
+/// images are centred like real photos) with a bright 8x8 square in the label's cell of a 4x4
+/// grid, in the label's colour channel (label % 3).
 inline CifarSamples learnable_cifar(int n, uint32_t seed) {
   CifarSamples s;
   uint32_t state = seed;
   auto noise = [&state] {
     state = state * 1664525u + 1013904223u;
-    return static_cast<int>(state >> 26);  // 0..63
+    return static_cast<int>(state >> 25);  // 0..127
   };
   for (int i = 0; i < n; ++i) {
     const int label = (i * 7 + static_cast<int>(seed)) % 10;
     s.labels.push_back(static_cast<uint8_t>(label));
-    const int colour[3] = {label * 20, 190 - label * 15, (label % 3) * 80};
+    const int top = (label / 4) * 8, left = (label % 4) * 8;
     for (int c = 0; c < 3; ++c) {
-      for (int p = 0; p < 1024; ++p) s.pixels.push_back(static_cast<uint8_t>(colour[c] + noise()));
+      for (int p = 0; p < 1024; ++p) {
+        const int y = p / 32, x = p % 32;
+        const bool square = c == label % 3 && y >= top && y < top + 8 && x >= left && x < left + 8;
+        s.pixels.push_back(static_cast<uint8_t>(square ? 255 - noise() / 4 : 64 + noise()));
+      }
     }
   }
   return s;
