@@ -691,6 +691,26 @@ TEST(SbatchPreflight, DatasetFolders) {
                           {"one of mnist, fashion-mnist, cifar10, found none"}, "empty");
 }
 
+// torchvision's roots: preflight finds the dataset's subfolder as train does.
+TEST(SbatchPreflight, TorchvisionRoots) {
+  test::TempDir tmp("preflight-tv");
+  mkdir(tmp.file("data").c_str(), 0755);
+  mkdir(tmp.file("data/FashionMNIST").c_str(), 0755);
+  make_idx(tmp.file("data/FashionMNIST/raw"), true);
+  mkdir(tmp.file("data/cifar-10-batches-py").c_str(), 0755);
+  for (const char* name : {"data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch"}) {
+    write_text(tmp.file(std::string("data/cifar-10-batches-py/") + name), std::string("\x80\x02}q\x00.", 6));
+  }
+  EXPECT_EQ(check_dataset_folder(tmp.file("data"), "fashion-mnist"), "4 IDX files (fashion-mnist, in FashionMNIST/raw/)");
+  EXPECT_EQ(check_dataset_folder(tmp.file("data"), "cifar10"),
+            "6 CIFAR-10 Python pickle files (cifar10, in cifar-10-batches-py/)");
+  expect_error<DataError>([&] { check_dataset_folder(tmp.file("data"), "mnist"); },
+                          {tmp.file("data/MNIST/raw"), "download=True", "pass --dataset fashion-mnist"}, "mnist missing");
+  write_text(tmp.file("data/cifar-10-batches-py/test_batch"), "PK\x03\x04");
+  expect_error<DataError>([&] { check_dataset_folder(tmp.file("data"), "cifar10"); },
+                          {tmp.file("data/cifar-10-batches-py/test_batch"), "expected a Python pickle"}, "not a pickle");
+}
+
 TEST(SbatchPreflight, FindsTheDataTrainWillRead) {
   test::TempDir tmp("preflight-args");
   make_idx(tmp.file("fm"), true);
