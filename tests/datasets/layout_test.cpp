@@ -139,13 +139,18 @@ TEST(CifarPickle, BothLayoutsLoadTheSameSamples) {
       EXPECT_TRUE(at::equal(other->images, bin.images));
     }
   }
-  // The pixels are R, G, B planes: sample 0 of data_batch_1 has label 1, colour (20, 175, 80) + noise
-  // in 0..63, so its mean R is below its mean B, which is below its mean G.
+  // The pixels are R, G, B planes, row-major: sample 0 of data_batch_1 has label 1, so its green
+  // plane has the bright square (224..255) in rows 0-7, columns 8-15, on noise of 64..191.
   auto train_set = train::datasets::load_cifar10(d.file("flat-py"), Split::train, {1});
   EXPECT_EQ(train_set.labels[0].item<int64_t>(), 1);
-  const auto plane_mean = [&](int c) { return train_set.images[0][c].mean().item<float>(); };
-  EXPECT_LT(plane_mean(0), plane_mean(2));
-  EXPECT_LT(plane_mean(2), plane_mean(1));
+  const auto pixel = [&](int c, int y, int x) { return train_set.images[0][c][y][x].item<float>(); };
+  const float bright = (224 / 255.0f - 0.5f) / 0.5f, noise_max = (191 / 255.0f - 0.5f) / 0.5f;
+  EXPECT_GE(pixel(1, 0, 8), bright);
+  EXPECT_GE(pixel(1, 7, 15), bright);
+  EXPECT_LE(pixel(1, 0, 7), noise_max);   // left of the square
+  EXPECT_LE(pixel(1, 8, 8), noise_max);   // below it
+  EXPECT_LE(pixel(0, 0, 8), noise_max);   // red and blue have no square
+  EXPECT_LE(pixel(2, 0, 8), noise_max);
 }
 
 TEST(CifarPickle, FilesFromTheVenvsPythonLoad) {
