@@ -8,6 +8,7 @@
 #include <ATen/ops/equal.h>
 #include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 
 #include <set>
 #include <sstream>
@@ -126,6 +127,36 @@ TEST(Augment, CheckpointCallbackRoundTripsThePosition) {
   torch::serialize::InputArchive in3;
   in3.load_from(empty_bytes);
   EXPECT_THROW(train::augment_checkpoint_callback(b)->on_load_checkpoint(in3), train::CheckpointError);
+}
+
+// On a GPU: the same window rule, with the CUDA generator, and the same numbers twice.
+TEST(Augment, RunsOnTheGpuWithItsOwnCudaGenerator) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: runs on the GPU machine (docs/gpu.md)";
+  auto data = images();
+  const at::Tensor padded = at::constant_pad_nd(data->inputs(), {kPad, kPad, kPad, kPad}, -1);
+  auto make = [&] {
+    auto a = std::make_shared<train::AugmentedDataset>(images(), crop_flip(), 11, 0);
+    a->to(at::Device(at::kCUDA, 0));
+    return a;
+  };
+  auto a = make(), b = make();
+  const at::Tensor idx = all().to(at::kCUDA);
+  for (int batch = 0; batch < 5; ++batch) {
+    const train::Batch out = a->get_batch(idx);
+    ASSERT_TRUE(out.inputs.is_cuda());
+    EXPECT_TRUE(at::equal(b->get_batch(idx).inputs, out.inputs)) << "batch " << batch;
+    const at::Tensor host = out.inputs.cpu();
+    for (int64_t i = 0; i < kN; ++i) {
+      bool found = false;
+      for (int64_t dy = 0; dy <= 2 * kPad && !found; ++dy) {
+        for (int64_t dx = 0; dx <= 2 * kPad && !found; ++dx) {
+          const at::Tensor w = padded[i].narrow(1, dy, kH).narrow(2, dx, kW);
+          found = at::equal(host[i], w) || at::equal(host[i], w.flip({2}));
+        }
+      }
+      EXPECT_TRUE(found) << "batch " << batch << ", image " << i;
+    }
+  }
 }
 
 TEST(Augment, ParseRejectsUnknownWords) {
