@@ -184,15 +184,16 @@ Located locate(const std::string& dataset, const std::string& data_dir, Split sp
     }
     looked += " -- none there";
   }
-  // Another dataset's torchvision folder there (data/MNIST/raw while training Fashion-MNIST) means
-  // the wrong --dataset, not missing files.
+  // Another dataset's torchvision folder there, of images the same model takes (data/MNIST/raw
+  // while training Fashion-MNIST), means the wrong --dataset, not missing files.
   std::string other;
   for (const DatasetInfo& d : datasets()) {
+    const bool same_shape = d.channels == info.channels && d.height == info.height && d.width == info.width;
     for (const Layout& l : d.layouts) {
-      if (d.name != dataset && !l.subfolder.empty() && l.subfolder != "raw" &&
+      if (d.name != dataset && same_shape && !l.subfolder.empty() && l.subfolder != "raw" &&
           files::is_directory(files::join(data_dir, l.subfolder))) {
         other += " " + files::join(data_dir, l.subfolder) + " holds " + d.name + ": pass --dataset " + d.name +
-                 (d.name == "cifar10" ? " (or --model cifar10)" : "") + " to train on it.";
+                 " to train on it.";
       }
     }
   }
