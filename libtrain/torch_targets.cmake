@@ -1,6 +1,7 @@
 # train::train: the LibTorch half of libtrain (process groups, DDP, sampler, Adadelta, trainer).
 add_library(train STATIC
   ${CMAKE_CURRENT_LIST_DIR}/src/adadelta.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/src/augment.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/builtin.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/checkpoint.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/cli.cpp

@@ -1,6 +1,7 @@
 // Dataset lookup by name, shared by the train program and user code.
 #include "train/datasets/dataset.h"
 
+#include "train/catalog.h"
 #include "train/datasets/cifar10.h"
 #include "train/datasets/idx.h"
 #include "train/error.h"
@@ -18,19 +19,16 @@ TensorDataset load_dataset(const std::string& name, const std::string& dir, Spli
                           std::to_string(options.limit) + ".",
                       "pass --limit-train-samples/--limit-test-samples N with N >= 1.");
   }
-  if (name == "mnist" || name == "fashion-mnist") return load_idx(dir, split, options, name);
-  if (name == "cifar10") return load_cifar10(dir, split, options);
-  throw ConfigError("--dataset: expected one of mnist, fashion-mnist, cifar10, found '" + name +
-                        "'.",
-                    "MNIST-format data (including Fashion-MNIST) uses mnist or fashion-mnist.");
+  const catalog::DatasetInfo& info = catalog::dataset_info(name);  // throws for an unknown name
+  if (info.layouts.front().format == catalog::Format::idx) return load_idx(dir, split, options, name);
+  return load_cifar10(dir, split, options);
 }
 
 std::string default_fashion_mnist_dir() {
   if (const char* env = std::getenv("TRAIN_FASHION_MNIST_DIR")) {
     if (*env != '\0') return env;
   }
-  const char* kDir = "/usr/share/datasets/fashion-mnist";
-  return files::is_directory(kDir) ? kDir : "";
+  return files::is_directory(catalog::kDebianFashionMnistDir) ? catalog::kDebianFashionMnistDir : "";
 }
 
 }  // namespace train::datasets

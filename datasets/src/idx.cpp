@@ -1,6 +1,7 @@
 // IDX decoding with every header and size check done before a byte of the body is touched.
 #include "train/datasets/idx.h"
 
+#include "train/catalog.h"
 #include "train/error.h"
 #include "train/files.h"
 
@@ -13,26 +14,14 @@
 namespace train::datasets {
 namespace {
 
-constexpr uint32_t kImagesMagic = 2051;
-constexpr uint32_t kLabelsMagic = 2049;
+constexpr uint32_t kImagesMagic = catalog::kIdxImagesMagic;
+constexpr uint32_t kLabelsMagic = catalog::kIdxLabelsMagic;
 // MNIST-like sets never have more than a few million images of a few dozen pixels a side.
 constexpr uint64_t kMaxPixelsPerImage = 1u << 20;
 
 uint32_t read_be32(const std::vector<uint8_t>& b, size_t off) {
   return (uint32_t(b[off]) << 24) | (uint32_t(b[off + 1]) << 16) | (uint32_t(b[off + 2]) << 8) |
          uint32_t(b[off + 3]);
-}
-
-// Finds `stem` or `stem.gz` in dir; the error lists both names tried.
-std::string find_idx_file(const std::string& dir, const std::string& stem) {
-  for (const std::string& cand : {stem, stem + ".gz"}) {
-    const std::string p = files::join(dir, cand);
-    if (files::is_regular_file(p)) return p;
-  }
-  throw DataError(stem + ": not found in '" + dir + "' (looked for " + stem + " and " + stem +
-                      ".gz).",
-                  "pass --data with the folder holding the IDX files; Debian's package "
-                  "dataset-fashion-mnist puts them in /usr/share/datasets/fashion-mnist.");
 }
 
 }  // namespace
@@ -79,9 +68,11 @@ std::vector<uint8_t> read_file_bytes(const std::string& path) {
 
 TensorDataset load_idx(const std::string& dir, Split split, const LoadOptions& options,
                        const std::string& name) {
-  const std::string prefix = split == Split::train ? "train" : "t10k";
-  const std::string images_path = find_idx_file(dir, prefix + "-images-idx3-ubyte");
-  const std::string labels_path = find_idx_file(dir, prefix + "-labels-idx1-ubyte");
+  // The folder itself or torchvision's subfolder (MNIST/raw, FashionMNIST/raw); each file raw or .gz.
+  const bool known = name == "mnist" || name == "fashion-mnist";
+  const catalog::Located found = catalog::locate(known ? name : "mnist", dir, split);
+  const std::string& images_path = found.paths.at(0);
+  const std::string& labels_path = found.paths.at(1);
 
   std::vector<uint8_t> img = read_file_bytes(images_path);
   std::vector<uint8_t> lab = read_file_bytes(labels_path);
@@ -136,7 +127,7 @@ TensorDataset load_idx(const std::string& dir, Split split, const LoadOptions& o
                     "re-extract the dataset archive.");
   }
   for (uint64_t i = 0; i < label_count; ++i) {
-    if (lab[8 + i] > 9) {
+    if (lab[8 + i] >= catalog::kNumClasses) {
       throw DataError(labels_path + ": expected labels in 0..9, found " +
                           std::to_string(int(lab[8 + i])) + " at index " + std::to_string(i) + ".",
                       "the labels file is corrupt; re-extract the dataset archive.");

@@ -1,6 +1,6 @@
 // trainctl: the launcher's command line (no LibTorch). One function per subcommand below adds its
 // options and returns the action to run: hostnames, hostlist, env, local, sbatch, preflight, and the
-// work around a job: sweep, sweep-report, resources, interactive, status, logs, cancel.
+// work around a job: sweep, sweep-report, plot, resources, interactive, status, logs, cancel.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -30,6 +30,7 @@
 #include "train/launcher/preflight.h"
 #include "train/launcher/resources.h"
 #include "train/launcher/sbatch.h"
+#include "train/launcher/slurm_time.h"
 #include "train/launcher/sweep.h"
 #include "train/subprocess.h"
 
@@ -197,11 +198,10 @@ Command add_local(CLI::App& app, const std::vector<std::string>& after_dashes) {
 /// Seconds from now until a SLURM timestamp such as 2026-11-26T02:42:19 (local time); 0 when it
 /// doesn't parse or lies in the past.
 long seconds_until(const std::string& when) {
-  std::tm tm{};
-  if (::strptime(when.c_str(), "%Y-%m-%dT%H:%M:%S", &tm) == nullptr) return 0;
-  tm.tm_isdst = -1;
-  const long diff = static_cast<long>(std::mktime(&tm) - std::time(nullptr));
-  return diff > 0 ? diff : 0;
+  const int64_t at = train::parse_slurm_timestamp(when);
+  if (at == 0) return 0;
+  const int64_t diff = at - static_cast<int64_t>(std::time(nullptr));
+  return diff > 0 ? static_cast<long>(diff) : 0;
 }
 
 /// The options that give a job its shape (nodes, tasks, CPUs, memory, GPUs, time, where), shared by
@@ -577,21 +577,29 @@ std::string scripts_folder() {
   return std::string(TRAIN_SOURCE_DIR) + "/scripts";
 }
 
+/// The Pythons to try for matplotlib, in order: TRAIN_PYTHON when set (the user's choice, and no
+/// other), else the repository's .venv, then python3.
+std::vector<std::string> python_candidates(const std::string& scripts) {
+  if (const char* p = std::getenv("TRAIN_PYTHON"); p != nullptr && *p != '\0') return {p};
+  return {scripts.substr(0, scripts.rfind('/')) + "/.venv/bin/python", "python3"};
+}
+
+/// The first of python_candidates() that imports matplotlib, or "" when none does.
+std::string python_with_matplotlib(const std::string& scripts) {
+  for (const std::string& python : python_candidates(scripts)) {
+    if (python.find('/') != std::string::npos && !train::files::exists(python)) continue;
+    if (runs_ok({python, "-c", "import matplotlib"})) return python;
+  }
+  return "";
+}
+
 /// Draws the report's PNG with matplotlib (TRAIN_PYTHON when set, else the repository's .venv, then python3) or
 /// gnuplot; returns what happened, for stderr.
 std::string draw_sweep_png(const std::string& csv, const std::string& png, const std::string& metric,
                            const train::SweepIndex& index, const std::vector<train::SweepResult>& results) {
   const std::string scripts = scripts_folder();
-  std::vector<std::string> pythons;
-  if (const char* p = std::getenv("TRAIN_PYTHON"); p != nullptr && *p != '\0') {
-    pythons.push_back(p);  // the user's choice, and no other
-  } else {
-    pythons.push_back(scripts.substr(0, scripts.rfind('/')) + "/.venv/bin/python");
-    pythons.push_back("python3");
-  }
-  for (const std::string& python : pythons) {
-    if (python.find('/') != std::string::npos && !train::files::exists(python)) continue;
-    if (!runs_ok({python, "-c", "import matplotlib"})) continue;
+  const std::vector<std::string> pythons = python_candidates(scripts);
+  if (const std::string python = python_with_matplotlib(scripts); !python.empty()) {
     const train::CommandResult r =
         train::run_command({python, scripts + "/sweep_plot.py", csv, png, metric}, "", 120);
     if (r.exit_code == 0) return "wrote " + png + " (matplotlib)";
@@ -612,10 +620,10 @@ std::string draw_sweep_png(const std::string& csv, const std::string& png, const
                              "EOD\nplot $d using 0:2:xtic(1) with boxes notitle\n";
     if (runs_ok({"gnuplot"}, plot)) return "wrote " + png + " (gnuplot)";
   }
-  return "no PNG made (the table above is complete): neither Python with matplotlib (TRAIN_PYTHON, " +
-         pythons[pythons.size() - 2] + " or python3) nor gnuplot is available. Hint: install one, e.g. " +
-         pythons[pythons.size() - 2] + " -m pip install matplotlib, or apt-get install gnuplot-nox; " + csv +
-         " has the numbers.";
+  const std::string venv = pythons.size() > 1 ? pythons[pythons.size() - 2] : pythons.front();
+  return "no PNG made (the table above is complete): neither Python with matplotlib (TRAIN_PYTHON, " + venv +
+         " or python3) nor gnuplot is available. Hint: install one, e.g. " + venv +
+         " -m pip install matplotlib, or apt-get install gnuplot-nox; " + csv + " has the numbers.";
 }
 
 Command add_sweep_report(CLI::App& app) {
@@ -647,6 +655,64 @@ Command add_sweep_report(CLI::App& app) {
                 << draw_sweep_png(csv, train::files::join(*dir, "sweep-report.png"), *metric, index, results)
                 << std::endl;
     }
+    return 0;
+  }};
+}
+
+Command add_plot(CLI::App& app) {
+  auto* cmd = app.add_subcommand("plot", "Draw training curves from train --metrics files into a PNG, one line per file");
+  cmd->footer(
+      "Reads the JSON lines `train --metrics FILE` writes and draws three panels: loss per epoch (train\n"
+      "and test), test accuracy per epoch, and images/s per logged step, one line per file so runs\n"
+      "compare. Needs Python with matplotlib (TRAIN_PYTHON, else the repository's .venv, then python3).\n"
+      "Example:\n"
+      "  trainctl plot run-a/metrics.jsonl run-b/metrics.jsonl -o curves.png\n");
+  auto inputs = std::make_shared<std::vector<std::string>>();
+  auto out = std::make_shared<std::string>();
+  auto width = std::make_shared<int>(1200);
+  auto height = std::make_shared<int>(400);
+  cmd->add_option("METRICS", *inputs, "metrics files (train --metrics), one or more")->type_name("FILE...");
+  cmd->add_option("-o,--output", *out, "the PNG to write; required")->type_name("PNG");
+  cmd->add_option("--width", *width, "width in pixels")->check(CLI::Range(200, 8000))->capture_default_str();
+  cmd->add_option("--height", *height, "height in pixels")->check(CLI::Range(150, 8000))->capture_default_str();
+  return {cmd, [inputs, out, width, height]() {
+    if (inputs->empty()) {
+      throw train::ConfigError("METRICS: expected one or more files written by train --metrics, found none given.",
+                               "e.g. trainctl plot metrics.jsonl -o curves.png.");
+    }
+    if (out->empty()) {
+      throw train::ConfigError("-o: expected the PNG to write, found none given.", "e.g. trainctl plot metrics.jsonl -o curves.png.");
+    }
+    for (const std::string& in : *inputs) {
+      if (!train::files::is_regular_file(in)) {
+        throw train::ConfigError(in + ": expected a metrics file written by train --metrics, found " +
+                                     (train::files::exists(in) ? "something that is not a file" : "nothing at that path") + ".",
+                                 "pass the file given to train --metrics (a sweep keeps one per task: DIR/task-N/metrics.jsonl).");
+      }
+    }
+    const std::string scripts = scripts_folder();
+    const std::string python = python_with_matplotlib(scripts);
+    if (python.empty()) {
+      std::string tried;
+      for (const std::string& p : python_candidates(scripts)) tried += (tried.empty() ? "" : ", ") + p;
+      throw train::ConfigError("trainctl plot: expected a Python with matplotlib, found none among " + tried + ".",
+                               "run scripts/setup.sh (it installs matplotlib into .venv), or set TRAIN_PYTHON to a "
+                               "Python that has it.");
+    }
+    std::vector<std::string> argv = {python, scripts + "/plot_metrics.py", *out, std::to_string(*width), std::to_string(*height)};
+    argv.insert(argv.end(), inputs->begin(), inputs->end());
+    const train::CommandResult r = train::run_command(argv, "", 120);
+    if (!r.started || r.timed_out || r.exit_code != 0) {
+      std::string why = r.err;
+      while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+      throw train::DataError("trainctl plot: expected " + scripts + "/plot_metrics.py to write " + *out + ", found " +
+                                 (r.timed_out ? std::string("it still running after 120 s") :
+                                  !r.started  ? std::string("that " + python + " could not start")
+                                              : "exit " + std::to_string(r.exit_code) + ": " + why),
+                             "check the metrics files named above (one JSON object per line, as train --metrics writes).");
+    }
+    std::cerr << "trainctl plot: wrote " << *out << " (" << *width << "x" << *height << ", " << inputs->size()
+              << (inputs->size() == 1 ? " run)" : " runs)") << std::endl;
     return 0;
   }};
 }
@@ -835,7 +901,8 @@ int main(int argc, char** argv) {
       "trainctl: launcher tools for libtrain. Expands SLURM host lists, shows the distributed\n"
       "environment a rank resolves, starts ranks on one machine, generates and submits sbatch\n"
       "scripts, and checks a job's nodes before training. Around the jobs: hyperparameter sweeps as\n"
-      "job arrays, the cluster's resources, interactive sessions, status, logs and cancel.\n"
+      "job arrays, training curves (plot), the cluster's resources, interactive sessions, status, logs\n"
+      "and cancel.\n"
       "Run 'trainctl SUBCOMMAND --help' for a subcommand's options.",
       "trainctl"};
   app.set_version_flag("--version", "trainctl " TRAIN_VERSION);
@@ -855,7 +922,7 @@ int main(int argc, char** argv) {
   const std::vector<Command> commands = {add_hostnames(app), add_hostlist(app), add_env(app),
                                          add_local(app, after_dashes), add_sbatch(app, before_dashes, after_dashes),
                                          add_preflight(app, after_dashes), add_sweep(app, before_dashes, after_dashes),
-                                         add_sweep_report(app), add_resources(app), add_interactive(app),
+                                         add_sweep_report(app), add_plot(app), add_resources(app), add_interactive(app),
                                          add_status(app), add_logs(app), add_cancel(app)};
 
   if (argc >= 2 && argv[1][0] != '-') {

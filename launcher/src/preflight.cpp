@@ -15,7 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "train/catalog.h"
 #include "train/error.h"
+#include "train/log.h"
 
 namespace train {
 namespace {
@@ -24,108 +26,6 @@ namespace {
 std::string env_value(const EnvMap& env, const std::string& name) {
   const auto it = env.find(name);
   return it == env.end() ? "" : it->second;
-}
-
-std::string this_host() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
-  std::string host = buf;
-  return host.substr(0, host.find('.'));
-}
-
-bool is_idx_dataset(const std::string& dataset) { return dataset == "mnist" || dataset == "fashion-mnist"; }
-
-/// Reads the first n bytes of a file; throws DataError when it can't be opened or is shorter.
-std::string read_head(const std::string& path, std::size_t n) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    throw DataError(path + ": expected a file this user can read on this node, found it unreadable (" +
-                        std::strerror(err) + ").",
-                    err == EACCES ? "fix its permissions (chmod a+r) or read it as its owner."
-                                  : "check that the filesystem is mounted on every node of the job.");
-  }
-  std::string head(n, '\0');
-  std::size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::read(fd, &head[got], n - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    got += static_cast<std::size_t>(r);
-  }
-  ::close(fd);
-  if (got < n) {
-    throw DataError(path + ": expected at least " + std::to_string(n) + " bytes, found " + std::to_string(got) +
-                        " (truncated?).",
-                    "re-extract or re-download the dataset.");
-  }
-  return head;
-}
-
-bool is_regular(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-/// Checks the four IDX files; returns the summary or throws DataError.
-std::string check_idx(const std::string& dir, const std::string& dataset) {
-  int files = 0;
-  for (const char* split : {"train", "t10k"}) {
-    for (const auto& [kind, magic] : {std::pair<std::string, unsigned char>{"images-idx3-ubyte", 3},
-                                      std::pair<std::string, unsigned char>{"labels-idx1-ubyte", 1}}) {
-      const std::string stem = std::string(split) + "-" + kind;
-      std::string path = dir + "/" + stem;
-      bool gz = false;
-      if (!is_regular(path)) {
-        path += ".gz";
-        gz = true;
-        if (!is_regular(path)) {
-          throw DataError(stem + ": expected it (or " + stem + ".gz) in '" + dir + "' for " +
-                              (dataset.empty() ? std::string("an IDX dataset") : dataset) + ", found neither.",
-                          "pass train --data with the folder holding the IDX files (Debian's "
-                          "dataset-fashion-mnist puts them in /usr/share/datasets/fashion-mnist).");
-        }
-      }
-      const std::string head = read_head(path, 4);
-      if (gz && (static_cast<unsigned char>(head[0]) != 0x1f || static_cast<unsigned char>(head[1]) != 0x8b)) {
-        throw DataError(path + ": expected a gzip file (starting 1f 8b), found other bytes.",
-                        "re-download the file, or drop the .gz suffix if it was already uncompressed.");
-      }
-      if (!gz && (head[0] != 0 || head[1] != 0 || static_cast<unsigned char>(head[2]) != 0x08 ||
-                  static_cast<unsigned char>(head[3]) != magic)) {
-        throw DataError(path + ": expected the IDX magic " + std::string(magic == 3 ? "2051" : "2049") +
-                            " (00 00 08 0" + std::to_string(magic) + "), found other bytes.",
-                        "this is not an uncompressed IDX file; re-extract the dataset.");
-      }
-      ++files;
-    }
-  }
-  return std::to_string(files) + " IDX files" + (dataset.empty() ? "" : " (" + dataset + ")");
-}
-
-constexpr std::int64_t kCifarRecordBytes = 3073;
-
-/// Checks the six CIFAR-10 binary batches; returns the summary or throws DataError.
-std::string check_cifar(const std::string& dir) {
-  std::vector<std::string> names;
-  for (int i = 1; i <= 5; ++i) names.push_back("data_batch_" + std::to_string(i) + ".bin");
-  names.push_back("test_batch.bin");
-  for (const std::string& name : names) {
-    const std::string path = dir + "/" + name;
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-      throw DataError(name + ": expected it in '" + dir + "' (CIFAR-10 binary version: data_batch_1..5.bin and "
-                          "test_batch.bin), found no such file.",
-                      "pass train --data with the cifar-10-batches-bin folder extracted from cifar-10-binary.tar.gz.");
-    }
-    if (st.st_size == 0 || st.st_size % kCifarRecordBytes != 0) {
-      throw DataError(path + ": expected whole records of 3073 bytes (30730000 bytes for 10000), found " +
-                          std::to_string(st.st_size) + " bytes (truncated?).",
-                      "re-extract cifar-10-binary.tar.gz.");
-    }
-    read_head(path, 1);
-  }
-  return "6 CIFAR-10 batch files";
 }
 
 std::string describe_visible(const EnvMap& env) {
@@ -156,31 +56,51 @@ std::string check_dataset_folder(const std::string& dir, const std::string& data
                     "fix its permissions (chmod a+rx) or copy the data somewhere readable.");
   }
   ::closedir(d);
-  if (is_idx_dataset(dataset)) return check_idx(dir, dataset);
-  if (dataset == "cifar10") return check_cifar(dir);
-  try {
-    return check_idx(dir, dataset);
-  } catch (const DataError& idx_error) {
+  // The same search train makes (train/catalog.h), both splits; an unnamed dataset: any it knows.
+  std::vector<std::string> names;
+  if (!dataset.empty() && catalog::has_dataset(dataset)) {
+    names.push_back(dataset);
+  } else {
+    for (const catalog::DatasetInfo& info : catalog::datasets()) names.push_back(info.name);
+  }
+  std::string first_error;
+  for (const std::string& name : names) {
     try {
-      return check_cifar(dir);
-    } catch (const DataError&) {
-      throw DataError("--data '" + dir + "': expected IDX files (train-images-idx3-ubyte[.gz], ...) or CIFAR-10 "
-                          "batches (data_batch_1.bin, ...), found neither: " + idx_error.message(),
-                      "pass train --data with the folder that holds the dataset files.");
+      int count = 0;
+      std::string where;
+      catalog::Format format = catalog::Format::idx;
+      for (const catalog::Split split : {catalog::Split::train, catalog::Split::test}) {
+        const catalog::Located found = catalog::locate(name, dir, split);
+        for (const std::string& path : found.paths) catalog::check_file_head(path, found.format);
+        count += static_cast<int>(found.paths.size());
+        where = found.dir;
+        format = found.format;
+      }
+      const std::string sub = where.size() > dir.size() ? where.substr(dir.size() + (dir.back() == '/' ? 0 : 1)) : "";
+      return std::to_string(count) + " " + catalog::format_name(format) + " files (" + name +
+             (sub.empty() ? "" : ", in " + sub + "/") + ")";
+    } catch (const DataError& e) {
+      if (names.size() == 1) throw;
+      if (first_error.empty()) first_error = e.message();
     }
   }
+  std::string list;
+  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+  throw DataError("--data '" + dir + "': expected the files of one of " + list + ", found none: " + first_error,
+                  "pass train --data with the folder that holds the dataset files (or torchvision's root), and "
+                  "--dataset to say which.");
 }
 
 PreflightReport run_preflight(const PreflightOptions& o, const EnvMap& env) {
   PreflightReport report;
-  report.host = this_host();
+  report.host = log::hostname();
   auto fail = [&](const Error& e) { report.errors.push_back(e.what()); };
 
   // Data: the same folder train will read, by train's rules.
   std::string model = detail::last_flag_value(o.train_args, {"--model"});
   if (model.empty()) model = "mnist";
   std::string dataset = detail::last_flag_value(o.train_args, {"--dataset"});
-  if (dataset.empty()) dataset = model == "cifar10" ? "cifar10" : model == "mnist" ? "fashion-mnist" : "";
+  if (dataset.empty() && catalog::has_recipe(model)) dataset = catalog::recipe_for(model).dataset;
   std::string data = o.data_dir.empty() ? detail::last_flag_value(o.train_args, {"--data"}) : o.data_dir;
   if (data.empty() && dataset == "fashion-mnist") {
     data = env_value(env, "TRAIN_FASHION_MNIST_DIR");

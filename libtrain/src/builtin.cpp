@@ -1,9 +1,11 @@
 // run_training: what the `train` program trains. Builds a registered model, a built-in dataset
-// and the model's recipe (optimizer, batch size, learning rate and schedule), then hands them to
-// the Trainer.
+// and the model's recipe (optimizer, batch size, learning rate and schedule: train/catalog.h),
+// with the optional augmentation, then hands them to the Trainer.
 #include "train/trainer.h"
 
 #include "train/adadelta.h"
+#include "train/augment.h"
+#include "train/catalog.h"
 #include "train/datasets/dataset.h"
 #include "train/error.h"
 #include "train/models/model.h"
@@ -13,27 +15,13 @@
 namespace train {
 namespace {
 
-// The seeds' recipes: MNIST (Adadelta 1.0, StepLR 0.7, batch 64) and CIFAR-10 (SGD 0.1,
-// momentum 0.9, weight decay 1e-4, batch 256).
-struct Recipe {
-  std::string optimizer;
-  int64_t batch_size;
-  double lr, gamma, weight_decay;
-  std::string dataset;
-};
-
-Recipe recipe_for(const std::string& model) {
-  if (model == "cifar10") return {"sgd", 256, 0.1, 1.0, 1e-4, "cifar10"};
-  return {"adadelta", 64, 1.0, 0.7, 0.0, "fashion-mnist"};
-}
-
 std::string data_dir_for(const TrainConfig& c, const std::string& dataset) {
   if (!c.data_dir.empty()) return c.data_dir;
   std::string dir = datasets::default_fashion_mnist_dir();
   if (dir.empty() || dataset != "fashion-mnist") {
-    throw ConfigError("--data: expected the folder holding the " + dataset + " files, found none given.",
-                      "pass --data DIR (for Fashion-MNIST: apt-get install dataset-fashion-mnist, "
-                      "then --data /usr/share/datasets/fashion-mnist).");
+    throw ConfigError("--data: expected the folder holding the " + dataset + " files (or torchvision's root folder), "
+                          "found none given.",
+                      "pass --data DIR. " + catalog::dataset_info(dataset).how_to_get);
   }
   return dir;
 }
@@ -52,7 +40,7 @@ std::shared_ptr<InMemoryDataset> load(const std::string& dataset, const std::str
   return std::make_shared<InMemoryDataset>(d.images, d.labels, d.name);
 }
 
-OptimizerBuilder optimizer_for(const TrainConfig& c, const Recipe& r) {
+OptimizerBuilder optimizer_for(const TrainConfig& c, const catalog::Recipe& r) {
   const std::string name = c.optimizer == "auto" ? r.optimizer : c.optimizer;
   const double lr = c.lr > 0 ? c.lr : r.lr;
   const double wd = c.weight_decay >= 0 ? c.weight_decay : r.weight_decay;
@@ -72,7 +60,7 @@ OptimizerBuilder optimizer_for(const TrainConfig& c, const Recipe& r) {
 TrainResult run_training(const TrainConfig& c, const DistEnv& env) {
   const models::ModelInfo& info = models::model_info(c.model);  // throws with the known names
   Trainer trainer(c, env);
-  const Recipe recipe = recipe_for(c.model);
+  const catalog::Recipe& recipe = catalog::recipe_for(c.model);
   TrainSpec spec;
   spec.model_name = c.model;
   spec.data_name = c.dataset.empty() ? recipe.dataset : c.dataset;
@@ -80,6 +68,15 @@ TrainResult run_training(const TrainConfig& c, const DistEnv& env) {
   const std::string dir = data_dir_for(c, spec.data_name);
   spec.train_data = load(spec.data_name, dir, datasets::Split::train, c.limit_train_samples, info, c.model);
   spec.eval_data = load(spec.data_name, dir, datasets::Split::test, c.limit_test_samples, info, c.model);
+  const AugmentOptions augment = parse_augment(c.augment);
+  if (augment.crop || augment.flip) {
+    AugmentOptions o = augment;
+    const catalog::DatasetInfo& data = catalog::dataset_info(spec.data_name);
+    o.pad_value = (0.0 - data.mean) / data.std;  // black, as torchvision pads before normalizing
+    auto augmented = std::make_shared<AugmentedDataset>(spec.train_data, o, c.seed, env.rank);
+    spec.callbacks.push_back(augment_checkpoint_callback(augmented));
+    spec.train_data = augmented;
+  }
   models::ModelOptions mo;
   mo.dropout = !c.no_dropout;
   const std::string name = c.model;

@@ -2,6 +2,8 @@
 // the run, the done line, the exit status.
 #include "train/cli.h"
 
+#include "train/augment.h"
+#include "train/catalog.h"
 #include "train/error.h"
 #include "train/host_memory.h"
 #include "train/log.h"
@@ -63,8 +65,10 @@ CLI::Validator one_of(const std::vector<std::string>& choices, const std::string
 void add_model_and_data_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--model", c.model, "model to train (see --list-models)")->capture_default_str();
   app.add_option("--dataset", c.dataset, "mnist | fashion-mnist | cifar10 (default: the model's)");
-  app.add_option("--data", c.data_dir, "folder with the dataset files (default for fashion-mnist: /usr/share/datasets/fashion-mnist)");
-  app.add_option("--epochs", c.epochs, "number of epochs")->capture_default_str()
+  app.add_option("--data", c.data_dir,
+                 "folder with the dataset files, or torchvision's root holding MNIST/raw, FashionMNIST/raw, "
+                 "cifar-10-batches-py or cifar-10-batches-bin (default for fashion-mnist: /usr/share/datasets/fashion-mnist)");
+  app.add_option("--epochs", c.epochs, "number of epochs (default: the recipe's, mnist 14, cifar10 4)")
       ->check(number("at least 1 epoch", [](double v) { return v >= 1 && v == std::floor(v); }, "e.g. --epochs 14"));
   app.add_option("--batch-size,--batch_size", c.batch_size, "batch size per rank (default: recipe's, mnist 64, cifar10 256)")
       ->check(positive("per-rank batch size", "leave --batch-size out for the recipe's, or e.g. --batch-size 64"));
@@ -88,6 +92,19 @@ void add_model_and_data_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--limit-test-samples", c.limit_test_samples, "use the first N test samples (0: all)")->capture_default_str()
       ->check(non_negative("0 (all) or a positive count", "e.g. --limit-test-samples 1000"));
   app.add_flag("--no-dropout", c.no_dropout, "disable the model's dropout layers");
+  app.add_option("--augment", c.augment,
+                 "augment the training images on their device: crop (random crop after 4 pixels of padding), "
+                 "flip (horizontal, p=0.5), or crop,flip; deterministic given --seed, resumed exactly")
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            try {
+              parse_augment(value);
+            } catch (const Error& e) {
+              return e.message() + " Hint: " + e.hint();
+            }
+            return "";
+          },
+          "crop,flip"));
 }
 
 void add_run_flags(CLI::App& app, TrainConfig& c) {
@@ -184,6 +201,8 @@ int main(int argc, char** argv, const std::string& description, const TrainFn& t
     const int rc = app.exit(e);
     return rc == 0 ? 0 : kExitUsage;
   }
+  // Without --epochs a built-in model trains for its recipe's epochs (the catalog).
+  if (app.count("--epochs") == 0 && catalog::has_recipe(config.model)) config.epochs = catalog::recipe_for(config.model).epochs;
   if (extra_action) {
     const int rc = extra_action();
     if (rc >= 0) return rc;

@@ -1,6 +1,7 @@
 // TrainConfig's checks and TrainResult's exit status.
 #include "train/config.h"
 
+#include "train/augment.h"
 #include "train/error.h"
 #include "train/files.h"
 #include "train/preemption.h"
@@ -60,6 +61,7 @@ void validate(const TrainConfig& c) {
   if (c.device == "cpu" && c.cuda_graph == "on") bad("--cuda-graph on", "a CUDA device", "--device cpu", "CUDA graphs need a GPU; use --cuda-graph auto or off on the CPU");
   if (c.device == "cpu" && c.precision != "fp32") bad("--precision " + c.precision, "a CUDA device", "--device cpu", "on the CPU libtrain trains in fp32");
   parse_signal_list(c.preempt_signals);  // throws naming the unknown signal
+  parse_augment(c.augment);               // throws naming the unknown word
   if (c.device == "cpu" && c.backend == "nccl") bad("--backend nccl", "a CUDA device", "--device cpu", "use --backend gloo on CPU");
 }
 

@@ -661,17 +661,18 @@ TEST(SbatchPreflight, DatasetFolders) {
   make_cifar(tmp.file("cifar"), 2);
   EXPECT_EQ(check_dataset_folder(tmp.file("raw"), "fashion-mnist"), "4 IDX files (fashion-mnist)");
   EXPECT_EQ(check_dataset_folder(tmp.file("gz"), "mnist"), "4 IDX files (mnist)");
-  EXPECT_EQ(check_dataset_folder(tmp.file("cifar"), "cifar10"), "6 CIFAR-10 batch files");
-  EXPECT_EQ(check_dataset_folder(tmp.file("cifar"), ""), "6 CIFAR-10 batch files");
+  EXPECT_EQ(check_dataset_folder(tmp.file("cifar"), "cifar10"), "6 CIFAR-10 binary files (cifar10)");
+  EXPECT_EQ(check_dataset_folder(tmp.file("cifar"), ""), "6 CIFAR-10 binary files (cifar10)");
 
   expect_error<DataError>([&] { check_dataset_folder(tmp.file("none"), "fashion-mnist"); },
                           {"--data '" + tmp.file("none") + "'", "nothing at that path", "--stage-data"}, "missing");
   expect_error<DataError>([&] { check_dataset_folder(tmp.file("raw/t10k-images-idx3-ubyte"), "mnist"); },
                           {"expected a folder, found a file"}, "file");
   expect_error<DataError>([&] { check_dataset_folder(tmp.file("cifar"), "fashion-mnist"); },
-                          {"train-images-idx3-ubyte: expected it (or train-images-idx3-ubyte.gz)"}, "wrong dataset");
+                          {"train-images-idx3-ubyte", "(each raw or .gz) -- none there", "FashionMNIST/raw"},
+                          "wrong dataset");
   expect_error<DataError>([&] { check_dataset_folder(tmp.file("raw"), "cifar10"); },
-                          {"data_batch_1.bin: expected it"}, "idx as cifar");
+                          {"data_batch_1.bin", "cifar-10-batches-py", "cifar-10-binary.tar.gz"}, "idx as cifar");
   write_text(tmp.file("raw/t10k-labels-idx1-ubyte"), std::string("\x00\x00\x08\x03\x00", 5));
   expect_error<DataError>([&] { check_dataset_folder(tmp.file("raw"), "fashion-mnist"); },
                           {"t10k-labels-idx1-ubyte: expected the IDX magic 2049"}, "bad magic");
@@ -686,7 +687,28 @@ TEST(SbatchPreflight, DatasetFolders) {
                         "t10k-labels-idx1-ubyte"}) {
     unlink(tmp.file(std::string("empty/") + f).c_str());
   }
-  expect_error<DataError>([&] { check_dataset_folder(tmp.file("empty"), ""); }, {"found neither"}, "empty");
+  expect_error<DataError>([&] { check_dataset_folder(tmp.file("empty"), ""); },
+                          {"one of mnist, fashion-mnist, cifar10, found none"}, "empty");
+}
+
+// torchvision's roots: preflight finds the dataset's subfolder as train does.
+TEST(SbatchPreflight, TorchvisionRoots) {
+  test::TempDir tmp("preflight-tv");
+  mkdir(tmp.file("data").c_str(), 0755);
+  mkdir(tmp.file("data/FashionMNIST").c_str(), 0755);
+  make_idx(tmp.file("data/FashionMNIST/raw"), true);
+  mkdir(tmp.file("data/cifar-10-batches-py").c_str(), 0755);
+  for (const char* name : {"data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch"}) {
+    write_text(tmp.file(std::string("data/cifar-10-batches-py/") + name), std::string("\x80\x02}q\x00.", 6));
+  }
+  EXPECT_EQ(check_dataset_folder(tmp.file("data"), "fashion-mnist"), "4 IDX files (fashion-mnist, in FashionMNIST/raw/)");
+  EXPECT_EQ(check_dataset_folder(tmp.file("data"), "cifar10"),
+            "6 CIFAR-10 Python pickle files (cifar10, in cifar-10-batches-py/)");
+  expect_error<DataError>([&] { check_dataset_folder(tmp.file("data"), "mnist"); },
+                          {tmp.file("data/MNIST/raw"), "download=True", "pass --dataset fashion-mnist"}, "mnist missing");
+  write_text(tmp.file("data/cifar-10-batches-py/test_batch"), "PK\x03\x04");
+  expect_error<DataError>([&] { check_dataset_folder(tmp.file("data"), "cifar10"); },
+                          {tmp.file("data/cifar-10-batches-py/test_batch"), "expected a Python pickle"}, "not a pickle");
 }
 
 TEST(SbatchPreflight, FindsTheDataTrainWillRead) {

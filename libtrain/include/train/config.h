@@ -11,7 +11,10 @@ namespace train {
 struct TrainConfig {
   std::string model = "mnist";
   std::string dataset;          ///< "" = the model's usual dataset (mnist -> fashion-mnist)
-  std::string data_dir;         ///< "" = Debian's fashion-mnist folder when that is the dataset
+  std::string data_dir;         ///< "" = Debian's fashion-mnist folder when that is the dataset; else a
+                                ///< flat folder of the files or torchvision's root (see catalog::locate)
+  /// The `train` command line puts the recipe's here when --epochs is not given (mnist 14,
+  /// cifar10 4: train/catalog.h); a program that builds its TrainConfig itself gets 14.
   int epochs = 14;
   int64_t batch_size = 0;       ///< per rank; 0 = the recipe's (mnist 64, cifar10 256)
   int64_t test_batch_size = 1000;
@@ -32,6 +35,7 @@ struct TrainConfig {
   std::string metrics;          ///< JSON-lines metrics file (rank 0)
   bool dry_run = false;         ///< one step per epoch, one test batch
   bool no_dropout = false;
+  std::string augment;          ///< "" | crop | flip | crop,flip: built-in image datasets' training data
   std::string backend = "auto"; ///< auto | gloo | nccl
   double dist_timeout_sec = 300;
   double bucket_cap_mb = 25;

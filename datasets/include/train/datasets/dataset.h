@@ -1,6 +1,8 @@
 // In-memory datasets: the whole split decoded once into one image tensor and one label tensor.
 #pragma once
 
+#include "train/catalog.h"
+
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -18,8 +20,8 @@ struct TensorDataset {
   int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
 };
 
-/// Which split of a dataset to load.
-enum class Split { train, test };
+/// Which split of a dataset to load (the catalog's).
+using Split = catalog::Split;
 
 /// Options shared by the loaders.
 struct LoadOptions {
@@ -27,9 +29,11 @@ struct LoadOptions {
   int64_t limit = 0;
 };
 
-/// Loads a dataset by name: "mnist", "fashion-mnist" (IDX files) or "cifar10" (binary batches)
-/// from `dir`. Throws train::DataError for a missing or malformed file and train::ConfigError for
-/// an unknown name.
+/// Loads a dataset by name: "mnist", "fashion-mnist" (IDX files, raw or .gz) or "cifar10" (binary
+/// or Python batches) from `dir`: a flat folder of its files, or torchvision's root folder (the
+/// dataset's own subfolder is found inside it, see catalog::locate). Throws train::DataError for
+/// a missing file (listing every place looked and how to get the files) or a malformed one, and
+/// train::ConfigError for an unknown name.
 TensorDataset load_dataset(const std::string& name, const std::string& dir, Split split,
                            const LoadOptions& options = {});
 

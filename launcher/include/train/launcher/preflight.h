@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "train/catalog.h"
 #include "train/launcher/device.h"
 #include "train/launcher/env.h"
 
@@ -13,7 +14,7 @@ namespace train {
 
 /// Where train looks for Fashion-MNIST when neither --data nor TRAIN_FASHION_MNIST_DIR is given
 /// (Debian's dataset-fashion-mnist package); the same rule as train's.
-constexpr char kDefaultFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
+constexpr const char* kDefaultFashionMnistDir = catalog::kDebianFashionMnistDir;
 
 /// What to check on this node.
 struct PreflightOptions {
@@ -41,10 +42,11 @@ struct PreflightReport {
   bool ok() const { return errors.empty(); }
 };
 
-/// Checks the dataset files in `dir`: IDX (mnist, fashion-mnist: train/t10k images and labels, raw or
-/// .gz) or CIFAR-10 binary (data_batch_1..5.bin, test_batch.bin); an empty or unknown `dataset`
-/// accepts either. Each file must exist, be readable and start like its format.
-/// @return a one-line summary ("4 IDX files (fashion-mnist)").
+/// Checks the dataset files under `dir` by train's rules (catalog::locate: the folder itself or
+/// torchvision's subfolders; IDX raw or .gz, CIFAR-10 binary or pickles), both splits; an empty or
+/// unknown `dataset` accepts any dataset of the catalog. Each file must exist, be readable and
+/// start like its format (catalog::check_file_head).
+/// @return a one-line summary ("4 IDX files (fashion-mnist) in DIR").
 /// @throws train::DataError naming the folder or file, with what was expected and found.
 std::string check_dataset_folder(const std::string& dir, const std::string& dataset);
 
