@@ -19,6 +19,9 @@ foreach(_dir libtrain/base libtrain launcher datasets models)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${_dir}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endforeach()
 install(EXPORT libtrainTargets NAMESPACE train:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/libtrain)
+# Hints for the package config: where this build found zlib and OpenSSL (find modules, no _DIR).
+get_filename_component(_train_zlib_root "${ZLIB_INCLUDE_DIR}" DIRECTORY)
+get_filename_component(_train_openssl_root "${OPENSSL_INCLUDE_DIR}" DIRECTORY)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/libtrainConfig.cmake.in
   ${CMAKE_BINARY_DIR}/libtrainConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/libtrain)
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/libtrainConfigVersion.cmake COMPATIBILITY SameMinorVersion)
