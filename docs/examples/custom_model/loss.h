@@ -4,7 +4,8 @@
 
 #include <train/trainer.h>
 
-#include <torch/torch.h>
+#include <ATen/ops/gather.h>
+#include <ATen/ops/log_softmax.h>
 
 namespace example {
 
@@ -12,7 +13,7 @@ namespace example {
 /// probability 1 - eps + eps / C, every other class eps / C.
 inline train::LossFn label_smoothing_loss(double eps = 0.1) {
   return [eps](const at::Tensor& logits, const at::Tensor& target, train::Reduction reduction) {
-    const at::Tensor log_p = torch::log_softmax(logits, /*dim=*/1);
+    const at::Tensor log_p = at::log_softmax(logits, /*dim=*/1);
     const at::Tensor nll = -log_p.gather(1, target.unsqueeze(1)).squeeze(1);
     const at::Tensor uniform = -log_p.mean(/*dim=*/1);
     const at::Tensor per_sample = (1.0 - eps) * nll + eps * uniform;

@@ -9,6 +9,7 @@
 #include <train/trainer.h>
 
 #include <CLI/CLI.hpp>
+#include <torch/optim/sgd.h>
 #include <iostream>
 
 train::TrainResult train_stripes(const train::TrainConfig& config, const train::DistEnv& env) {

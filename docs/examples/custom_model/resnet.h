@@ -2,7 +2,13 @@
 // linear classifier) for 1-channel images, written with LibTorch's module API.
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/ops/adaptive_avg_pool2d.h>
+#include <ATen/ops/relu.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
 
 namespace example {
 
@@ -25,9 +31,9 @@ struct ResidualBlockImpl : torch::nn::Module {
   }
 
   torch::Tensor forward(const torch::Tensor& x) {
-    torch::Tensor y = torch::relu(bn1(conv1(x)));
+    torch::Tensor y = at::relu(bn1(conv1(x)));
     y = bn2(conv2(y));
-    return torch::relu(y + (shortcut ? shortcut->forward(x) : x));
+    return at::relu(y + (shortcut ? shortcut->forward(x) : x));
   }
 
   torch::nn::Conv2d conv1;
@@ -54,9 +60,9 @@ struct TinyResNetImpl : torch::nn::Module {
   }
 
   torch::Tensor forward(const torch::Tensor& x) {
-    torch::Tensor y = torch::relu(stem_bn(stem(x)));
+    torch::Tensor y = at::relu(stem_bn(stem(x)));
     y = block2(block1(y));
-    y = torch::adaptive_avg_pool2d(y, {1, 1}).flatten(1);
+    y = at::adaptive_avg_pool2d(y, {1, 1}).flatten(1);
     return fc(y);
   }
 

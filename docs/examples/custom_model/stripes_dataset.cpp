@@ -4,12 +4,15 @@
 
 #include <train/error.h>
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/from_blob.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <vector>
 
 namespace example {
@@ -49,11 +52,11 @@ void draw(SplitMix64& rng, int64_t label, int64_t h, int64_t w, std::vector<uint
   static const int kDirections[4][2] = {{0, 1}, {1, 0}, {1, 1}, {1, -1}};  // (dx, dy) per class
   const double period = 3.0 + 3.0 * rng.unit();
   const double phase = 2.0 * M_PI * rng.unit();
-  const double contrast = 30.0 + 50.0 * rng.unit();
+  const double contrast = 10.0 + 40.0 * rng.unit();
   for (int64_t y = 0; y < h; ++y) {
     for (int64_t x = 0; x < w; ++x) {
       const double t = static_cast<double>(kDirections[label][0] * x + kDirections[label][1] * y);
-      const double noise = 45.0 * (rng.unit() + rng.unit() - 1.0);
+      const double noise = 90.0 * (rng.unit() + rng.unit() - 1.0);
       const double v = 128.0 + contrast * std::sin(2.0 * M_PI * t / period + phase) + noise;
       out.push_back(static_cast<uint8_t>(std::lround(std::clamp(v, 0.0, 255.0))));
     }
@@ -119,13 +122,13 @@ StripesDataset::StripesDataset(const std::string& path, int64_t limit) : name_(p
                                ", found " + std::to_string(size) + " (truncated?).", hint);
   }
   const int64_t n = limit > 0 ? std::min(limit, count) : count;
-  auto records = torch::from_blob(const_cast<uint8_t*>(bytes.data()) + kStripesHeaderBytes, {n, record}, torch::kUInt8);
-  labels_ = records.select(1, 0).to(torch::kLong);  // to() copies, so the tensors outlive `bytes`
+  auto records = at::from_blob(const_cast<uint8_t*>(bytes.data()) + kStripesHeaderBytes, {n, record}, at::kByte);
+  labels_ = records.select(1, 0).to(at::kLong);  // to() copies, so the tensors outlive `bytes`
   if (n > 0 && labels_.max().item<int64_t>() >= classes) {
     throw train::DataError(path + ": expected labels below " + std::to_string(classes) + ", found " +
                                std::to_string(labels_.max().item<int64_t>()) + " (corrupt file?).", hint);
   }
-  images_ = (records.narrow(1, 1, h * w).to(torch::kFloat) / 127.5 - 1.0).reshape({n, 1, h, w}).contiguous();
+  images_ = records.narrow(1, 1, h * w).to(at::kFloat).div(127.5).sub(1.0).reshape({n, 1, h, w}).contiguous();
 }
 
 train::Batch StripesDataset::get_batch(const at::Tensor& indices) {

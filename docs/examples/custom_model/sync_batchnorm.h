@@ -6,7 +6,8 @@
 #include <train/process_group.h>
 #include <train/trainer.h>
 
-#include <torch/torch.h>
+#include <ATen/ops/cat.h>
+#include <c10/core/GradMode.h>
 
 #include <vector>
 
@@ -28,10 +29,10 @@ class SyncBatchNormStats : public train::Callback {
   void on_step_end(const train::StepInfo& info) override {
     (void)info;
     if (group_ == nullptr || buffers_.empty()) return;
-    torch::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     std::vector<at::Tensor> flat;
     for (const at::Tensor& b : buffers_) flat.push_back(b.reshape({-1}));
-    at::Tensor all = torch::cat(flat);
+    at::Tensor all = at::cat(flat);
     group_->allreduce_sum(all);
     all.div_(group_->size());
     int64_t offset = 0;
