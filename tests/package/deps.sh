@@ -101,7 +101,7 @@ nonroot)
     case $value in "$prefix"/*) ;; *) fail "$var='$value': expected a folder under $prefix" ;; esac
   done
   echo "configured as uid $(stat -c %u "$work/build/CMakeCache.txt") with every dependency from $prefix"
-  rm -rf "$work"
+  [ -n "${TRAIN_KEEP_TEST_TMP:-}" ] || rm -rf "$work"  # kept on request, e.g. to build there by hand
   ;;
 
 *)

@@ -51,6 +51,9 @@ setup)
   ! grep -rlE '#include [<"](gloo/|torch/csrc/distributed/|spdlog/|CLI/|nlohmann/)' "$prefix/include" ||
     fail "an installed header includes a private dependency (listed above)"
   echo "installed headers: $(wc -l <"$work/headers.installed"), all public"
+  # The installed programs start: train finds LibTorch through its install RPATH.
+  "$prefix/bin/train" --version >"$work/train-version.out" 2>&1 || { cat "$work/train-version.out"; fail "installed bin/train doesn't start"; }
+  "$trainctl" --help >/dev/null || fail "installed bin/trainctl doesn't start"
 
   # A consumer whose CLI11 can't be found is told which package is missing and where to get it.
   rc=0
