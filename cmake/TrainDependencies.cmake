@@ -81,8 +81,9 @@ if(TRAIN_WITH_TORCH)
       "(torch's c10d Gloo headers include <gloo/...>, which the torch wheel doesn't ship).\n"
       "Expected gloo/config.h under <prefix>/include for a prefix in CMAKE_PREFIX_PATH, TRAIN_DEPS_DIR or the "
       "system folders, found none.\n"
-      "Hint: without root, copy or install gloo's headers into a prefix you own (conda install -c conda-forge gloo; "
-      "or cmake --install of github.com/facebookincubator/gloo; the headers must include gloo/config.h) and pass "
+      "Hint: without root, put gloo's headers into a prefix you own: cmake configure, build and --install "
+      "github.com/facebookincubator/gloo (the commit torch pins in third_party/gloo; configuring writes gloo/config.h), "
+      "spack install gloo, or copy include/gloo from a machine that has libgloo-dev; then pass "
       "-DCMAKE_PREFIX_PATH=<prefix> or -DTRAIN_DEPS_DIR=<prefix>; with root on Debian/Ubuntu: apt-get install libgloo-dev.")
   endif()
 

@@ -90,7 +90,7 @@ nonroot)
   grep -q "configuring as uid [1-9]" "$work/no-gloo.log" || fail "configure ran as root"
   msg=$(folded "$work/no-gloo.log")
   grep -qF "libtrain: dependency Gloo (headers only) not found." <<<"$msg" &&
-    grep -qF "Hint: without root, copy or install gloo's headers into a prefix you own" <<<"$msg" ||
+    grep -qF "Hint: without root, put gloo's headers into a prefix you own" <<<"$msg" ||
     { cat "$work/no-gloo.log"; fail "the message for missing Gloo headers"; }
 
   add_package libgloo-dev
