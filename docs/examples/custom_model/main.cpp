@@ -12,10 +12,14 @@
 #include <torch/optim/sgd.h>
 #include <iostream>
 
+constexpr double kDefaultLr = 0.05;    // SGD with momentum 0.9; --lr overrides it
+constexpr double kDefaultGamma = 0.7;  // StepLR factor per epoch; --gamma overrides it
+constexpr int64_t kBatchSize = 32;     // per rank; --batch-size overrides it
+
 train::TrainResult train_stripes(const train::TrainConfig& config, const train::DistEnv& env) {
   train::Trainer trainer(config, env);
   const std::string dir = config.data_dir.empty() ? "stripes-data" : config.data_dir;
-  const double lr = config.lr > 0 ? config.lr : 0.05;
+  const double lr = config.lr > 0 ? config.lr : kDefaultLr;
   train::TrainSpec spec;
   spec.model = [] { return train::wrap_model(example::TinyResNet(example::kStripesClasses)); };
   spec.model_name = "tiny-resnet";
@@ -26,9 +30,9 @@ train::TrainResult train_stripes(const train::TrainConfig& config, const train::
   spec.optimizer = [lr](const std::vector<at::Tensor>& params) {
     return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(lr).momentum(0.9));
   };
-  spec.lr_schedule = train::step_lr(config.gamma > 0 ? config.gamma : 0.7);
+  spec.lr_schedule = train::step_lr(config.gamma > 0 ? config.gamma : kDefaultGamma);
   spec.callbacks = {std::make_shared<example::SyncBatchNormStats>()};
-  spec.batch_size = 32;
+  spec.batch_size = kBatchSize;
   return trainer.fit(spec);
 }
 

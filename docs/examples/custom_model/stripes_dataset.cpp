@@ -18,6 +18,8 @@
 namespace example {
 namespace {
 
+constexpr double kPi = 3.14159265358979323846;
+
 // splitmix64: a tiny generator whose output is the same on every platform (std::*_distribution
 // is not), so the data files are byte-identical everywhere.
 struct SplitMix64 {
@@ -51,13 +53,13 @@ uint64_t get_le(const uint8_t* p, int bytes) {
 void draw(SplitMix64& rng, int64_t label, int64_t h, int64_t w, std::vector<uint8_t>& out) {
   static const int kDirections[4][2] = {{0, 1}, {1, 0}, {1, 1}, {1, -1}};  // (dx, dy) per class
   const double period = 3.0 + 3.0 * rng.unit();
-  const double phase = 2.0 * M_PI * rng.unit();
+  const double phase = 2.0 * kPi * rng.unit();
   const double contrast = 10.0 + 40.0 * rng.unit();
   for (int64_t y = 0; y < h; ++y) {
     for (int64_t x = 0; x < w; ++x) {
       const double t = static_cast<double>(kDirections[label][0] * x + kDirections[label][1] * y);
       const double noise = 90.0 * (rng.unit() + rng.unit() - 1.0);
-      const double v = 128.0 + contrast * std::sin(2.0 * M_PI * t / period + phase) + noise;
+      const double v = 128.0 + contrast * std::sin(2.0 * kPi * t / period + phase) + noise;
       out.push_back(static_cast<uint8_t>(std::lround(std::clamp(v, 0.0, 255.0))));
     }
   }
