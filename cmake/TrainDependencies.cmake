@@ -1,7 +1,6 @@
-# Finds libtrain's dependencies: LibTorch (from Torch_DIR, else the Python that owns torch: the
-# repo's .venv first), spdlog, CLI11, nlohmann_json, zlib, OpenSSL and the Gloo headers, from
-# CMAKE_PREFIX_PATH or the system. A missing one stops with its name, its use and how to get it
-# with or without root (docs/getting-started.md). find_package(Torch) lives here only.
+# Finds libtrain's dependencies (LibTorch, spdlog, CLI11, nlohmann_json, zlib, OpenSSL, Gloo headers);
+# a missing one stops configure with its name, its use and how to get it with or without root
+# (docs/getting-started.md). find_package(Torch) lives here only.
 
 # train_find_dependency(NAME PURPOSE NO_ROOT APT [find_package arguments...]): find_package, and
 # when it fails a message naming the dependency, what it is for, and where to get it.

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# The custom_model example (docs/examples/custom_model) built and run the way a user does: libtrain
-# installed into a temporary prefix, the example configured against that prefix alone, 2 local
-# ranks that learn, a USR2 stop and resume that ends bit for bit like an uninterrupted run, and a
-# job submitted with a wrapper from `trainctl sbatch --program`. CTest runs one STEP per test.
+# The custom_model example built and run as a user does: installed into a temp prefix, built against
+# it alone, trained on 2 local ranks, stopped by USR2 and resumed bit for bit, and submitted with a
+# `trainctl sbatch --program` wrapper. CTest runs one STEP per test (tests/CMakeLists.txt).
 # usage: example.sh STEP BUILD_DIR SOURCE_DIR   STEP: setup | learn | resume | slurm | cleanup
 set -euo pipefail
 step=$1
