@@ -40,7 +40,7 @@ nonroot)
   # laid out as `cmake --install` of each project into one prefix would lay them out.
   prefix=$work/prefix
   add_package() {
-    local f rel target
+    local f rel target name
     dpkg -L "$1" >/dev/null 2>&1 || fail "package $1 is not installed. Hint: scripts/setup.sh installs it."
     while read -r f; do
       case $f in /usr/share/doc/* | /usr/share/lintian/*) continue ;; /usr/*) ;; *) continue ;; esac
@@ -52,6 +52,12 @@ nonroot)
         target=$(readlink -f "$f")
         cp -L "$target" "$prefix/$(dirname "$rel")/$(basename "$target")"
         [ "$(basename "$target")" = "$(basename "$f")" ] || ln -sf "$(basename "$target")" "$prefix/$rel"
+        # and the soname links (libfoo.so.1.2, libfoo.so.1), which the loader looks for
+        name=$(basename "$target")
+        while [[ $name == *.so.*.* ]]; do
+          name=${name%.*}
+          [ -e "$prefix/$(dirname "$rel")/$name" ] || ln -s "$(basename "$target")" "$prefix/$(dirname "$rel")/$name"
+        done
       else
         cp "$f" "$prefix/$rel"
       fi
