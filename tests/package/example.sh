@@ -63,17 +63,21 @@ setup)
   grep -q "libtrain's package needs CLI11: expected .* Hint: install CLI11 (apt-get install libcli11-dev" <<<"$msg" ||
     { cat "$work/no-cli11.log"; fail "the message for a missing CLI11 doesn't name it with a hint"; }
 
-  # Configure with libtrain's prefix alone: the package finds Torch where libtrain's build did.
+  # With libtrain's prefix alone, the package finds Torch where libtrain's build did.
+  want=$(sed -n 's/^Torch_DIR:PATH=//p' "$build/CMakeCache.txt")
+  cmake -S "$src/docs/examples/custom_model" -B "$work/prefix-only" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+    >"$work/prefix-only.log" 2>&1 || { tail -30 "$work/prefix-only.log"; fail "configuring with libtrain's prefix alone"; }
+  got=$(sed -n 's/^-- custom_model: libtrain .*, Torch .* from //p' "$work/prefix-only.log")
+  [ "$got" = "$want" ] || fail "the example found Torch at '$got', expected libtrain's own '$want'"
+  # The build the way the README says: libtrain's prefix and torch's, as a user passes them.
+  torch_prefix=$(dirname "$want")
   launcher=()
   if command -v ccache >/dev/null; then
     launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
     export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache} CCACHE_BASEDIR=$work CCACHE_NOHASHDIR=1
   fi
-  cmake -S "$src/docs/examples/custom_model" -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+  cmake -S "$src/docs/examples/custom_model" -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix;$torch_prefix" \
     "${launcher[@]}" >"$work/configure.log" 2>&1 || { tail -30 "$work/configure.log"; fail "configuring the example"; }
-  want=$(sed -n 's/^Torch_DIR:PATH=//p' "$build/CMakeCache.txt")
-  got=$(sed -n 's/^-- custom_model: libtrain .*, Torch .* from //p' "$work/configure.log")
-  [ "$got" = "$want" ] || fail "the example found Torch at '$got', expected libtrain's own '$want'"
   cmake --build "$work/build" >"$work/build.log" 2>&1 || { tail -30 "$work/build.log"; fail "building the example"; }
 
   "$exe" --make-data "$data"
