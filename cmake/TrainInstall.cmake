@@ -10,6 +10,17 @@ endif()
 if(TRAIN_WITH_TORCH)
   list(APPEND _train_targets train_datasets train_models train train_program)
 endif()
+# Installed programs find LibTorch (in its venv) and the other shared libraries where they were
+# linked from. CMake keeps link folders outside the project only, and the repo's .venv is inside
+# it, so Torch's lib folder is named explicitly.
+foreach(_t train_program trainctl)
+  if(TARGET ${_t})
+    set_target_properties(${_t} PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
+  endif()
+endforeach()
+if(TARGET train_program)
+  set_target_properties(train_program PROPERTIES INSTALL_RPATH "${TRAIN_TORCH_ROOT}/lib")
+endif()
 install(TARGETS ${_train_targets} EXPORT libtrainTargets
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -19,6 +30,9 @@ foreach(_dir libtrain/base libtrain launcher datasets models)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${_dir}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endforeach()
 install(EXPORT libtrainTargets NAMESPACE train:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/libtrain)
+# Hints for the package config: where this build found zlib and OpenSSL (find modules, no _DIR).
+get_filename_component(_train_zlib_root "${ZLIB_INCLUDE_DIR}" DIRECTORY)
+get_filename_component(_train_openssl_root "${OPENSSL_INCLUDE_DIR}" DIRECTORY)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/libtrainConfig.cmake.in
   ${CMAKE_BINARY_DIR}/libtrainConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/libtrain)
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/libtrainConfigVersion.cmake COMPATIBILITY SameMinorVersion)

@@ -1,7 +1,9 @@
 # train_add_test(NAME SOURCES... LIBS... LABELS...): one GoogleTest binary registered with CTest.
 include(CMakeParseArguments)
 include(GoogleTest)
-find_package(GTest REQUIRED)
+train_find_dependency(GTest "the test suites (TRAIN_BUILD_TESTS=ON; -DTRAIN_BUILD_TESTS=OFF skips them)"
+  "conda install -c conda-forge gtest; spack install googletest; or cmake --install of github.com/google/googletest"
+  "libgtest-dev")
 function(train_add_test name)
   cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   if(NOT T_TIMEOUT)
