@@ -130,6 +130,8 @@ void add_run_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--tf32", c.tf32, "TF32 on CUDA: auto (PyTorch's defaults), on, off")->capture_default_str()
       ->check(one_of({"auto", "on", "off"}, "on trades precision for speed on Ampere and newer GPUs"));
   app.add_flag("--deterministic", c.deterministic, "deterministic cuDNN algorithms (slower)");
+  app.add_flag("--cudnn-benchmark", c.cudnn_benchmark,
+               "let cuDNN time its algorithms for each new shape (seconds at start; may pay off in long runs)");
   app.add_option("--cuda-graph", c.cuda_graph, "the training step in a CUDA graph: auto (on for CUDA), on, off")
       ->capture_default_str()->check(one_of({"auto", "on", "off"}, "off runs the step eagerly"));
   app.add_option("--precision", c.precision,

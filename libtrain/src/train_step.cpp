@@ -76,7 +76,15 @@ class CudaGraphStep : public TrainStep {
       : parts_(parts), batch_(batch), warmup_(warmup), eager_(parts) {}
 
   at::Tensor run(const at::Tensor& order, int64_t start, int64_t len) override {
-    if (len != batch_) return eager_.run(order, start, len);  // the epoch's last, smaller batch
+    if (len != batch_) {
+      // The epoch's last, smaller batch runs eagerly. Gradients that are views of the flat buffer
+      // (several ranks) can't be zeroed the eager way: let that step allocate its own; the
+      // graphs keep using the buffer's memory.
+      if (flat_grads_.defined()) {
+        for (auto& q : parts_.model->module->parameters()) q.mutable_grad() = at::Tensor();
+      }
+      return eager_.run(order, start, len);
+    }
     if (failed_) return eager_.run(order, start, len);
     if (!graph_ && eager_steps_ < warmup_) {
       // Warm-up on the stream the capture will use (the Trainer made a non-default stream current

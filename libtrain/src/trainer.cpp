@@ -295,10 +295,10 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : impl_(std::make_unique<Impl>
       at::globalContext().setAllowTF32CuDNN(on);
       at::globalContext().setAllowTF32CuBLAS(on);
     }
-    // cuDNN picks the fastest algorithms for the step's fixed shapes once, unless asked to be
-    // deterministic.
+    // cuDNN's autotuning times every algorithm for each new shape: seconds at start that a short
+    // run never earns back, so it is opt-in (--cudnn-benchmark).
     at::globalContext().setDeterministicCuDNN(t.c.deterministic);
-    at::globalContext().setBenchmarkCuDNN(!t.c.deterministic);
+    at::globalContext().setBenchmarkCuDNN(t.c.cudnn_benchmark && !t.c.deterministic);
   } else if (t.c.cuda_graph == "on" || t.c.precision != "fp32") {
     throw ConfigError(std::string(t.c.cuda_graph == "on" ? "--cuda-graph on" : "--precision " + t.c.precision) +
                           ": expected a CUDA device, found the run on " + t.device.str() + ".",

@@ -68,7 +68,8 @@ def main():
     p.add_argument("--configs", default="1x64,1x512,2x64,2x512")
     p.add_argument("--results", default=os.path.join(REPO, "docs", "benchmarks", "results.jsonl"))
     p.add_argument("--no-python-seeds", action="store_true", help="skip the slow DataLoader run")
-    p.add_argument("--variants", default="graph,bf16,eager", help="libtrain runs: graph (fp32), bf16, eager, tf32")
+    p.add_argument("--variants", default="graph,bf16,eager",
+                   help="libtrain runs: graph (fp32), graphbench (with cuDNN autotuning), bf16, eager, tf32")
     a = p.parse_args()
 
     import torch
@@ -79,7 +80,7 @@ def main():
     train = os.path.join(a.build, "bin", "train")
     trainctl = os.path.join(a.build, "bin", "trainctl")
     ref = os.path.join(REPO, "scripts", "bench", "reference_mnist.py")
-    variants = {"graph": ["--cuda-graph", "on"], "bf16": ["--cuda-graph", "on", "--precision", "bf16"],
+    variants = {"graph": ["--cuda-graph", "on"], "graphbench": ["--cuda-graph", "on", "--cudnn-benchmark"], "bf16": ["--cuda-graph", "on", "--precision", "bf16"],
                 "eager": ["--cuda-graph", "off"], "tf32": ["--cuda-graph", "on", "--precision", "tf32"]}
     rows = []
     for config in a.configs.split(","):
@@ -91,7 +92,7 @@ def main():
             cmd = [train, "--device", "cuda", "--log-interval", "1000000", "--metrics", metrics] + common + variants[v]
             if world > 1:
                 cmd = [trainctl, "local", "--nproc", str(world), "--no-prefix", "--"] + cmd
-            mode = "eager" if v == "eager" else "cuda_graph"
+            mode = {"eager": "eager", "graphbench": "cuda_graph+cudnn_benchmark"}.get(v, "cuda_graph")
             precision = {"bf16": "bf16", "tf32": "tf32"}.get(v, "fp32")
             runs.append(("cpp", mode, precision, cmd, metrics))
         py = [sys.executable, ref, "--device", "cuda", "--eval-every-epoch"] + common

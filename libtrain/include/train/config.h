@@ -42,6 +42,7 @@ struct TrainConfig {
   std::string shm_allreduce = "auto";  ///< auto (ranks on one machine sum CPU gradients in shared memory) | off
   std::string tf32 = "auto";    ///< auto (PyTorch's defaults: cuDNN yes, matmul no) | on | off
   bool deterministic = false;   ///< deterministic cuDNN algorithms (CUDA runs)
+  bool cudnn_benchmark = false;     ///< let cuDNN time its algorithms for each new shape (costs seconds at start)
   std::string cuda_graph = "auto";  ///< auto (on for CUDA) | on | off: the training step in a CUDA graph
   std::string precision = "fp32";   ///< fp32 | tf32 (TF32 matmuls and convolutions) | bf16 (autocast, fp32 weights)
   std::string init_method;      ///< "" or tcp://HOST:PORT (torch.distributed's init_method)
