@@ -488,7 +488,7 @@ Command add_sweep(CLI::App& app, const std::vector<std::string>& before_dashes,
     }
     for (const train::SweepParam& p : parsed) {
       bool given = false;
-      train::detail::last_flag_value(o->train_args, {"--" + p.name}, &given);
+      train::train_flag_value(o->train_args, {"--" + p.name}, &given);
       if (given) {
         throw train::ConfigError("--param " + p.name + ": expected --" + p.name + " only in the sweep, found it "
                                  "among the train arguments after '--' as well.",

@@ -97,11 +97,11 @@ PreflightReport run_preflight(const PreflightOptions& o, const EnvMap& env) {
   auto fail = [&](const Error& e) { report.errors.push_back(e.what()); };
 
   // Data: the same folder train will read, by train's rules.
-  std::string model = detail::last_flag_value(o.train_args, {"--model"});
+  std::string model = train_flag_value(o.train_args, {"--model"});
   if (model.empty()) model = "mnist";
-  std::string dataset = detail::last_flag_value(o.train_args, {"--dataset"});
+  std::string dataset = train_flag_value(o.train_args, {"--dataset"});
   if (dataset.empty() && catalog::has_recipe(model)) dataset = catalog::recipe_for(model).dataset;
-  std::string data = o.data_dir.empty() ? detail::last_flag_value(o.train_args, {"--data"}) : o.data_dir;
+  std::string data = o.data_dir.empty() ? train_flag_value(o.train_args, {"--data"}) : o.data_dir;
   if (data.empty() && dataset == "fashion-mnist") {
     data = env_value(env, "TRAIN_FASHION_MNIST_DIR");
     if (data.empty()) data = kDefaultFashionMnistDir;
@@ -148,8 +148,8 @@ PreflightReport run_preflight(const PreflightOptions& o, const EnvMap& env) {
                  ? std::stoi(on_node)
                  : 0;
   }
-  const std::string device = detail::last_flag_value(o.train_args, {"--device"});
-  const std::string backend = detail::last_flag_value(o.train_args, {"--backend"});
+  const std::string device = train_flag_value(o.train_args, {"--device"});
+  const std::string backend = train_flag_value(o.train_args, {"--backend"});
   const bool cpu_only = device == "cpu" || backend == "gloo";
   const int visible = count_visible_gpus(env, o.proc_gpus_dir);
   DIR* driver = ::opendir(o.proc_gpus_dir.c_str());

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "train/error.h"
+#include "train/signals.h"
 #include "train/launcher/sweep.h"
 
 namespace train {
@@ -24,21 +25,6 @@ constexpr char kTimeFormats[] =
 
 /// Signals train checkpoints on when --preempt-signals is not given (its default).
 const std::vector<std::string> kTrainDefaultPreemptSignals = {"USR2"};
-
-struct SignalName {
-  const char* name;
-  int number;
-};
-
-/// Linux's signals by name, as sbatch accepts them.
-constexpr SignalName kSignals[] = {
-    {"HUP", SIGHUP},     {"INT", SIGINT},     {"QUIT", SIGQUIT},     {"ABRT", SIGABRT},   {"KILL", SIGKILL},
-    {"USR1", SIGUSR1},   {"SEGV", SIGSEGV},   {"USR2", SIGUSR2},     {"PIPE", SIGPIPE},   {"ALRM", SIGALRM},
-    {"TERM", SIGTERM},   {"CHLD", SIGCHLD},   {"CONT", SIGCONT},     {"STOP", SIGSTOP},   {"TSTP", SIGTSTP},
-    {"TTIN", SIGTTIN},   {"TTOU", SIGTTOU},   {"URG", SIGURG},       {"XCPU", SIGXCPU},   {"XFSZ", SIGXFSZ},
-    {"VTALRM", SIGVTALRM}, {"PROF", SIGPROF}, {"WINCH", SIGWINCH},   {"IO", SIGIO},       {"PWR", SIGPWR},
-    {"SYS", SIGSYS},
-};
 
 bool all_digits(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
@@ -151,7 +137,7 @@ GresGpus parse_gres(const std::string& gres) {
 
 /// The signals train checkpoints on, as given to it (last --preempt-signals), upper case, no "SIG".
 std::vector<std::string> train_preempt_signals(const std::vector<std::string>& args, bool& given) {
-  const std::string value = detail::last_flag_value(args, {"--preempt-signals", "--preempt-signal"}, &given);
+  const std::string value = train_flag_value(args, {"--preempt-signals", "--preempt-signal"}, &given);
   if (!given) return kTrainDefaultPreemptSignals;
   std::vector<std::string> out;
   if (value == "none" || value.empty()) return out;
@@ -186,11 +172,7 @@ std::string duration_text(std::int64_t seconds) {
 
 }  // namespace
 
-namespace detail {
-
-/// The value of the last `--flag V` or `--flag=V` among train's arguments (train keeps the last
-/// copy of a flag), or "" when it is not there. `names` are the flag's spellings.
-std::string last_flag_value(const std::vector<std::string>& args, const std::vector<std::string>& names,
+std::string train_flag_value(const std::vector<std::string>& args, const std::vector<std::string>& names,
                             bool* found) {
   std::string value;
   bool seen = false;
@@ -209,7 +191,6 @@ std::string last_flag_value(const std::vector<std::string>& args, const std::vec
   return value;
 }
 
-}  // namespace detail
 
 std::string shell_quote(const std::string& value) {
   const bool plain = !value.empty() && std::all_of(value.begin(), value.end(), [](unsigned char c) {
@@ -281,18 +262,13 @@ SignalSpec parse_signal_spec(const std::string& option, const std::string& value
       throw ConfigError(option + " '" + value + "': expected a signal number 1-64, found '" + sig + "'.", hint);
     }
     spec.number = static_cast<int>(n);
-    spec.name = name;
-    for (const SignalName& s : kSignals) {
-      if (s.number == spec.number) spec.name = s.name;
-    }
+    spec.name = signal_short_name(spec.number).empty() ? name : signal_short_name(spec.number);
     return spec;
   }
-  for (const SignalName& s : kSignals) {
-    if (name == s.name) {
-      spec.name = s.name;
-      spec.number = s.number;
-      return spec;
-    }
+  if (const int number = signal_number(name); number != 0) {
+    spec.name = signal_short_name(number);
+    spec.number = number;
+    return spec;
   }
   throw ConfigError(option + " '" + value + "': expected a signal name (USR1, USR2, TERM, ...) or number, found '" +
                         sig + "'.",
@@ -568,7 +544,7 @@ SbatchPlan plan_sbatch(const SbatchOptions& o) {
       }
     }
     bool data_given = false;
-    const std::string data = detail::last_flag_value(o.train_args, {"--data"}, &data_given);
+    const std::string data = train_flag_value(o.train_args, {"--data"}, &data_given);
     if (data_given) {
       throw ConfigError("--stage-data '" + o.stage_data + "' with train's --data " + data +
                             ": expected one source for the data, found both.",

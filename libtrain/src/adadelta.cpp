@@ -68,14 +68,7 @@ torch::Tensor Adadelta::step(LossClosure closure) {
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       torch::Tensor grad = o.maximize() ? -p.grad() : p.grad();
-      auto& slot = state_[p.unsafeGetTensorImpl()];
-      if (!slot) {
-        auto st = std::make_unique<AdadeltaParamState>();
-        st->square_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        st->acc_delta(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        slot = std::move(st);
-      }
-      auto& st = static_cast<AdadeltaParamState&>(*slot);
+      auto& st = state_for(p);
       st.step(st.step() + 1);
       if (o.weight_decay() != 0) grad = grad.add(p, o.weight_decay());
       auto& square_avg = st.square_avg();
@@ -91,6 +84,17 @@ torch::Tensor Adadelta::step(LossClosure closure) {
   return loss;
 }
 
+AdadeltaParamState& Adadelta::state_for(const torch::Tensor& p) {
+  auto& slot = state_[p.unsafeGetTensorImpl()];
+  if (!slot) {
+    auto st = std::make_unique<AdadeltaParamState>();
+    st->square_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    st->acc_delta(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    slot = std::move(st);
+  }
+  return static_cast<AdadeltaParamState&>(*slot);
+}
+
 // On CUDA, one kernel per operation for the whole group (torch's foreach ops) instead of one per
 // parameter: the same elementwise arithmetic in a tenth of the launches. The CPU keeps the
 // per-parameter loop, whose results the recorded CPU runs pin down.
@@ -103,14 +107,7 @@ bool Adadelta::foreach_step(torch::optim::OptimizerParamGroup& group, const Adad
   }
   if (params.empty()) return false;
   for (auto& p : params) {
-    auto& slot = state_[p.unsafeGetTensorImpl()];
-    if (!slot) {
-      auto st = std::make_unique<AdadeltaParamState>();
-      st->square_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-      st->acc_delta(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-      slot = std::move(st);
-    }
-    auto& st = static_cast<AdadeltaParamState&>(*slot);
+    auto& st = state_for(p);
     st.step(st.step() + 1);  // bookkeeping only: Adadelta's update does not use it
     square_avgs.push_back(st.square_avg());
     acc_deltas.push_back(st.acc_delta());

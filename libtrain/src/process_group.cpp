@@ -152,7 +152,7 @@ void ProcessGroupImpl::wait(const c10::intrusive_ptr<c10d::Work>& work, const st
 
 }  // namespace detail
 
-ProcessGroup::ProcessGroup(std::unique_ptr<detail::ProcessGroupImpl> impl) : impl_(std::move(impl)) {}
+ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 ProcessGroup::~ProcessGroup() {
   try {
@@ -164,7 +164,7 @@ ProcessGroup::~ProcessGroup() {
 
 std::shared_ptr<ProcessGroup> ProcessGroup::create(const DistEnv& env,
                                                    const ProcessGroupOptions& options) {
-  auto impl = std::make_unique<detail::ProcessGroupImpl>();
+  auto impl = std::make_unique<ProcessGroup::Impl>();
   impl->env = env;
   impl->backend = options.backend;
   impl->timeout = options.timeout;

@@ -67,3 +67,8 @@ struct ProcessGroupImpl {
 };
 
 }  // namespace train::detail
+
+namespace train {
+// The public handle to the objects above (ProcessGroup::impl()).
+struct ProcessGroup::Impl : detail::ProcessGroupImpl {};
+}  // namespace train

@@ -130,16 +130,21 @@ class CudaGraphStep : public TrainStep {
   }
 
  private:
-  // Captures one step and replays it once, so the captured step also trains.
-  at::Tensor capture(const at::Tensor& order, int64_t start) {
+  // The indices of the step about to be captured in their fixed tensor, and the device idle.
+  // Capture runs on the current stream (never the legacy default stream: the Trainer made a pool
+  // stream current).
+  void prepare_capture(const at::Tensor& order, int64_t start) {
     if (!indices_.defined()) indices_ = at::empty({batch_}, order.options());
     indices_.copy_(order.narrow(0, start, batch_));
-    // Capture on the current stream (never the legacy default stream: the Trainer made a pool
-    // stream current), once the work queued so far is done.
     c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream();
     TORCH_CHECK(stream != c10::cuda::getDefaultCUDAStream(stream.device_index()),
                 "the current stream is the default stream, which can't be captured");
     stream.synchronize();
+  }
+
+  // Captures one step and replays it once, so the captured step also trains.
+  at::Tensor capture(const at::Tensor& order, int64_t start) {
+    prepare_capture(order, start);
     // Gradients are created inside the graph's pool and stay there between replays.
     parts_.optimizer->zero_grad();
     graph_ = std::make_unique<at::cuda::CUDAGraph>();
@@ -162,12 +167,7 @@ class CudaGraphStep : public TrainStep {
   // Several ranks: every gradient becomes a view of one flat buffer, so one all-reduce covers
   // them; graph_ computes them (DDP's hooks off), update_ averages and applies them.
   at::Tensor capture_split(const at::Tensor& order, int64_t start) {
-    if (!indices_.defined()) indices_ = at::empty({batch_}, order.options());
-    indices_.copy_(order.narrow(0, start, batch_));
-    c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream();
-    TORCH_CHECK(stream != c10::cuda::getDefaultCUDAStream(stream.device_index()),
-                "the current stream is the default stream, which can't be captured");
-    stream.synchronize();
+    prepare_capture(order, start);
     std::vector<at::Tensor> params = parts_.model->module->parameters();
     if (!flat_grads_.defined()) {
       int64_t total = 0;

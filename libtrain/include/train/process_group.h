@@ -13,9 +13,6 @@
 
 namespace train {
 
-namespace detail {
-struct ProcessGroupImpl;
-}
 
 /// Which collective library to use.
 enum class Backend { gloo, nccl };
@@ -68,12 +65,13 @@ class ProcessGroup {
   /// calls it too.
   void shutdown();
 
-  /// Internal: the c10d objects, for libtrain's own sources (ddp.cpp).
-  detail::ProcessGroupImpl& impl() { return *impl_; }
+  /// The c10d objects behind the group; defined in libtrain's sources only (ddp.cpp uses them).
+  struct Impl;
+  Impl& impl() { return *impl_; }
 
  private:
-  explicit ProcessGroup(std::unique_ptr<detail::ProcessGroupImpl> impl);
-  std::unique_ptr<detail::ProcessGroupImpl> impl_;
+  explicit ProcessGroup(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace train

@@ -205,12 +205,10 @@ std::string per_rank_pattern(const std::string& pattern);
 /// `value` quoted for bash when it needs it: plain words stay as they are, others get single quotes.
 std::string shell_quote(const std::string& value);
 
-namespace detail {
 /// The value of the last `--flag V` or `--flag=V` among train's arguments (train keeps the last
 /// copy of a flag), or "" when it is not there. `names` are the flag's spellings; `found`, if
 /// given, says whether any was there.
-std::string last_flag_value(const std::vector<std::string>& args, const std::vector<std::string>& names,
+std::string train_flag_value(const std::vector<std::string>& args, const std::vector<std::string>& names,
                             bool* found = nullptr);
-}  // namespace detail
 
 }  // namespace train

@@ -1,0 +1,22 @@
+// Everything a user of libtrain needs, in one include: the Trainer and its parts, the pieces for a
+// hand-written loop (process group, DDP, sampler, checkpoints, preemption, training state), the
+// shared `train` flags, the registered models and the built-in datasets.
+#pragma once
+
+#include "train/adadelta.h"
+#include "train/augment.h"
+#include "train/checkpoint.h"
+#include "train/cli.h"
+#include "train/config.h"
+#include "train/data.h"
+#include "train/ddp.h"
+#include "train/error.h"
+#include "train/launcher/env.h"
+#include "train/log.h"
+#include "train/preemption.h"
+#include "train/process_group.h"
+#include "train/sampler.h"
+#include "train/trainer.h"
+#include "train/training_state.h"
+#include "train/datasets/dataset.h"
+#include "train/models/model.h"
