@@ -67,7 +67,7 @@ TensorDataset load_cifar10(const std::string& dir, Split split, const LoadOption
   ds.name = std::string("cifar10/") + (split == Split::train ? "train" : "test");
   ds.num_classes = catalog::kNumClasses;
   auto raw = at::from_blob(pixels.data(), {n, 3, 32, 32}, at::kByte);
-  // Normalize(0.5, 0.5, 0.5): (x / 255 - 0.5) / 0.5, as the seeds' transform computes it.
+  // Normalize(0.5, 0.5, 0.5): (x / 255 - 0.5) / 0.5, as torchvision's transform computes it.
   ds.images = raw.to(at::kFloat).div_(255.0).sub_(catalog::kCifarMean).div_(catalog::kCifarStd).contiguous();
   ds.labels = at::from_blob(labels.data(), {n}, at::kByte).to(at::kLong);
   return ds;

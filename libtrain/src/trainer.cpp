@@ -730,7 +730,9 @@ void Trainer::Impl::stop(const StopRequest& request) {
   if (pg) pg->barrier();  // the checkpoint is durable before anyone leaves
   if (result.cancelled) {
     log::warn(std::string("cancelled: not requeued") +
-              (ckdir ? "; the same command resumes from " + result.checkpoint_path : std::string()));
+              (ckdir ? "; to go on, run train again with --checkpoint-dir " + ckdir->dir() + " (it resumes from " +
+                           result.checkpoint_path + ")"
+                     : std::string()));
     return;
   }
   if (ckdir && env.rank == 0 && c.requeue && !env.job_id.empty()) result.requeued = preemption->requeue_job();

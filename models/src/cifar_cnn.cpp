@@ -1,4 +1,4 @@
-// CifarCnn: the seeds' LeNet for 32x32 RGB images.
+// CifarCnn: the CIFAR-10 tutorial's LeNet for 32x32 RGB images.
 #include "train/models/cifar_cnn.h"
 
 namespace train::models {

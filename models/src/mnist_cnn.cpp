@@ -1,4 +1,4 @@
-// MnistCnn: the same layers, registration order and forward pass as the seeds' Python Net.
+// MnistCnn: the same layers, registration order and forward pass as the Python Net of PyTorch's mnist example.
 #include "train/models/mnist_cnn.h"
 
 #include "train/models/dropout.h"

@@ -231,7 +231,8 @@ TEST(Checkpoint, SigtermCheckpointsAndStopsWithoutRequeue) {
   EXPECT_EQ(j["requeued"], false);
   EXPECT_EQ(j["steps"], 6);
   EXPECT_NE(r.err.find("SIGTERM (cancelled: no requeue)"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("cancelled: not requeued; the same command resumes from"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("cancelled: not requeued; to go on, run train again with --checkpoint-dir " + ck + " (it resumes from " + ck + "/ckpt-6.pt)"),
+            std::string::npos) << r.err;
   const std::string called = train::test::read_text(calls);
   EXPECT_NE(called.find("squeue"), std::string::npos) << "the job's end time is asked for";
   EXPECT_EQ(called.find("scontrol"), std::string::npos) << called;

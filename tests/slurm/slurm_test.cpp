@@ -421,7 +421,8 @@ TEST_F(SlurmTest, PlainScancelCancelsWithoutRequeue) {
   const std::string log = test::read_text(dir.file("logs/ddp-" + job.id + ".out"));
   EXPECT_EQ(job_state(job.id, env_, dir.path()), "CANCELLED") << log;
   EXPECT_TRUE(contains(log, "stopping for SIGTERM (cancelled: no requeue)")) << log;
-  EXPECT_TRUE(contains(log, "cancelled: not requeued; the same command resumes from checkpoints/ddp-" + job.id)) << log;
+  EXPECT_TRUE(contains(log, "cancelled: not requeued; to go on, run train again with --checkpoint-dir checkpoints/ddp-" +
+                                job.id + " (it resumes from checkpoints/ddp-" + job.id + "/ckpt-")) << log;
   EXPECT_FALSE(contains(log, "requeued job")) << log;
   EXPECT_FALSE(contains(log, "restart 1")) << log;
   const std::vector<std::string> ckpts = train::test::lines_of(

@@ -15,7 +15,7 @@
 namespace train::catalog {
 namespace {
 
-// The seeds' recipes: MNIST (Adadelta 1.0, StepLR 0.7, batch 64, 14 epochs) and CIFAR-10 (SGD
+// The recipes of the cluster-wiki scripts these models come from: MNIST (Adadelta 1.0, StepLR 0.7, batch 64, 14 epochs) and CIFAR-10 (SGD
 // 0.1, momentum 0.9, weight decay 1e-4, batch 256, 4 epochs).
 const Recipe kMnistRecipe{"adadelta", 64, 1.0, 0.7, 0.0, 0.9, 14, "fashion-mnist"};
 const Recipe kCifarRecipe{"sgd", 256, 0.1, 1.0, 1e-4, 0.9, 4, "cifar10"};

@@ -21,7 +21,7 @@ constexpr int64_t kCifarPixelBytes = 3 * 32 * 32;            ///< R, G, B planes
 constexpr int64_t kCifarRecordBytes = 1 + kCifarPixelBytes;  ///< binary version: label byte + pixels
 constexpr int64_t kCifarRecordsPerFile = 10000;
 constexpr int kNumClasses = 10;  ///< every built-in dataset has 10 classes
-/// Normalization, (x / 255 - mean) / std, as the seeds' transforms do: MNIST's for MNIST and
+/// Normalization, (x / 255 - mean) / std, as torchvision's Normalize does in the usual scripts: MNIST's for MNIST and
 /// Fashion-MNIST alike, Normalize(0.5, 0.5, 0.5) for CIFAR-10.
 constexpr double kMnistMean = 0.1307;
 constexpr double kMnistStd = 0.3081;
@@ -43,7 +43,7 @@ enum class Split { train, test };
 
 // ---- Recipes ----
 
-/// How a built-in model trains (the seeds' recipes).
+/// How a built-in model trains (the recipe its usual training script uses).
 struct Recipe {
   std::string optimizer;  ///< "adadelta" | "sgd"
   int64_t batch_size;     ///< per rank

@@ -1,4 +1,4 @@
-// The seeds' CIFAR-10 CNN (LeNet-style, from the PyTorch CIFAR-10 tutorial).
+// The CIFAR-10 CNN (LeNet-style, from the PyTorch CIFAR-10 tutorial).
 #pragma once
 
 #include "train/models/model.h"

@@ -1,4 +1,4 @@
-// Fused CPU kernels for the seeds' CNN layers, equal bit for bit to the ATen ops they replace.
+// Fused CPU kernels for the built-in CNNs' layers, equal bit for bit to the ATen ops they replace.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,4 +1,4 @@
-// The seeds' MNIST CNN (pytorch/examples mnist): two convolutions, max-pool, two linear layers.
+// The MNIST CNN (pytorch/examples mnist): two convolutions, max-pool, two linear layers.
 #pragma once
 
 #include "train/models/model.h"

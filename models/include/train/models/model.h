@@ -12,8 +12,8 @@ namespace train::models {
 
 /// How the trainer turns a model's output into a loss.
 enum class OutputKind {
-  log_probs,  ///< output is log-softmax: nll_loss (the seeds' MNIST net)
-  logits,     ///< output is raw scores: cross_entropy (the seeds' CIFAR-10 net)
+  log_probs,  ///< output is log-softmax: nll_loss (the built-in MNIST net)
+  logits,     ///< output is raw scores: cross_entropy (the built-in CIFAR-10 net)
 };
 
 /// A module with one tensor in and one tensor out; what `train` and DDP work with.

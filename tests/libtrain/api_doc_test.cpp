@@ -1,0 +1,301 @@
+// Compiles the examples of docs/api.md and runs them for a few steps on random in-memory data, so
+// the document can't drift from the headers: the main() built on train::cli::main and the Trainer,
+// and the hand-written loop with ProcessGroup, DDP, DistributedSampler, Preemption and checkpoints.
+// Keep the code between the "docs/api.md" markers identical to the document's.
+#include "test_util.h"
+
+#include <train/checkpoint.h>
+#include <train/cli.h>
+#include <train/ddp.h>
+#include <train/log.h>
+#include <train/preemption.h>
+#include <train/process_group.h>
+#include <train/sampler.h>
+#include <train/trainer.h>
+#include <train/training_state.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <csignal>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace {
+
+// ---- docs/api.md: "A whole program" (main() is called doc_main here: gtest owns main) ----
+struct NetImpl : torch::nn::Module {
+  NetImpl() : fc1(register_module("fc1", torch::nn::Linear(16, 32))), fc2(register_module("fc2", torch::nn::Linear(32, 4))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return fc2(torch::relu(fc1(x))); }
+  torch::nn::Linear fc1, fc2;
+};
+TORCH_MODULE(Net);
+
+// Random inputs whose label is the largest of their first four features: learnable, no files.
+std::shared_ptr<train::InMemoryDataset> random_data(int64_t n, uint64_t seed, const std::string& name) {
+  torch::manual_seed(seed);  // the same samples on every rank
+  at::Tensor x = torch::randn({n, 16});
+  return std::make_shared<train::InMemoryDataset>(x, x.narrow(1, 0, 4).argmax(1), name);
+}
+
+train::TrainResult train_mlp(const train::TrainConfig& config, const train::DistEnv& env) {
+  train::Trainer trainer(config, env);  // checks the flags, picks threads and the device
+  train::TrainSpec spec;
+  spec.model = [] { return train::wrap_model(Net()); };
+  spec.model_name = "mlp";
+  spec.train_data = random_data(512, /*seed=*/0, "random/train");
+  spec.eval_data = random_data(128, /*seed=*/1, "random/test");
+  spec.data_name = "random";
+  spec.loss = train::cross_entropy_loss();  // the model outputs logits
+  const double lr = config.lr > 0 ? config.lr : 0.1;
+  spec.optimizer = [lr](const std::vector<at::Tensor>& params) {
+    return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(lr).momentum(0.9));
+  };
+  spec.lr_schedule = train::step_lr(config.gamma > 0 ? config.gamma : 0.7);
+  spec.batch_size = 32;  // per rank; --batch-size wins
+  return trainer.fit(spec);
+}
+
+int doc_main(int argc, char** argv) {
+  return train::cli::main(argc, argv, "my_train: an MLP on random data", train_mlp);
+}
+// ---- end of docs/api.md ----
+
+// ---- docs/api.md: "A hand-written loop" ----
+int train_by_hand(const std::string& checkpoint_dir, int epochs) {
+  train::DistEnv env = train::resolve_env(train::current_environment());
+  train::log::configure(env.rank, env.world_size, env.host);
+  train::ProcessGroupOptions pg_options;  // Gloo on the CPU, 300 s timeout
+  auto pg = train::ProcessGroup::create(env, pg_options);  // every rank; also for a world of 1
+
+  torch::manual_seed(1);
+  auto model = std::make_shared<NetImpl>();
+  train::DistributedDataParallel ddp(model, pg);  // broadcasts rank 0's weights; every rank
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+  auto data = random_data(512, /*seed=*/0, "random/train");
+  const int64_t batch = 32;
+  const train::LossFn loss_fn = train::cross_entropy_loss();
+
+  train::TrainingState state;
+  state.model = model.get();
+  state.optimizer = &optimizer;
+  state.world_size = env.world_size;
+  state.batch_size = batch;
+  state.shape_json = R"({"model":"mlp"})";
+  state.progress.lr = 0.1;
+  state.loss_sum = torch::zeros({}, torch::kDouble);
+  train::CheckpointDir checkpoints(checkpoint_dir, /*keep=*/2);
+  if (auto found = checkpoints.load_latest_valid(torch::kCPU)) state.load(*found->first, torch::kCPU);
+  auto save = [&] {  // rank 0 writes; the others wait until the file is durable
+    if (env.rank == 0) {
+      torch::serialize::OutputArchive archive;
+      state.save(archive, torch::kCPU);
+      checkpoints.save(archive, state.progress.step);
+    }
+    pg->barrier();
+  };
+
+  train::PreemptionOptions stop_options;
+  stop_options.requeue_signals = {SIGUSR2};
+  stop_options.stop_signals = {SIGTERM, SIGINT};
+  train::Preemption preemption(stop_options, env);
+
+  train::Progress& p = state.progress;
+  while (p.epoch <= epochs) {
+    train::DistributedSampler sampler(data->size(), env.world_size, env.rank, /*shuffle=*/true, /*seed=*/1);
+    sampler.set_epoch(p.epoch - 1);
+    at::Tensor order = torch::tensor(sampler.indices(), torch::kLong);
+    const int64_t batches = (order.size(0) + batch - 1) / batch;
+    for (int64_t b = p.batches_done; b < batches; ++b) {
+      train::Batch x = data->get_batch(order.narrow(0, b * batch, std::min(batch, order.size(0) - b * batch)));
+      optimizer.zero_grad();
+      at::Tensor loss = loss_fn(model->forward(x.inputs), x.targets, train::Reduction::mean);
+      loss.backward();  // DDP averages the gradients over the ranks here
+      optimizer.step();
+      state.loss_sum += loss.detach().to(torch::kDouble);
+      ++p.step;
+      ++p.epoch_steps;
+      p.batches_done = b + 1;
+      const train::StopRequest stop = preemption.poll(pg.get(), torch::kCPU);  // every rank, same step
+      if (stop.kind != train::StopKind::none) {
+        save();
+        if (stop.requeue() && env.rank == 0) preemption.requeue_job();
+        return stop.requeue() ? train::kExitPreempted : 128 + stop.signal;
+      }
+    }
+    if (env.rank == 0) {
+      train::log::info("epoch " + std::to_string(p.epoch) + ": mean loss " +
+                       std::to_string(state.loss_sum.item<double>() / static_cast<double>(p.epoch_steps)));
+    }
+    ++p.epoch;  // the checkpoint resumes at the start of the next epoch
+    p.batches_done = 0;
+    p.epoch_steps = 0;
+    state.loss_sum.zero_();
+    save();
+  }
+  pg->shutdown();
+  return 0;
+}
+// ---- end of docs/api.md ----
+
+// ---- docs/api.md: "The parts you plug in" ----
+// A dataset of your own: each sample computed from its index, on the device the indices are on.
+class WavesDataset : public train::Dataset {
+ public:
+  explicit WavesDataset(int64_t n) : n_(n) {}
+  int64_t size() const override { return n_; }
+  train::Batch get_batch(const at::Tensor& indices) override {
+    at::Tensor t = indices.to(torch::kFloat).unsqueeze(1) * 0.01;
+    at::Tensor x = torch::sin(t * torch::arange(1, 17, t.options()));  // [B, 16]
+    return {x, x.narrow(1, 0, 4).argmax(1)};
+  }
+  std::string name() const override { return "waves"; }
+
+ private:
+  int64_t n_;
+};
+
+// A loss: cross-entropy with label smoothing, mean or sum as the Trainer asks.
+train::LossFn smoothed_cross_entropy(double eps) {
+  return [eps](const at::Tensor& output, const at::Tensor& target, train::Reduction reduction) {
+    namespace F = torch::nn::functional;
+    auto options = F::CrossEntropyFuncOptions().label_smoothing(eps);
+    if (reduction == train::Reduction::sum) options.reduction(torch::kSum);
+    return F::cross_entropy(output, target, options);
+  };
+}
+
+// A schedule: linear warm-up over `warmup` steps, then cosine decay to 0 at `total` steps.
+train::LrSchedule warmup_cosine(double peak, int64_t warmup, int64_t total) {
+  train::LrSchedule s;
+  s.every = train::LrSchedule::Every::step;
+  s.next = [=](int64_t step, double /*lr*/) {
+    if (step < warmup) return peak * static_cast<double>(step + 1) / static_cast<double>(warmup);
+    const double done = static_cast<double>(step - warmup) / static_cast<double>(std::max<int64_t>(1, total - warmup));
+    return 0.5 * peak * (1 + std::cos(M_PI * std::min(1.0, done)));
+  };
+  s.description = "warmup_cosine(" + std::to_string(peak) + "," + std::to_string(warmup) + "," + std::to_string(total) + ")";
+  return s;
+}
+
+// A metric: a per-sample sum; the Trainer divides by the number of samples.
+train::Metric top2_accuracy() {
+  return {"top2_accuracy", [](const at::Tensor& output, const at::Tensor& target) {
+            at::Tensor top2 = std::get<1>(output.topk(2, /*dim=*/1));
+            return top2.eq(target.unsqueeze(1)).any(1).sum();
+          }};
+}
+
+// A callback: logs each epoch on rank 0 and keeps a count in every checkpoint.
+class EpochCounter : public train::Callback {
+ public:
+  void on_train_start(train::Trainer& trainer) override { rank_ = trainer.env().rank; }
+  void on_epoch_end(const train::EpochInfo& info) override {
+    ++epochs_;
+    if (rank_ == 0) {
+      train::log::info("epoch " + std::to_string(info.epoch) + ": train loss " + std::to_string(info.train_loss) +
+                       ", top-2 " + std::to_string(info.eval.metrics.at("top2_accuracy")));
+    }
+  }
+  void on_save_checkpoint(torch::serialize::OutputArchive& archive) override {
+    archive.write("epochs", torch::tensor({epochs_}));
+  }
+  void on_load_checkpoint(torch::serialize::InputArchive& archive) override {
+    at::Tensor t;
+    archive.read("epochs", t);
+    epochs_ = t.item<int64_t>();
+  }
+  int64_t epochs() const { return epochs_; }
+
+ private:
+  int rank_ = 0;
+  int64_t epochs_ = 0;
+};
+// ---- end of docs/api.md ----
+
+int run_doc_main(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return doc_main(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(ApiDoc, MainExampleTrainsAndPrintsTheDoneLine) {
+  train::test::TempDir dir("api-doc-main");
+  testing::internal::CaptureStdout();
+  const int rc = run_doc_main({"my_train", "--epochs", "2", "--device", "cpu", "--threads", "1", "--log-interval", "8",
+                               "--checkpoint-dir", dir.file("ckpt")});
+  const std::string out = testing::internal::GetCapturedStdout();
+  ASSERT_EQ(rc, 0) << out;
+  const auto done = nlohmann::json::parse(train::test::last_line(out));
+  EXPECT_EQ(done.value("event", ""), "done");
+  EXPECT_EQ(done.value("epochs", 0), 2);
+  EXPECT_EQ(done.value("steps", 0), 32);  // 512 samples / 32 per batch, twice
+  EXPECT_LT(done.value("train_loss", 9.0), 1.3) << out;  // below ln 4: it learns something
+  // The same command again finds the last checkpoint and has nothing left to do.
+  testing::internal::CaptureStdout();
+  const int again = run_doc_main({"my_train", "--epochs", "2", "--device", "cpu", "--threads", "1",
+                                  "--checkpoint-dir", dir.file("ckpt")});
+  const std::string out2 = testing::internal::GetCapturedStdout();
+  ASSERT_EQ(again, 0) << out2;
+  EXPECT_EQ(nlohmann::json::parse(train::test::last_line(out2)).value("steps", 0), 32);
+}
+
+TEST(ApiDoc, MainExampleRejectsBadFlagsWithStatus2) {
+  EXPECT_EQ(run_doc_main({"my_train", "--batch-size", "0"}), 2);
+}
+
+TEST(ApiDoc, HandWrittenLoopTrainsAndResumes) {
+  train::test::TempDir dir("api-doc-loop");
+  const std::string port = std::to_string(train::test::free_port());
+  setenv("MASTER_PORT", port.c_str(), 1);
+  EXPECT_EQ(train_by_hand(dir.file("ckpt"), /*epochs=*/1), 0);
+  train::CheckpointDir checkpoints(dir.file("ckpt"), 2);
+  ASSERT_EQ(checkpoints.list().size(), 1u);
+  EXPECT_EQ(checkpoints.list().back().step, 16);
+  // A second run with one more epoch resumes from that checkpoint and adds 16 steps.
+  EXPECT_EQ(train_by_hand(dir.file("ckpt"), /*epochs=*/2), 0);
+  ASSERT_EQ(checkpoints.list().size(), 2u);
+  EXPECT_EQ(checkpoints.list().back().step, 32);
+  unsetenv("MASTER_PORT");
+}
+
+TEST(ApiDoc, PluggedInPartsTrainAndResume) {
+  train::test::TempDir dir("api-doc-parts");
+  auto run = [&](int epochs) {
+    train::TrainConfig config;
+    config.epochs = epochs;
+    config.device = "cpu";
+    config.threads = 1;
+    config.checkpoint_dir = dir.file("ckpt");
+    train::Trainer trainer(config, train::DistEnv{});
+    auto counter = std::make_shared<EpochCounter>();
+    train::TrainSpec spec;
+    spec.model = [] { return train::wrap_model(Net()); };
+    spec.train_data = std::make_shared<WavesDataset>(256);
+    spec.eval_data = std::make_shared<WavesDataset>(64);
+    spec.loss = smoothed_cross_entropy(0.1);
+    spec.optimizer = [](const std::vector<at::Tensor>& params) {
+      return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.05));
+    };
+    spec.lr_schedule = warmup_cosine(0.05, /*warmup=*/4, /*total=*/24);
+    spec.metrics = {train::accuracy(), top2_accuracy()};
+    spec.callbacks = {counter};
+    spec.batch_size = 32;
+    const train::TrainResult r = trainer.fit(spec);
+    return std::make_pair(r, counter->epochs());
+  };
+  const auto [first, epochs1] = run(2);
+  EXPECT_EQ(first.steps, 16);
+  EXPECT_EQ(epochs1, 2);
+  // One more epoch: resumes from the epoch-end checkpoint with the callback's count restored.
+  const auto [second, epochs2] = run(3);
+  EXPECT_EQ(second.steps, 24);
+  EXPECT_EQ(epochs2, 3);
+  EXPECT_FALSE(second.checkpoint_path.empty());
+}
+
+}  // namespace
