@@ -92,7 +92,7 @@ if (( rc == 75 )); then
   say "train stopped early and saved a checkpoint in $CKPT_DIR (exit 75): the requeued job resumes from it."
 elif (( rc == 143 || rc == 130 )); then
   say "train was stopped by SIGTERM/SIGINT (scancel) and saved a checkpoint in $CKPT_DIR, if it could: \
-not requeued. Submit the same script again to resume from it."
+not requeued. To go on from it: sbatch $0 [same arguments] --checkpoint-dir $CKPT_DIR"
 elif (( rc != 0 )); then
   say "training failed: srun exit code $rc. Hint: the first error above names the rank and host; \
 to go on from the checkpoints in $CKPT_DIR, if any, resubmit with --checkpoint-dir $CKPT_DIR."
