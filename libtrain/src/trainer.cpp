@@ -272,7 +272,8 @@ struct Trainer::Impl {
   void end_epoch(double epoch_seconds);
   EvalResult evaluate(bool one_batch);
   void stop(const StopRequest& request);
-  void write_checkpoint(const Progress& p);
+  at::Tensor shared_loss_sum();
+  void write_checkpoint(const Progress& p, const at::Tensor& loss_sum);
   TrainResult finish();
   void for_callbacks(const std::function<void(Callback&)>& fn) {
     for (const auto& cb : spec->callbacks) fn(*cb);
@@ -571,7 +572,8 @@ bool Trainer::Impl::train_epoch() {
     if (ckdir && c.checkpoint_every > 0 && prog().step % c.checkpoint_every == 0) {
       prog().train_seconds += seconds_since(t0);
       t0 = Clock::now();
-      if (env.rank == 0) write_checkpoint(prog());
+      const at::Tensor loss_sum = shared_loss_sum();  // every rank takes part
+      if (env.rank == 0) write_checkpoint(prog(), loss_sum);
     }
   }
   if (device.is_cuda()) torch::cuda::synchronize();
@@ -585,7 +587,7 @@ bool Trainer::Impl::train_epoch() {
   if (ckdir && env.rank == 0) {
     Progress next = prog();
     next.epoch += 1;
-    write_checkpoint(next);
+    write_checkpoint(next, state.loss_sum);  // zero: the next epoch has no steps yet
   }
   return true;
 }
@@ -722,8 +724,9 @@ void Trainer::Impl::stop(const StopRequest& request) {
   result.preempt_reason = request.reason;
   log::warn("stopping for " + request.reason + " at epoch " + std::to_string(prog().epoch) + ", step " +
             std::to_string(prog().step));
+  const at::Tensor loss_sum = ckdir ? shared_loss_sum() : at::Tensor();  // every rank takes part
   if (ckdir && env.rank == 0) {
-    write_checkpoint(prog());
+    write_checkpoint(prog(), loss_sum);
   } else if (!ckdir) {
     log::warn("no --checkpoint-dir: the progress of this run is lost");
   }
@@ -738,12 +741,28 @@ void Trainer::Impl::stop(const StopRequest& request) {
   if (ckdir && env.rank == 0 && c.requeue && !env.job_id.empty()) result.requeued = preemption->requeue_job();
 }
 
-void Trainer::Impl::write_checkpoint(const Progress& p) {
-  const Progress current = state.progress;
+// Mid-epoch, each rank holds the sum of its own step losses, but only rank 0 writes the checkpoint
+// that every rank resumes from. Saving the ranks' mean makes the resumed epoch's mean loss equal
+// the uninterrupted one: every rank restarts from the mean, and the epoch end averages over ranks.
+// Every rank must call it.
+at::Tensor Trainer::Impl::shared_loss_sum() {
+  at::Tensor t = state.loss_sum.detach().clone().reshape({1});
+  if (pg) {
+    pg->allreduce_sum(t);
+    t /= env.world_size;
+  }
+  return t.reshape({});
+}
+
+void Trainer::Impl::write_checkpoint(const Progress& p, const at::Tensor& loss_sum) {
+  const Progress current_progress = state.progress;
+  const at::Tensor current_loss_sum = state.loss_sum;
   state.progress = p;
+  state.loss_sum = loss_sum;
   torch::serialize::OutputArchive a;
   state.save(a, device);
-  state.progress = current;
+  state.progress = current_progress;
+  state.loss_sum = current_loss_sum;
   result.checkpoint_path = ckdir->save(a, p.step);
   log::info("checkpoint: " + result.checkpoint_path + " (step " + std::to_string(p.step) + "; resumes at epoch " +
             std::to_string(p.epoch) + ", batch " + std::to_string(p.batches_done) + ")");

@@ -44,13 +44,17 @@ train::test::RunResult run_and_signal(const std::string& cmd, int lines, const s
   return run_program({"bash", "-c", script}, {}, 300);
 }
 
-std::string uninterrupted_sha(const std::string& launcher_prefix, const std::string& extra = "") {
+nlohmann::json uninterrupted_done(const std::string& launcher_prefix, const std::string& extra = "") {
   train::test::TempDir d("ckref");
   auto r = run_program({"bash", "-c", launcher_prefix + train_cmd(d.file("ck"), extra)}, {}, 300);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   auto j = last_json(r.out);
   EXPECT_EQ(j["event"], "done");
-  return j.value("params_sha256", std::string("missing"));
+  return j;
+}
+
+std::string uninterrupted_sha(const std::string& launcher_prefix, const std::string& extra = "") {
+  return uninterrupted_done(launcher_prefix, extra).value("params_sha256", std::string("missing"));
 }
 
 // Stops the run with SIGUSR2 right after each of `stop_steps` (TRAIN_FAULT_SIGNAL_AT_STEP raises
@@ -58,7 +62,8 @@ std::string uninterrupted_sha(const std::string& launcher_prefix, const std::str
 // and checks the finished run equals an uninterrupted one bit for bit.
 void check_resume_bit_for_bit(const std::string& launcher_prefix, const std::string& extra,
                               const std::vector<std::string>& stop_steps) {
-  const std::string want = uninterrupted_sha(launcher_prefix, extra);
+  const nlohmann::json whole = uninterrupted_done(launcher_prefix, extra);
+  const std::string want = whole.value("params_sha256", std::string("missing"));
   train::test::TempDir d("ckresume");
   const std::string ck = d.file("ck");
   int64_t last_step = 0;
@@ -79,6 +84,10 @@ void check_resume_bit_for_bit(const std::string& launcher_prefix, const std::str
   EXPECT_EQ(j["event"], "done");
   EXPECT_EQ(j["steps"], 38);
   EXPECT_EQ(j["params_sha256"], want) << fin.err;
+  // The epoch's mean loss is resumed too (the ranks' mean sum is checkpointed; summed in
+  // another order, so equal to rounding).
+  const double train_loss = whole["train_loss"];
+  EXPECT_NEAR(j["train_loss"].get<double>(), train_loss, 1e-12 * std::abs(train_loss));
 }
 
 }  // namespace
