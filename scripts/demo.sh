@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: installs what is missing, builds, starts the local two-node SLURM cluster,
-# submits scripts/ddp.sh (the seeds' MNIST CNN on the full Fashion-MNIST, 1 epoch, 2 nodes,
+# submits scripts/ddp.sh (the MNIST CNN on the full Fashion-MNIST, 1 epoch, 2 nodes,
 # Gloo on CPU), follows its log and prints the result. Extra arguments go to `train`.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -12,7 +12,7 @@ scripts/local-slurm.sh start
 source .slurm/env.sh
 
 mkdir -p logs   # SLURM opens the job log before the script runs
-# 2 ranks x 32 = the seeds' batch of 64 per step.
+# 2 ranks x 32 = the recipe's batch of 64 per step.
 job=$(sbatch --parsable scripts/ddp.sh --epochs 1 --batch-size 32 --threads 1 "$@")
 job=${job%%;*}
 log=$(scontrol show job "$job" | sed -n 's/.*StdOut=\([^ ]*\).*/\1/p')

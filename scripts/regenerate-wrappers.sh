@@ -24,7 +24,7 @@ mkdir -p "$out"
 "$trainctl" sbatch --job-name ddp --nodes 2 --ntasks-per-node 1 --no-cluster-checks \
   --out "$out/ddp.sh"
 
-# GPU nodes: one task per GPU (--gres=gpu:N, as in the seeds); NCCL.
+# GPU nodes: one task per GPU (--gres=gpu:N); NCCL.
 "$trainctl" sbatch --job-name ddp-gpu --nodes 1 --gres gpu:2 --cpus-per-task 4 --no-cluster-checks \
   --out "$out/ddp-gpu.sh"
 

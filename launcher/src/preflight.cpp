@@ -1,4 +1,4 @@
-// `trainctl preflight`'s checks, run on every node of a job before training (seed 000 got a GPU node
+// `trainctl preflight`'s checks, run on every node of a job before training (a job can get a GPU node
 // where CUDA was not available, and found out only from the training script's traceback): data
 // readable here, CUDA GPUs visible where the job asked for them, one task per GPU.
 #include "train/launcher/preflight.h"
@@ -157,7 +157,7 @@ PreflightReport run_preflight(const PreflightOptions& o, const EnvMap& env) {
   if (driver != nullptr) ::closedir(driver);
   const bool per_task_binding = !env_value(env, "SLURM_GPUS_PER_TASK").empty();
   const std::string gpu_hint =
-      "this node can't run CUDA (seed 000's case): check nvidia-smi in a job there; submit to a GPU partition "
+      "this node can't run CUDA: check nvidia-smi in a job there; submit to a GPU partition "
       "(--partition) with --gres=gpu:N, and keep this node out with --exclude=" + report.host + " (tell the admins).";
   if (cpu_only) {
     if (expect > 0) {

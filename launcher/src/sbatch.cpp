@@ -119,7 +119,7 @@ GresGpus parse_gres(const std::string& gres) {
     if (!name_ok || parts.size() > 3) {
       throw ConfigError("--gres '" + gres + "': expected items NAME[:TYPE][:COUNT] separated by commas, found '" +
                             item + "'.",
-                        "e.g. --gres gpu:2, --gres gpu:a100:2 or --gres shard:16 (seed 003's shared GPU).");
+                        "e.g. --gres gpu:2, --gres gpu:a100:2 or --gres shard:16 (a shared GPU).");
     }
     std::string count = "1";
     if (parts.size() == 3) {
@@ -405,7 +405,7 @@ SbatchPlan plan_sbatch(const SbatchOptions& o) {
   }
   if (gres.gpus > 0 && gres.shards > 0) {
     throw ConfigError("--gres '" + o.gres + "': expected whole GPUs (gpu:N) or shards of one (shard:N), found both.",
-                      "use gpu:N for one task per GPU, or shard:N for a single task on a shared GPU (seed 003).");
+                      "use gpu:N for one task per GPU, or shard:N for a single task on a shared GPU.");
   }
   if (gpus_per_node > 0) {
     plan.gpus_per_node = gpus_per_node;
@@ -644,7 +644,7 @@ std::string render_sbatch_script(const SbatchOptions& o, const SbatchPlan& plan)
   if (chain) {
     line("# A chain of " + std::to_string(plan.array_chain) + " chunks, one at a time (%1): each resumes from the "
          "checkpoint the last one");
-    line("# wrote when its time ran out (seed 004's --array 1-N%1); the chunks after a finished run are cancelled.");
+    line("# wrote when its time ran out (--array 1-N%1); the chunks after a finished run are cancelled.");
     line("#SBATCH --array=1-" + std::to_string(plan.array_chain) + "%1");
   }
   if (sweep) {
