@@ -12,7 +12,7 @@ scripts/local-slurm.sh start
 source .slurm/env.sh
 
 mkdir -p logs   # SLURM opens the job log before the script runs
-# 2 ranks x 32 = the usual batch of 64 per step.
+# 2 ranks x 32 = the recipe's batch of 64 per step.
 job=$(sbatch --parsable scripts/ddp.sh --epochs 1 --batch-size 32 --threads 1 "$@")
 job=${job%%;*}
 log=$(scontrol show job "$job" | sed -n 's/.*StdOut=\([^ ]*\).*/\1/p')

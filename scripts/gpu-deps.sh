@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Gathers what a build on the GPU machine needs and can't install there (it has torch, CMake,
-# ninja and nvcc but no package registry) into .deps/ as a /usr-like prefix: the Debian headers,
-# spdlog/fmt/gtest libraries with their CMake packages, and the Fashion-MNIST files.
-# Use: scripts/gpu-deps.sh, then carry ".deps" and configure with -DCMAKE_PREFIX_PATH=$PWD/.deps/usr.
+# Gathers what a libtrain build needs into .deps/, for a GPU node without a package manager (one
+# that has the driver, CUDA, Python with torch, CMake and Ninja, but no apt): .deps/usr is a
+# /usr-like prefix with the Debian headers (Gloo, spdlog, fmt, CLI11, nlohmann-json, GoogleTest,
+# zlib, OpenSSL) and the spdlog/fmt/GoogleTest libraries with their CMake packages; .deps/fashion-mnist
+# holds the dataset. Run it on a machine with those packages installed (scripts/setup.sh), copy the
+# repository with .deps/ to the node, and run scripts/gpu-check.sh there (it uses .deps when
+# present), or configure with -DCMAKE_PREFIX_PATH="$PWD/.deps/usr;<torch's cmake prefix>".
+# docs/gpu.md has the steps.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 dest=$repo/.deps/usr

@@ -1,4 +1,4 @@
-// `trainctl preflight`'s checks, run on every node of a job before training (a job can land on a GPU node
+// `trainctl preflight`'s checks, run on every node of a job before training (a job can get a GPU node
 // where CUDA was not available, and found out only from the training script's traceback): data
 // readable here, CUDA GPUs visible where the job asked for them, one task per GPU.
 #include "train/launcher/preflight.h"

@@ -620,7 +620,7 @@ std::string render_sbatch_script(const SbatchOptions& o, const SbatchPlan& plan)
   if (chain) {
     line("# A chain of " + std::to_string(plan.array_chain) + " chunks, one at a time (%1): each resumes from the "
          "checkpoint the last one");
-    line("# wrote when its time ran out (--array 1-N%1, as long jobs are chained); the chunks after a finished run are cancelled.");
+    line("# wrote when its time ran out (--array 1-N%1); the chunks after a finished run are cancelled.");
     line("#SBATCH --array=1-" + std::to_string(plan.array_chain) + "%1");
   }
   if (sweep) {

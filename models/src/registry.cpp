@@ -21,13 +21,13 @@ Registry& registry() {
     auto* reg = new Registry();
     ModelInfo mnist;
     mnist.name = "mnist";
-    mnist.description = "the MNIST CNN of PyTorch's mnist example (1x28x28 input, 10 classes)";
+    mnist.description = "the MNIST CNN of PyTorch's examples (1x28x28 input, 10 classes)";
     mnist.channels = 1, mnist.height = 28, mnist.width = 28;
     mnist.make = [](const ModelOptions& o) { return std::make_shared<MnistCnn>(o); };
     reg->entries[mnist.name] = mnist;
     ModelInfo cifar;
     cifar.name = "cifar10";
-    cifar.description = "the CIFAR-10 LeNet of PyTorch's CIFAR-10 tutorial (3x32x32 input, 10 classes)";
+    cifar.description = "a LeNet for CIFAR-10, as in PyTorch's CIFAR-10 tutorial (3x32x32 input, 10 classes)";
     cifar.channels = 3, cifar.height = 32, cifar.width = 32;
     cifar.make = [](const ModelOptions& o) { return std::make_shared<CifarCnn>(o); };
     reg->entries[cifar.name] = cifar;

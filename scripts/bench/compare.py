@@ -2,7 +2,7 @@
 batch, seed and threads, in one invocation, and prints images/s, peak RSS and the ratios.
 
 usage: .venv/bin/python scripts/bench/compare.py [--world N] [--threads T]
-           [--limit-train-samples N] [--epochs E] [--loaders seeds,resident] [--repeat R]
+           [--limit-train-samples N] [--epochs E] [--loaders dataloader,resident] [--repeat R]
            [--cpp-variant 'NAME=ARGS' ...] [--python-tuned-malloc]
 World 1 runs the programs directly; world N > 1 runs `trainctl local --nproc N -- train` against
 `torchrun --standalone --nproc_per_node N reference_mnist.py` (Python DDP over Gloo).
@@ -51,7 +51,7 @@ def main():
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
-    p.add_argument("--loaders", default="seeds,resident")
+    p.add_argument("--loaders", default="dataloader,resident")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--build", default=os.path.join(REPO, "build"))
     p.add_argument("--device", default="cpu", help="cpu or cuda (one GPU per rank)")

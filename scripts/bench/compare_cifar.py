@@ -1,12 +1,12 @@
 """CIFAR-10 benchmark harness: writes CIFAR-10-shaped data (torchvision's cifar-10-batches-py
 layout: five pickled training batches and a test batch of 10000 records each, learnable synthetic
 classes), then runs libtrain's `train --model cifar10` and the Python reference
-(reference_cifar.py: the seeds' CIFAR LeNet, SGD lr 0.1 momentum 0.9 weight decay 1e-4, batch 256
+(reference_cifar.py: the LeNet of PyTorch's CIFAR-10 tutorial, SGD lr 0.1 momentum 0.9 weight decay 1e-4, batch 256
 per rank, DDP when world > 1) on the same files, machine, seed and threads in one invocation, and
 prints images/s, peak RSS and the ratios.
 
 usage: .venv/bin/python scripts/bench/compare_cifar.py [--world N] [--threads T] [--device cpu|cuda]
-           [--limit-train-samples N] [--epochs E] [--loaders seeds,resident] [--repeat R] [--work DIR]
+           [--limit-train-samples N] [--epochs E] [--loaders dataloader,resident] [--repeat R] [--work DIR]
 World 1 runs the programs directly; world N > 1 runs `trainctl local --nproc N -- train` against
 `torchrun --standalone --nproc_per_node N reference_cifar.py`.
 """
@@ -52,7 +52,7 @@ def main():
     p.add_argument("--limit-test-samples", type=int, default=2000)
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--loaders", default="seeds,resident")
+    p.add_argument("--loaders", default="dataloader,resident")
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--build", default=os.path.join(REPO, "build"))
     p.add_argument("--device", default="cpu", help="cpu or cuda (one GPU per rank)")

@@ -67,7 +67,7 @@ def main():
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--configs", default="1x64,1x512,2x64,2x512")
     p.add_argument("--results", default=os.path.join(REPO, "docs", "benchmarks", "results.jsonl"))
-    p.add_argument("--no-python-seeds", action="store_true", help="skip the slow DataLoader run")
+    p.add_argument("--no-python-dataloader", action="store_true", help="skip the slow DataLoader run")
     p.add_argument("--variants", default="graph,bf16,eager",
                    help="libtrain runs: graph (fp32), graphbench (with cuDNN autotuning), bf16, eager, tf32")
     a = p.parse_args()
@@ -99,8 +99,8 @@ def main():
         if world > 1:
             py = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}"] + py[1:]
         runs.append(("python", "resident", "fp32", py + ["--loader", "resident"], None))
-        if world == 1 and batch == 64 and not a.no_python_seeds:
-            runs.append(("python", "dataloader", "fp32", py + ["--loader", "seeds"], None))
+        if world == 1 and batch == 64 and not a.no_python_dataloader:
+            runs.append(("python", "dataloader", "fp32", py + ["--loader", "dataloader"], None))
         for impl, mode, precision, cmd, metrics in runs:
             objs, t_launch, wall, rss, err = run(cmd, env)
             if objs is None or not [o for o in objs if o.get("event") == "done"]:

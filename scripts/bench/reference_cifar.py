@@ -1,10 +1,10 @@
-"""Python reference for libtrain's CIFAR-10 benchmark: the seeds' CIFAR LeNet (conv 6/16, fc
+"""Python reference for libtrain's CIFAR-10 benchmark: the LeNet of PyTorch's CIFAR-10 tutorial (conv 6/16, fc
 120/84/10) with SGD (lr 0.1, momentum 0.9, weight decay 1e-4), batch 256, Normalize(0.5, 0.5, 0.5),
 on the same cifar-10-batches-py files, seed and threads as `train --model cifar10`. Not part of
 libtrain.
 
 Loaders:
-  --loader seeds     the seeds' way: a map-style Dataset decoding one sample at a time
+  --loader dataloader     the PyTorch examples' way: a map-style Dataset decoding one sample at a time
                      (torchvision's CIFAR10 + ToTensor + Normalize, without torchvision), a
                      DataLoader with 0 workers;
   --loader resident  the whole split as one normalized tensor, batches by index_select
@@ -87,7 +87,7 @@ def main():
     p.add_argument("--limit-train-samples", type=int, default=0)
     p.add_argument("--limit-test-samples", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--loader", choices=["seeds", "resident"], default="seeds")
+    p.add_argument("--loader", choices=["dataloader", "resident"], default="dataloader")
     p.add_argument("--device", default="cpu", help="cpu or cuda (cuda: one GPU per rank, NCCL)")
     a = p.parse_args()
 

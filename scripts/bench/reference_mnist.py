@@ -1,13 +1,13 @@
-"""Python reference for libtrain's benchmarks: the seeds' MNIST CNN, Adadelta and StepLR in
+"""Python reference for libtrain's benchmarks: the MNIST CNN of PyTorch's examples, Adadelta and StepLR in
 PyTorch, on the same IDX files, batch, seed and threads as `train`. Not part of libtrain.
 
 Loaders:
-  --loader seeds     the seeds' way: a map-style Dataset decoding one sample at a time
+  --loader dataloader     the PyTorch examples' way: a map-style Dataset decoding one sample at a time
                      (ToTensor + Normalize), a DataLoader with 0 workers, batch 64;
   --loader resident  the whole split as one normalized tensor, batches by index_select
                      (what libtrain does), the strongest plain-Python baseline.
 With WORLD_SIZE > 1 (torchrun) it trains under DistributedDataParallel over Gloo with a
-DistributedSampler, as the seeds' 002 script does. Prints one JSON 'done' line like `train`.
+DistributedSampler, as PyTorch's DDP examples do. Prints one JSON 'done' line like `train`.
 """
 import argparse
 import gzip
@@ -94,7 +94,7 @@ def main():
     p.add_argument("--limit-train-samples", type=int, default=0)
     p.add_argument("--limit-test-samples", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--loader", choices=["seeds", "resident"], default="seeds")
+    p.add_argument("--loader", choices=["dataloader", "resident"], default="dataloader")
     p.add_argument("--no-dropout", action="store_true")
     p.add_argument("--device", default="cpu", help="cpu or cuda (cuda: one GPU per rank, NCCL)")
     p.add_argument("--eval-every-epoch", action="store_true",

@@ -757,7 +757,7 @@ TEST(SbatchPreflight, GpusMustBeVisibleWhereTheJobAskedForThem) {
   ASSERT_EQ(r.errors.size(), 1u);
   EXPECT_TRUE(contains(r.errors[0], "CUDA GPUs on " + r.host + ": expected the 2 GPU(s) per node the job asked for, "
                                     "found none visible (CUDA_VISIBLE_DEVICES unset, no NVIDIA driver")) << r.errors[0];
-  EXPECT_TRUE(contains(r.errors[0], "Hint: this node can't run CUDA: check nvidia-smi")) << r.errors[0];
+  EXPECT_TRUE(contains(r.errors[0], "Hint: this node can't run CUDA: ")) << r.errors[0];
   r = run_preflight(o, {{"CUDA_VISIBLE_DEVICES", "0,1"}});
   ASSERT_EQ(r.errors.size(), 1u);
   EXPECT_TRUE(contains(r.errors[0], "NVIDIA driver on " + r.host)) << r.errors[0];

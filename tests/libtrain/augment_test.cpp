@@ -131,7 +131,7 @@ TEST(Augment, CheckpointCallbackRoundTripsThePosition) {
 
 // On a GPU: the same window rule, with the CUDA generator, and the same numbers twice.
 TEST(Augment, RunsOnTheGpuWithItsOwnCudaGenerator) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: runs on the GPU machine (docs/gpu.md)";
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: run scripts/gpu-check.sh on a node with a GPU (docs/gpu.md)";
   auto data = images();
   const at::Tensor padded = at::constant_pad_nd(data->inputs(), {kPad, kPad, kPad, kPad}, -1);
   auto make = [&] {

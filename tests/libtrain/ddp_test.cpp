@@ -129,11 +129,11 @@ void check_gradient_parity(at::ScalarType dtype, double tolerance,
 TEST(Ddp, GradientsEqualSingleProcessOnCombinedBatchFloat64) { check_gradient_parity(at::kDouble, 1e-6); }
 TEST(Ddp, GradientsEqualSingleProcessOnCombinedBatchFloat32) { check_gradient_parity(at::kFloat, 1e-5); }
 
-// The same on two GPUs over NCCL, one GPU per rank (label gpu; runs on the GPU machine).
+// The same on two GPUs over NCCL, one GPU per rank (label gpu; scripts/gpu-check.sh runs it).
 TEST(DdpGpu, GradientsEqualSingleProcessOnCombinedBatchNccl) {
   if (!torch::cuda::is_available() || torch::cuda::device_count() < 2) {
     GTEST_SKIP() << "needs 2 CUDA GPUs, found " << (torch::cuda::is_available() ? torch::cuda::device_count() : 0)
-                 << ": this NCCL test runs on the GPU machine (docs/gpu.md)";
+                 << ": run scripts/gpu-check.sh on a node with 2 GPUs (docs/gpu.md)";
   }
   // TF32 would change the convolutions' rounding; compare in full float64.
   check_gradient_parity(at::kDouble, 1e-6, train::Backend::nccl);

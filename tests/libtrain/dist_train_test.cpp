@@ -162,7 +162,7 @@ TEST(DistTrain, TorchrunStandaloneTrainsLikeTrainctlLocal) {
   EXPECT_EQ(j["params_sha256"], done(ref)["params_sha256"]);
 }
 
-// On the GPU machine: the same parity with NCCL, one GPU per rank, against the single-process
+// On a node with 2 GPUs: the same parity with NCCL, one GPU per rank, against the single-process
 // batch-64 run on the CPU (plain float32, no algorithm that depends on the batch size).
 //
 // Measured on 2x H200 (docs/gpu.md): with SGD over a full epoch, 2 GPUs land 7.5e-5 from the
@@ -175,7 +175,7 @@ TEST(DistTrainGpu, TwoGpuRanksMatchOneRankWithDoubleBatch) {
     auto r = run_program({"sh", "-c", "nvidia-smi -L 2>/dev/null | grep -c '^GPU'"}, {}, 30);
     return r.exit_code == 0 ? std::atoi(r.out.c_str()) : 0;
   }();
-  if (gpus < 2) GTEST_SKIP() << "needs 2 NVIDIA GPUs, found " << gpus << ": this NCCL test runs on the GPU machine (docs/gpu.md)";
+  if (gpus < 2) GTEST_SKIP() << "needs 2 NVIDIA GPUs, found " << gpus << ": run scripts/gpu-check.sh on a node with 2 GPUs (docs/gpu.md)";
   if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
   auto args = [](const std::string& device, int batch, std::vector<std::string> extra) {
     auto a = train_args(batch);

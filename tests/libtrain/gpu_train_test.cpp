@@ -37,7 +37,7 @@ std::vector<std::string> gpu_args(std::vector<std::string> extra) {
 // again at the epoch boundary for the new learning rate) must land on the eager step's bits.
 TEST(TrainGpu, CudaGraphStepEqualsEagerStep) {
   const int gpus = gpu_count();
-  if (gpus < 1) GTEST_SKIP() << "needs a CUDA GPU, found " << gpus << ": this test runs on the GPU machine (docs/gpu.md)";
+  if (gpus < 1) GTEST_SKIP() << "needs a CUDA GPU, found " << gpus << ": run scripts/gpu-check.sh on a node with a GPU (docs/gpu.md)";
   if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
   const std::vector<std::string> common = {"--epochs", "2", "--limit-train-samples", "6000", "--limit-test-samples",
                                            "1000", "--no-dropout", "--deterministic", "--tf32", "off"};
@@ -65,7 +65,7 @@ TEST(TrainGpu, CudaGraphStepEqualsEagerStep) {
 // over 3 seeds, after the same 3 epochs of full Fashion-MNIST at batch 64.
 TEST(TrainGpu, Bf16ReachesFp32AccuracyWithinHalfAPoint) {
   const int gpus = gpu_count();
-  if (gpus < 1) GTEST_SKIP() << "needs a CUDA GPU, found " << gpus << ": this test runs on the GPU machine (docs/gpu.md)";
+  if (gpus < 1) GTEST_SKIP() << "needs a CUDA GPU, found " << gpus << ": run scripts/gpu-check.sh on a node with a GPU (docs/gpu.md)";
   if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
   double sum[2] = {0, 0};
   const char* precisions[2] = {"fp32", "bf16"};
