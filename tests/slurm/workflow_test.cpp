@@ -21,13 +21,17 @@
 #include <vector>
 
 #include "test_process.h"
+#include "slurm_util.h"
 #include "test_util.h"
 #include "train/subprocess.h"
 
 namespace train {
 namespace {
 
+using test::cluster_problem;
 using test::Env;
+using test::run_in;
+using test::slurm_env;
 using test::TestProcess;
 
 /// Longest wait for a job's event (start, end, a line in its log) before the test gives up. The jobs
@@ -46,55 +50,6 @@ bool exists(const std::string& path) {
 void write_text(const std::string& path, const std::string& text, mode_t mode = 0644) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
   chmod(path.c_str(), mode);
-}
-
-/// The SLURM config clients should use: $SLURM_CONF, else the local cluster's, else SLURM's default.
-std::string slurm_conf() {
-  const char* conf = std::getenv("SLURM_CONF");
-  if (conf != nullptr && *conf != '\0') return conf;
-  const std::string local = source_path(".slurm/slurm.conf");
-  return exists(local) ? local : "";
-}
-
-/// The environment for SLURM commands and jobs: no SLURM_* of an enclosing job, the cluster's config.
-Env slurm_env() {
-  Env env = test::hermetic_env();
-  const std::string conf = slurm_conf();
-  if (!conf.empty()) env["SLURM_CONF"] = conf;
-  return env;
-}
-
-/// Runs a command in a folder (as if typed there) and waits for it, killed after timeout_s.
-std::unique_ptr<TestProcess> run_in(const std::string& dir, const std::vector<std::string>& argv, const Env& env,
-                                    double timeout_s = 60) {
-  std::vector<std::string> full = {"/bin/sh", "-c", "cd \"$0\" && exec \"$@\"", dir};
-  full.insert(full.end(), argv.begin(), argv.end());
-  return test::run_process(full, env, timeout_s);
-}
-
-/// Why the cluster can't run the tests ("" when it can): the SLURM commands and two responding nodes.
-std::string cluster_problem(const Env& env) {
-  for (const char* tool : {"sbatch", "sinfo", "scontrol", "scancel", "srun", "salloc"}) {
-    if (test::find_on_path(tool).empty()) return std::string(tool) + " is not on PATH (SLURM's client is not installed).";
-  }
-  const auto p = test::run_process({test::find_on_path("sinfo"), "-h", "-N", "-o", "%N %t %c"}, env, 20);
-  if (!p->finished() || p->exit_code() != 0) {
-    return "sinfo fails (exit " + std::to_string(p->exit_code()) + "): " + p->err() + " (SLURM_CONF=" +
-           (env.count("SLURM_CONF") ? env.at("SLURM_CONF") : "unset") + ")";
-  }
-  int ready = 0;
-  for (const std::string& line : test::lines_of(p->out())) {
-    std::istringstream in(line);
-    std::string node, state;
-    int cpus = 0;
-    in >> node >> state >> cpus;
-    // "comp": a job is completing there, which other suites' jobs do all the time.
-    const bool up = state.rfind("idle", 0) == 0 || state.rfind("mix", 0) == 0 || state.rfind("alloc", 0) == 0 ||
-                    state.rfind("comp", 0) == 0;
-    if (up && cpus >= 2) ++ready;
-  }
-  if (ready < 2) return "expected 2 nodes with 2 CPUs up (idle, mix, alloc or comp), found sinfo says:\n" + p->out();
-  return "";
 }
 
 /// A job's state from `scontrol show job` ("" when the controller doesn't know it).
