@@ -75,6 +75,10 @@ std::vector<int> parse_signal_list(const std::string& list, const std::string& f
   std::string item;
   while (std::getline(ss, item, ',')) {
     const int sig = signal_number(item);
+    if (sig == SIGKILL || sig == SIGSTOP) {
+      throw ConfigError(flag + ": expected signals a program can catch, found '" + item + "', which no handler sees.",
+                        "SLURM's --signal sends USR2 by default here; use " + flag + " USR2.");
+    }
     if (sig == 0) {
       throw ConfigError(flag + ": expected a comma list of signal names such as USR1, USR2, TERM, INT, HUP, "
                                "XCPU (or none), found '" + item + "'.",
@@ -93,7 +97,9 @@ Preemption::Preemption(PreemptionOptions options, const DistEnv& env) : options_
   g_requeue_signal.store(0);
   g_stop_signal.store(0);
   uint64_t mask = 0;
-  for (int sig : options_.requeue_signals) mask |= uint64_t{1} << sig;
+  for (int sig : options_.requeue_signals) {
+    if (sig > 0 && sig < 64) mask |= uint64_t{1} << sig;
+  }
   g_requeue_mask.store(mask);
   std::vector<int> all = options_.requeue_signals;
   for (int sig : options_.stop_signals) {

@@ -146,6 +146,7 @@ TEST(TrainCli, EveryNumericFlagIsChecked) {
       {{"--time-margin", "-5"}, "--time-margin: expected 0 or more seconds, found -5."},
       {{"--world-size", "0"}, "--world-size: expected a positive number of ranks, found 0."},
       {{"--preempt-signals", "USR9"}, "--preempt-signals: expected a comma list of signal names"},
+      {{"--preempt-signals", "USR2,KILL"}, "--preempt-signals: expected signals a program can catch, found 'KILL'"},
   };
   for (const Case& k : cases) {
     std::vector<std::string> argv = {bin("train"), "--device", "cpu", "--data", "/nonexistent"};
