@@ -152,10 +152,7 @@ class CudaGraphStep : public TrainStep {
     try {
       loss_ = step_on(parts_, indices_);
     } catch (...) {
-      try {
-        graph_->capture_end();
-      } catch (...) {
-      }
+      abandon_capture(*graph_);
       graph_.reset();
       throw;
     }
