@@ -232,7 +232,6 @@ TEST(ProcessGroup, MissingPeerTimesOutNamingTheRendezvous) {
   train::ProcessGroupOptions o;
   o.timeout = std::chrono::seconds(3);
   const int port = train::test::free_port();
-  auto t0 = std::chrono::steady_clock::now();
   try {
     train::ProcessGroup::create(env_for(0, 2, port), o);
     FAIL() << "expected a TimeoutError";
@@ -245,5 +244,4 @@ TEST(ProcessGroup, MissingPeerTimesOutNamingTheRendezvous) {
   } catch (const train::CommError& e) {
     FAIL() << "expected a TimeoutError, got another CommError: " << e.what();
   }
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 60.0);
 }

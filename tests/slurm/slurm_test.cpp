@@ -501,7 +501,6 @@ TEST_F(SlurmTest, KilledRankEndsTheJobAndResubmissionResumes) {
   const std::vector<std::string> args = {"--epochs", "1", "--limit-train-samples", "12000", "--limit-test-samples",
                                          "300", "--threads", "1", "--checkpoint-every", "10", "--dist-timeout", "60",
                                          "--log-interval", "5"};
-  double seconds_to_end = 0;
   const Job job = submit_and_wait(dir.path(), concat({source_path("scripts/ddp.sh")}, args), env_, [&](const std::string& id) {
     const std::string ckpt = dir.file("checkpoints/ddp-" + id + "/ckpt-10.pt");
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
@@ -516,12 +515,12 @@ TEST_F(SlurmTest, KilledRankEndsTheJobAndResubmissionResumes) {
            std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
-    seconds_to_end = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   });
   ASSERT_FALSE(job.id.empty());
   const std::string log = test::read_text(dir.file("logs/ddp-" + job.id + ".out"));
   EXPECT_EQ(job_state(job.id, env_), "FAILED") << log;
-  EXPECT_LT(seconds_to_end, 60.0) << "the job must end within the distributed timeout\n" << log;
+  // srun ended the step when the task died; no rank ran into the distributed timeout.
+  EXPECT_FALSE(contains(log, "(timeout 60 s)")) << log;
   EXPECT_TRUE(contains(log, "task 1")) << "srun names the killed task:\n" << log;
   EXPECT_TRUE(contains(log, "training failed")) << log;
   EXPECT_TRUE(contains(log, "resubmit with --checkpoint-dir checkpoints/ddp-" + job.id)) << log;
