@@ -8,9 +8,12 @@
 #include <string>
 
 #include "train/error.h"
+#include "train/text.h"
 
 namespace train {
 namespace {
+
+using text::trim;
 
 constexpr char kVisibleDevices[] = "CUDA_VISIBLE_DEVICES";
 
@@ -25,12 +28,6 @@ int count_proc_gpus(const std::string& dir) {
   }
   closedir(d);
   return count;
-}
-
-std::string trim(const std::string& s) {
-  const std::size_t b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
 }
 
 /// Whether an entry of CUDA_VISIBLE_DEVICES names a device CUDA would accept.

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "train/error.h"
+#include "train/text.h"
 #include "train/files.h"
 #include "train/launcher/env.h"
 #include "train/launcher/local_launch.h"
@@ -29,23 +30,11 @@
 namespace train {
 namespace {
 
+using text::trim;
+
 /// Seconds scontrol and scancel get: the controller answers in milliseconds, an unreachable one
 /// makes them retry for about 10 s.
 constexpr double kSlurmTimeoutSeconds = 15;
-
-std::string trim(const std::string& s) {
-  const std::size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
-}
-
-std::string read_file(const std::string& path, bool* ok = nullptr) {
-  std::ifstream in(path, std::ios::binary);
-  if (ok != nullptr) *ok = static_cast<bool>(in);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::string value_of(const KeyValues& kv, const std::string& key) {
   const auto it = kv.find(key);
@@ -227,7 +216,7 @@ std::vector<JobInfo> query_jobs(const std::string& id) {
   const std::string log = jobcomp_path();
   if (!log.empty()) {
     std::vector<JobInfo> found;
-    for (const JobInfo& j : parse_jobcomp(read_file(log))) {
+    for (const JobInfo& j : parse_jobcomp(files::read_text(log))) {
       if (j.job_id == id) found = {j};  // the last record of a requeued job is its last run
     }
     if (!found.empty()) return found;
@@ -297,7 +286,7 @@ JobProgress job_progress(const JobInfo& job) {
   JobProgress p;
   p.log = job.std_out;
   if (p.log.empty() || p.log.find('%') != std::string::npos) return p;
-  const std::string text = read_file(p.log, &p.log_exists);
+  const std::string text = files::read_text(p.log, &p.log_exists);
   if (!p.log_exists) return p;
   p.checkpoint_dir = checkpoint_dir_from_log(text, job.work_dir);
   if (!p.checkpoint_dir.empty()) p.checkpoint = newest_checkpoint(p.checkpoint_dir);
@@ -306,11 +295,11 @@ JobProgress job_progress(const JobInfo& job) {
   std::string metrics_file;
   if (!p.checkpoint_dir.empty()) {
     const std::string run_dir = p.checkpoint_dir.substr(0, p.checkpoint_dir.rfind('/'));
-    metrics_file = read_file(files::join(run_dir, "metrics.jsonl"));
+    metrics_file = files::read_text(files::join(run_dir, "metrics.jsonl"));
   }
   std::string metrics = last_metrics_line(metrics_file + "\n" + text);
   // With --per-rank-logs, train's lines are in the ranks' files; rank 0 logs the progress.
-  if (metrics.empty()) metrics = last_metrics_line(read_file(rank_log_path(p.log, 0)));
+  if (metrics.empty()) metrics = last_metrics_line(files::read_text(rank_log_path(p.log, 0)));
   p.metrics = metrics;
   return p;
 }

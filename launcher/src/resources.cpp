@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "train/error.h"
+#include "train/text.h"
 #include "train/launcher/env.h"
 #include "train/launcher/jobs.h"
 #include "train/launcher/local_launch.h"
@@ -20,29 +21,17 @@
 namespace train {
 namespace {
 
+using text::all_digits;
+using text::split;
+
 /// Seconds sinfo and scontrol get (an unreachable controller makes them retry for about 10 s).
 constexpr double kQueryTimeoutSeconds = 15;
-
-bool all_digits(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
-}
 
 std::int64_t number_of(const std::string& s) {
   std::size_t end = 0;
   while (end < s.size() && std::isdigit(static_cast<unsigned char>(s[end])) != 0) ++end;
   if (end == 0 || end > 18) return 0;
   return std::stoll(s.substr(0, end));
-}
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t pos = s.find(sep, start);
-    parts.push_back(s.substr(start, pos == std::string::npos ? std::string::npos : pos - start));
-    if (pos == std::string::npos) return parts;
-    start = pos + 1;
-  }
 }
 
 std::string table(const std::vector<std::vector<std::string>>& rows) {

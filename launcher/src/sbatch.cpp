@@ -13,11 +13,15 @@
 #include <vector>
 
 #include "train/error.h"
+#include "train/text.h"
 #include "train/signals.h"
 #include "train/launcher/sweep.h"
 
 namespace train {
 namespace {
+
+using text::all_digits;
+using text::split;
 
 constexpr char kTimeFormats[] =
     "minutes, minutes:seconds, hours:minutes:seconds, days-hours, days-hours:minutes, "
@@ -26,24 +30,9 @@ constexpr char kTimeFormats[] =
 /// Signals train checkpoints on when --preempt-signals is not given (its default).
 const std::vector<std::string> kTrainDefaultPreemptSignals = {"USR2"};
 
-bool all_digits(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
-}
-
 std::string upper(std::string s) {
   for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return s;
-}
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t pos = s.find(sep, start);
-    parts.push_back(s.substr(start, pos == std::string::npos ? std::string::npos : pos - start));
-    if (pos == std::string::npos) return parts;
-    start = pos + 1;
-  }
 }
 
 /// A decimal number of at most 18 digits (so it fits an int64 and sums of a few stay in range).

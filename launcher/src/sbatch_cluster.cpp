@@ -14,12 +14,15 @@
 #include <vector>
 
 #include "train/error.h"
+#include "train/text.h"
 #include "train/launcher/env.h"
 #include "train/launcher/local_launch.h"
 #include "train/subprocess.h"
 
 namespace train {
 namespace {
+
+using text::trim;
 
 /// Seconds sinfo gets before the cluster counts as unreachable and its checks are skipped (a
 /// controller answers in milliseconds; an unreachable one makes sinfo retry for about 10 s).
@@ -62,12 +65,6 @@ std::string names_of(const std::vector<PartitionInfo>& partitions) {
   std::string out;
   for (const PartitionInfo& p : partitions) out += (out.empty() ? "" : ", ") + p.name + (p.is_default ? " (default)" : "");
   return out;
-}
-
-std::string trim(const std::string& s) {
-  const std::size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
 }
 
 }  // namespace

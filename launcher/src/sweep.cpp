@@ -27,14 +27,6 @@ constexpr char kParamHint[] =
 const std::vector<std::string> kReportMetrics = {"test_accuracy", "test_loss", "train_loss", "epochs",
                                                  "images_per_sec"};
 
-std::string read_file(const std::string& path, bool* ok = nullptr) {
-  std::ifstream in(path, std::ios::binary);
-  if (ok != nullptr) *ok = static_cast<bool>(in);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 std::string format_number(const std::string& name, double v) {
   char buf[64];
   if (name == "epochs" || name == "steps") {
@@ -256,7 +248,7 @@ SweepResult parse_task_metrics(int task, const SweepPoint& params, const std::st
 std::pair<SweepIndex, std::vector<SweepResult>> read_sweep(const std::string& output_dir) {
   const std::string path = files::join(output_dir, kSweepIndexFile);
   bool ok = false;
-  const std::string text = read_file(path, &ok);
+  const std::string text = files::read_text(path, &ok);
   if (!ok) {
     throw ConfigError("sweep-report " + output_dir + ": expected the sweep's index file " + path + ", found none.",
                       "give the --output-dir of a sweep made with trainctl sweep (it writes " +
@@ -268,8 +260,8 @@ std::pair<SweepIndex, std::vector<SweepResult>> read_sweep(const std::string& ou
     // train appends epoch lines to its --metrics file and prints its done line last on stdout, into
     // the task's log (DIR/task-N/train.out unless --output moved it).
     const std::string task_dir = sweep_task_dir(output_dir, static_cast<int>(i));
-    const std::string metrics = read_file(files::join(task_dir, kSweepMetricsFile)) + "\n" +
-                                read_file(files::join(task_dir, kSweepLogFile));
+    const std::string metrics = files::read_text(files::join(task_dir, kSweepMetricsFile)) + "\n" +
+                                files::read_text(files::join(task_dir, kSweepLogFile));
     results.push_back(parse_task_metrics(static_cast<int>(i), index.tasks[i], metrics));
   }
   return {index, results};

@@ -1,6 +1,9 @@
 // POSIX implementations of train::files (see files.h for why not std::filesystem).
 #include "train/files.h"
 
+#include <fstream>
+#include <sstream>
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -100,6 +103,14 @@ std::string copy_file(const std::string& from, const std::string& to) {
   std::fclose(in);
   if (std::fclose(out) != 0 && err.empty()) err = std::strerror(errno);
   return err;
+}
+
+std::string read_text(const std::string& path, bool* ok) {
+  std::ifstream in(path, std::ios::binary);
+  if (ok != nullptr) *ok = static_cast<bool>(in);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 }  // namespace train::files

@@ -27,5 +27,7 @@ void remove_tree(const std::string& path);
 std::string rename(const std::string& from, const std::string& to);
 /// Copies a regular file. Returns "" on success, else the error text.
 std::string copy_file(const std::string& from, const std::string& to);
+/// The whole file as bytes; "" when it can't be read (then *ok, if given, is false).
+std::string read_text(const std::string& path, bool* ok = nullptr);
 
 }  // namespace train::files
