@@ -205,11 +205,11 @@ int main(int argc, char** argv, const std::string& description, const TrainFn& t
   }
   // Without --epochs a built-in model trains for its recipe's epochs (the catalog).
   if (app.count("--epochs") == 0 && catalog::has_recipe(config.model)) config.epochs = catalog::recipe_for(config.model).epochs;
-  if (extra_action) {
-    const int rc = extra_action();
-    if (rc >= 0) return rc;
-  }
   try {
+    if (extra_action) {
+      const int rc = extra_action();
+      if (rc >= 0) return rc;
+    }
     DistEnv env = resolve_env(current_environment());
     log::configure(env.rank, env.world_size, env.host, config.log_all_ranks);
     apply_rendezvous_flags(config, env);

@@ -30,7 +30,8 @@ using TrainFn = std::function<TrainResult(const TrainConfig& config, const DistE
 
 /// Lets a program add flags of its own to main(): called with the App before parsing; the returned
 /// action runs after parsing and, when it returns 0 or more, main() exits with that status
-/// without training (e.g. `train --list-models`); -1 goes on to train.
+/// without training (e.g. `train --list-models`); -1 goes on to train. Its exceptions are reported
+/// like the run's (train::ConfigError exits 2, anything else 1).
 using ExtraFlags = std::function<std::function<int()>(CLI::App& app)>;
 
 /// A whole main(): parses the `train` flags (plus --heap and --version), resolves the
