@@ -122,6 +122,8 @@ void add_run_flags(CLI::App& app, TrainConfig& c) {
       ->check(one_of({"auto", "gloo", "nccl"}, "nccl for GPUs, gloo for CPUs"));
   app.add_option("--dist-timeout", c.dist_timeout_sec, "seconds before a missing or stalled peer is an error")->capture_default_str()
       ->check(positive("number of seconds", "the default is 300"));
+  app.add_flag("--ddp-single-rank", c.ddp_single_rank,
+               "with one rank too: a process group and DDP (measures what DDP itself costs)");
   app.add_option("--bucket-cap-mb", c.bucket_cap_mb, "DDP gradient bucket size in MB")->capture_default_str()
       ->check(positive("size in MB", "the default is 25"));
   app.add_option("--shm-allreduce", c.shm_allreduce,
@@ -134,6 +136,10 @@ void add_run_flags(CLI::App& app, TrainConfig& c) {
                "let cuDNN time its algorithms for each new shape (seconds at start; may pay off in long runs)");
   app.add_option("--cuda-graph", c.cuda_graph, "the training step in a CUDA graph: auto (on for CUDA), on, off")
       ->capture_default_str()->check(one_of({"auto", "on", "off"}, "off runs the step eagerly"));
+  app.add_option("--graph-allreduce", c.graph_allreduce,
+                 "several GPUs with --cuda-graph: in-graph (NCCL averages captured in the step, overlapping the "
+                 "backward), between (one eager all-reduce between two graphs)")
+      ->capture_default_str()->check(one_of({"in-graph", "between"}, "between is the fallback if in-graph misbehaves"));
   app.add_option("--precision", c.precision,
                  "CUDA arithmetic: fp32, tf32 (TF32 matmuls/convolutions), bf16 (autocast, fp32 master weights)")
       ->capture_default_str()->check(one_of({"fp32", "tf32", "bf16"}, "bf16 is fastest on Ampere and newer GPUs"));

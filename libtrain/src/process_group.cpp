@@ -11,6 +11,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef TRAIN_HAVE_NCCL
+#include <c10/cuda/CUDAGuard.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -150,6 +151,17 @@ void ProcessGroupImpl::wait(const c10::intrusive_ptr<c10d::Work>& work, const st
   guarded(op, [&] { work->wait(timeout); });
 }
 
+void* ProcessGroupImpl::nccl_comm() const {
+#ifdef TRAIN_HAVE_NCCL
+  auto nccl = c10::dynamic_intrusive_pointer_cast<c10d::ProcessGroupNCCL>(pg);
+  if (!nccl) return nullptr;
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_index));  // getCommPtr asks the current device
+  return reinterpret_cast<void*>(nccl->getCommPtr());
+#else
+  return nullptr;
+#endif
+}
+
 }  // namespace detail
 
 ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -170,7 +182,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const DistEnv& env,
   impl->timeout = options.timeout;
   impl->device_index = options.device_index;
   impl->shared_memory_allreduce = options.shared_memory_allreduce;
-  if (env.master_port <= 0 || env.master_port > 65535) {
+  // Port 0 (the OS picks one) only serves a group of one: nobody else could find it.
+  if (env.master_port < (env.world_size == 1 ? 0 : 1) || env.master_port > 65535) {
     throw ConfigError("MASTER_PORT: expected 1..65535, found " + std::to_string(env.master_port) + ".",
                       "unset MASTER_PORT to let libtrain derive one from the job id.");
   }

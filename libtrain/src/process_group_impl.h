@@ -64,6 +64,9 @@ struct ProcessGroupImpl {
   void guarded(const std::string& op, const std::function<void()>& fn);
   /// Waits for work with the group's timeout, translating failures like guarded().
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& op);
+  /// The NCCL backend's communicator for this rank's device (an ncclComm_t), once a collective
+  /// has created it; null for Gloo, before the first collective, or in a build without NCCL.
+  void* nccl_comm() const;
 };
 
 }  // namespace train::detail

@@ -8,6 +8,7 @@
 #include "train/log.h"
 
 #include <ATen/autocast_mode.h>
+#include <ATen/ops/full.h>
 #include <torch/autograd.h>
 
 #ifdef TRAIN_HAVE_CUDA
@@ -16,8 +17,19 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <optional>
+#endif
+#ifdef TRAIN_HAVE_NCCL
+#include "process_group_impl.h"
+
+#include <nccl.h>
+
+#include <dlfcn.h>
 #endif
 
 namespace train::detail {
@@ -70,22 +82,126 @@ class EagerStep : public TrainStep {
 };
 
 #ifdef TRAIN_HAVE_CUDA
+#ifdef TRAIN_HAVE_NCCL
+// The two NCCL calls the captured step makes, from the libnccl that torch already loaded
+// (libtrain links no NCCL of its own, so the two can never differ).
+struct NcclCalls {
+  using AllReduce = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
+  using ErrorString = const char* (*)(ncclResult_t);
+  AllReduce all_reduce = nullptr;
+  ErrorString error_string = nullptr;
+};
+
+const NcclCalls* nccl_calls() {
+  static const NcclCalls calls = [] {
+    NcclCalls c;
+    void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD);
+    void* where = lib != nullptr ? lib : RTLD_DEFAULT;
+    c.all_reduce = reinterpret_cast<NcclCalls::AllReduce>(dlsym(where, "ncclAllReduce"));
+    c.error_string = reinterpret_cast<NcclCalls::ErrorString>(dlsym(where, "ncclGetErrorString"));
+    return c;
+  }();
+  return calls.all_reduce != nullptr && calls.error_string != nullptr ? &calls : nullptr;
+}
+
+// Averages the gradients inside the captured backward. AccumulateGrad post-hooks mark each
+// parameter done; a bucket whose gradients are all done (and whose predecessors were launched:
+// every rank launches in bucket order) gets one ncclAllReduce(avg) on a side stream that forked
+// from the capture stream at that point. finish() joins the side stream back before the update.
+struct GraphReducer {
+  struct Bucket {
+    int64_t offset = 0;  // elements into the flat buffer
+    int64_t numel = 0;
+    size_t params = 0;
+    size_t pending = 0;
+  };
+  const NcclCalls* nccl = nullptr;
+  ncclComm_t comm = nullptr;
+  at::Tensor flat;
+  std::vector<Bucket> buckets;
+  std::vector<size_t> bucket_of;  // per parameter
+  std::vector<std::string> names;
+  std::vector<bool> ready;
+  size_t next_launch = 0;
+  bool armed = false;  // only while the step is being captured
+  std::optional<c10::cuda::CUDAStream> capture_stream, comm_stream;
+  std::vector<cudaEvent_t> forks;
+  cudaEvent_t join = nullptr;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // keep the hooks alive
+
+  ~GraphReducer() {
+    for (cudaEvent_t e : forks) (void)cudaEventDestroy(e);
+    if (join != nullptr) (void)cudaEventDestroy(join);
+  }
+
+  void arm(const c10::cuda::CUDAStream& stream) {
+    capture_stream = stream;
+    for (Bucket& b : buckets) b.pending = b.params;
+    ready.assign(bucket_of.size(), false);
+    next_launch = 0;
+    armed = true;
+  }
+
+  void mark_ready(size_t i) {
+    if (!armed || ready[i]) return;
+    ready[i] = true;
+    if (--buckets[bucket_of[i]].pending != 0) return;
+    while (next_launch < buckets.size() && buckets[next_launch].pending == 0) launch(next_launch++);
+  }
+
+  void launch(size_t k) {
+    const Bucket& b = buckets[k];
+    C10_CUDA_CHECK(cudaEventRecord(forks[k], capture_stream->stream()));
+    C10_CUDA_CHECK(cudaStreamWaitEvent(comm_stream->stream(), forks[k], 0));
+    float* data = flat.data_ptr<float>() + b.offset;
+    const ncclResult_t r = nccl->all_reduce(data, data, static_cast<size_t>(b.numel), ncclFloat32, ncclAvg, comm,
+                                            comm_stream->stream());
+    TORCH_CHECK(r == ncclSuccess, "ncclAllReduce of gradient bucket ", k, " failed: ", nccl->error_string(r));
+  }
+
+  // After the captured backward: every bucket launched, the side stream joined.
+  void finish() {
+    armed = false;
+    if (next_launch != buckets.size()) {
+      std::string missing;
+      for (size_t i = 0; i < ready.size(); ++i) {
+        if (!ready[i]) missing += (missing.empty() ? "" : ", ") + names[i];
+      }
+      TORCH_CHECK(false, "no gradient for ", missing, " in the captured backward");
+    }
+    C10_CUDA_CHECK(cudaEventRecord(join, comm_stream->stream()));
+    C10_CUDA_CHECK(cudaStreamWaitEvent(capture_stream->stream(), join, 0));
+  }
+};
+
+class ReducerHook : public torch::autograd::FunctionPostHook {
+ public:
+  ReducerHook(std::weak_ptr<GraphReducer> reducer, size_t index) : reducer_(std::move(reducer)), index_(index) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    if (auto r = reducer_.lock()) r->mark_ready(index_);
+    return outputs;
+  }
+
+ private:
+  std::weak_ptr<GraphReducer> reducer_;
+  size_t index_;
+};
+#endif
+
 class CudaGraphStep : public TrainStep {
  public:
   CudaGraphStep(const StepParts& parts, int64_t batch, int warmup)
       : parts_(parts), batch_(batch), warmup_(warmup), eager_(parts) {}
 
   at::Tensor run(const at::Tensor& order, int64_t start, int64_t len) override {
-    if (len != batch_) {
+    if (len != batch_ || failed_) {
       // The epoch's last, smaller batch runs eagerly. Gradients that are views of the flat buffer
       // (several ranks) can't be zeroed the eager way: let that step allocate its own; the
       // graphs keep using the buffer's memory.
-      if (flat_grads_.defined()) {
-        for (auto& q : parts_.model->module->parameters()) q.mutable_grad() = at::Tensor();
-      }
+      release_grads();
       return eager_.run(order, start, len);
     }
-    if (failed_) return eager_.run(order, start, len);
     if (!graph_ && eager_steps_ < warmup_) {
       // Warm-up on the stream the capture will use (the Trainer made a non-default stream current
       // for the whole run), so what it sets up lazily (cuBLAS workspaces, NCCL communicators,
@@ -93,19 +209,7 @@ class CudaGraphStep : public TrainStep {
       ++eager_steps_;
       return eager_.run(order, start, len);
     }
-    if (!graph_) {
-      try {
-        return parts_.ddp != nullptr ? capture_split(order, start) : capture(order, start);
-      } catch (const c10::Error& e) {
-        // Something in the step can't be captured: say so once and train eagerly. The captured
-        // step did not run, so this step runs now.
-        failed_ = true;
-        std::string what = e.what();
-        log::warn("--cuda-graph: capturing the step failed (" + what.substr(0, what.find('\n')) +
-                  "); the step runs eagerly from now on. Hint: --cuda-graph off skips the attempt.");
-        return eager_.run(order, start, len);
-      }
-    }
+    if (!graph_ && !capture_all(order, start)) return eager_.run(order, start, len);
     indices_.copy_(order.narrow(0, start, batch_), /*non_blocking=*/true);
     graph_->replay();
     if (update_) {
@@ -125,11 +229,50 @@ class CudaGraphStep : public TrainStep {
   }
 
   std::string describe() const override {
+    std::string ranks;
+    if (parts_.world_size > 1) {
+      ranks = parts_.graph_allreduce == "in-graph" ? ", gradients averaged by NCCL inside the graph"
+                                                   : ", one eager all-reduce between two graphs";
+    }
     return std::string("CUDA graph (batch ") + std::to_string(batch_) + ", " + std::to_string(warmup_) +
-           " eager warm-up steps" + (parts_.bf16 ? ", bf16 autocast)" : ")");
+           " eager warm-up steps" + (parts_.bf16 ? ", bf16 autocast" : "") + ranks + ")";
   }
 
  private:
+  // Captures the step (graph_, and update_ for "between"); with several ranks, all of them agree
+  // that every capture worked. False: the step runs eagerly from now on, on every rank (a rank
+  // replaying NCCL calls that another rank makes eagerly would pair different collectives).
+  bool capture_all(const at::Tensor& order, int64_t start) {
+    std::string error;
+    try {
+      prepare_capture(order, start);
+      if (parts_.ddp == nullptr) {
+        capture();
+      } else if (use_in_graph()) {
+        capture_in_graph();
+      } else {
+        capture_split();
+      }
+    } catch (const c10::Error& e) {
+      error = e.what();
+      error = error.substr(0, error.find('\n'));
+    }
+    if (parts_.world_size > 1) {
+      at::Tensor failed = at::full({1}, error.empty() ? 0.0 : 1.0, order.options().dtype(at::kFloat));
+      parts_.process_group->allreduce_sum(failed);
+      if (failed.item<float>() > 0 && error.empty()) error = "another rank could not capture its step";
+    }
+    if (error.empty()) return true;
+    // Something in the step can't be captured: say so once and train eagerly.
+    failed_ = true;
+    update_.reset();
+    graph_.reset();
+    release_grads();
+    log::warn("--cuda-graph: capturing the step failed (" + error +
+              "); the step runs eagerly from now on. Hint: --cuda-graph off skips the attempt.");
+    return false;
+  }
+
   // The indices of the step about to be captured in their fixed tensor, and the device idle.
   // Capture runs on the current stream (never the legacy default stream: the Trainer made a pool
   // stream current).
@@ -142,10 +285,8 @@ class CudaGraphStep : public TrainStep {
     stream.synchronize();
   }
 
-  // Captures one step and replays it once, so the captured step also trains.
-  at::Tensor capture(const at::Tensor& order, int64_t start) {
-    prepare_capture(order, start);
-    // Gradients are created inside the graph's pool and stay there between replays.
+  // One rank: the whole step, gradients created inside the graph's pool.
+  void capture() {
     parts_.optimizer->zero_grad();
     graph_ = std::make_unique<at::cuda::CUDAGraph>();
     graph_->capture_begin();
@@ -153,30 +294,135 @@ class CudaGraphStep : public TrainStep {
       loss_ = step_on(parts_, indices_);
     } catch (...) {
       abandon_capture(*graph_);
-      graph_.reset();
       throw;
     }
     graph_->capture_end();
-    graph_->replay();
-    return loss_;
   }
 
-  // Several ranks: every gradient becomes a view of one flat buffer, so one all-reduce covers
-  // them; graph_ computes them (DDP's hooks off), update_ averages and applies them.
-  at::Tensor capture_split(const at::Tensor& order, int64_t start) {
-    prepare_capture(order, start);
-    std::vector<at::Tensor> params = parts_.model->module->parameters();
+  // The trainable parameters, last layer first: the order their gradients are done in.
+  std::vector<at::Tensor> flat_order() const {
+    std::vector<at::Tensor> params;
+    for (auto& q : parts_.model->module->parameters()) {
+      if (q.requires_grad()) params.push_back(q);
+    }
+    std::reverse(params.begin(), params.end());
+    return params;
+  }
+
+  // Every gradient becomes a view of one flat buffer (again at every capture: an eager step in
+  // between replaced them).
+  void bind_flat_grads() {
+    std::vector<at::Tensor> params = flat_order();
+    TORCH_CHECK(!params.empty(), "the model has no trainable parameters");
     if (!flat_grads_.defined()) {
       int64_t total = 0;
-      for (const auto& q : params) total += q.numel();
-      flat_grads_ = at::zeros({total}, params.front().options());
+      for (const auto& q : params) {
+        TORCH_CHECK(q.scalar_type() == params.front().scalar_type(),
+                    "parameters of more than one dtype can't share one gradient buffer");
+        total += q.numel();
+      }
+      flat_grads_ = at::zeros({total}, params.front().options().requires_grad(false));
     }
-    // Again at every capture: an eager step in between (a last, smaller batch) replaced them.
     int64_t offset = 0;
     for (auto& q : params) {
       q.mutable_grad() = flat_grads_.narrow(0, offset, q.numel()).view_as(q);
       offset += q.numel();
     }
+  }
+
+  void release_grads() {
+    if (!flat_grads_.defined()) return;
+    for (auto& q : parts_.model->module->parameters()) q.mutable_grad() = at::Tensor();
+  }
+
+#ifdef TRAIN_HAVE_NCCL
+  bool use_in_graph() {
+    if (parts_.graph_allreduce != "in-graph") return false;
+    if (!reducer_) reducer_ = make_reducer();
+    return reducer_ != nullptr;
+  }
+
+  // The buckets (DDP's rule: last layer first, the first closes at first_bucket_cap_mb, later ones
+  // at bucket_cap_mb), hooks on the parameters' gradient accumulators, the side stream and events.
+  // Null, with the reason logged, where NCCL's communicator or calls can't be reached.
+  std::shared_ptr<GraphReducer> make_reducer() {
+    auto r = std::make_shared<GraphReducer>();
+    r->nccl = nccl_calls();
+    r->comm = static_cast<ncclComm_t>(parts_.process_group->impl().nccl_comm());
+    if (r->nccl == nullptr || r->comm == nullptr) {
+      log::info(std::string("--graph-allreduce in-graph: ") +
+                (r->nccl == nullptr ? "ncclAllReduce isn't loaded" : "no NCCL communicator (backend isn't NCCL)") +
+                "; using one eager all-reduce between two graphs");
+      return nullptr;
+    }
+    bind_flat_grads();
+    r->flat = flat_grads_;
+    std::vector<at::Tensor> params = flat_order();
+    std::vector<std::string> names;
+    for (auto& item : parts_.model->module->named_parameters()) {
+      if (item.value().requires_grad()) names.push_back(item.key());
+    }
+    std::reverse(names.begin(), names.end());
+    int64_t offset = 0;
+    double bytes = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (r->buckets.empty() || bytes >= (r->buckets.size() == 1 ? parts_.first_bucket_cap_mb : parts_.bucket_cap_mb) * 1048576.0) {
+        r->buckets.push_back({offset, 0, 0, 0});
+        bytes = 0;
+      }
+      GraphReducer::Bucket& b = r->buckets.back();
+      b.numel += params[i].numel();
+      ++b.params;
+      bytes += static_cast<double>(params[i].numel() * params[i].element_size());
+      offset += params[i].numel();
+      r->bucket_of.push_back(r->buckets.size() - 1);
+      r->names.push_back(i < names.size() ? names[i] : std::to_string(i));
+    }
+    r->comm_stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, params.front().device().index());
+    r->forks.resize(r->buckets.size(), nullptr);
+    for (cudaEvent_t& e : r->forks) C10_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&r->join, cudaEventDisableTiming));
+    std::weak_ptr<GraphReducer> weak = r;
+    for (size_t i = 0; i < params.size(); ++i) {
+      auto acc = torch::autograd::impl::grad_accumulator(params[i]);
+      acc->add_post_hook(std::make_unique<ReducerHook>(weak, i));
+      r->accumulators.push_back(std::move(acc));
+    }
+    log::debug("--graph-allreduce in-graph: " + std::to_string(r->buckets.size()) + " gradient buckets");
+    return r;
+  }
+
+  // Several ranks, one graph: zero the flat gradients, forward and backward with the buckets'
+  // NCCL averages launched from the hooks, join, update.
+  void capture_in_graph() {
+    bind_flat_grads();
+    c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream();
+    graph_ = std::make_unique<at::cuda::CUDAGraph>();
+    DistributedDataParallel::NoSync no_sync(*parts_.ddp);
+    // Thread-local capture: c10d's watchdog thread keeps polling earlier collectives' events.
+    graph_->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+    try {
+      flat_grads_.zero_();
+      reducer_->arm(stream);
+      loss_ = forward_backward(parts_, indices_);
+      reducer_->finish();
+      parts_.optimizer->step();
+    } catch (...) {
+      reducer_->armed = false;
+      abandon_capture(*graph_);
+      throw;
+    }
+    graph_->capture_end();
+  }
+#else
+  bool use_in_graph() { return false; }
+  void capture_in_graph() {}
+#endif
+
+  // Several ranks, two graphs: graph_ computes the gradients (DDP's hooks off), the eager
+  // all-reduce sums them, update_ averages and applies them.
+  void capture_split() {
+    bind_flat_grads();
     graph_ = std::make_unique<at::cuda::CUDAGraph>();
     {
       DistributedDataParallel::NoSync no_sync(*parts_.ddp);
@@ -186,7 +432,6 @@ class CudaGraphStep : public TrainStep {
         loss_ = forward_backward(parts_, indices_);
       } catch (...) {
         abandon_capture(*graph_);
-        graph_.reset();
         throw;
       }
       graph_->capture_end();
@@ -198,15 +443,9 @@ class CudaGraphStep : public TrainStep {
       parts_.optimizer->step();
     } catch (...) {
       abandon_capture(*update_);
-      update_.reset();
-      graph_.reset();
       throw;
     }
     update_->capture_end();
-    graph_->replay();
-    parts_.process_group->allreduce_sum(flat_grads_);
-    update_->replay();
-    return loss_;
   }
 
   static void abandon_capture(at::cuda::CUDAGraph& graph) {
@@ -222,11 +461,14 @@ class CudaGraphStep : public TrainStep {
   int eager_steps_ = 0;
   EagerStep eager_;
   std::unique_ptr<at::cuda::CUDAGraph> graph_;
-  std::unique_ptr<at::cuda::CUDAGraph> update_;  // several ranks: the update after the all-reduce
+  std::unique_ptr<at::cuda::CUDAGraph> update_;  // "between": the update after the all-reduce
   at::Tensor flat_grads_;
   bool failed_ = false;
   at::Tensor indices_;  // this step's sample indices: the graph's only input
   at::Tensor loss_;     // the graph's output
+#ifdef TRAIN_HAVE_NCCL
+  std::shared_ptr<GraphReducer> reducer_;
+#endif
 };
 #endif
 

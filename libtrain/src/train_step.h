@@ -25,6 +25,12 @@ struct StepParts {
   DistributedDataParallel* ddp = nullptr;  ///< null for one rank
   ProcessGroup* process_group = nullptr;   ///< with ddp
   int world_size = 1;
+  /// Several ranks in a CUDA graph: "in-graph" averages the gradients with NCCL calls captured in
+  /// the step's graph, bucket by bucket while the backward runs; "between" runs one eager NCCL
+  /// all-reduce between two graphs (forward + backward, then the update).
+  std::string graph_allreduce = "in-graph";
+  double first_bucket_cap_mb = 1.0;  ///< in-graph buckets: the first (last layers) closes early
+  double bucket_cap_mb = 25.0;
 };
 
 class TrainStep {
@@ -44,10 +50,13 @@ std::unique_ptr<TrainStep> make_eager_step(const StepParts& parts);
 
 /// The step captured in a CUDA graph for full batches of `batch` samples (a last, smaller batch
 /// runs eagerly). The first `warmup` steps run eagerly (NCCL and cuDNN set up, optimizer state
-/// allocated); the next one is captured and every later one replays it. With several ranks the
-/// step is two graphs around one eager NCCL all-reduce of all gradients, which live in one flat
-/// buffer: forward and backward (DDP's hooks off), then the all-reduce, then the averaging and the
-/// optimizer. NCCL calls are never captured. CUDA builds only.
+/// allocated); the next one is captured and every later one replays it. With several ranks every
+/// gradient is a view of one flat buffer (last layer first) and DDP's hooks are off in the graph:
+/// "in-graph" captures one NCCL average per bucket on a side stream, each launched as soon as its
+/// gradients are done, so the last layers' all-reduce overlaps the first layers' backward;
+/// "between" (or where the NCCL communicator can't be reached) replays forward + backward, runs
+/// one eager all-reduce, then replays the update. Ranks agree on whether every capture worked and
+/// all train eagerly if one didn't. CUDA builds only.
 /// @throws train::ConfigError on a build without CUDA.
 std::unique_ptr<TrainStep> make_cuda_graph_step(const StepParts& parts, int64_t batch, int warmup = 3);
 

@@ -209,6 +209,9 @@ std::string to_json(const TrainResult& r) {
   j["images_per_sec"] = r.images_per_sec;
   j["images_per_sec_steady"] = r.images_per_sec_steady;
   if (r.peak_gpu_mb > 0) j["peak_gpu_mb"] = r.peak_gpu_mb;
+  j["train_seconds"] = r.train_seconds;
+  j["eval_seconds"] = r.eval_seconds;
+  j["checkpoint_seconds"] = r.checkpoint_seconds;
   j["world_size"] = r.world_size;
   j["params_sha256"] = r.params_sha256;
   if (r.preempted || r.cancelled) {
@@ -355,15 +358,20 @@ void Trainer::Impl::setup(const TrainSpec& s) {
 }
 
 void Trainer::Impl::connect() {
-  if (env.world_size <= 1) return;
+  if (env.world_size <= 1 && !c.ddp_single_rank) return;
+  DistEnv e = env;
+  if (env.world_size <= 1) {
+    e.master_addr = "127.0.0.1";
+    e.master_port = 0;  // a one-rank group's store takes a free port from the OS
+  }
   ProcessGroupOptions po;
   po.backend = backend;
   po.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.dist_timeout_sec * 1000));
   po.device_index = device.is_cuda() ? device.index() : 0;
   po.shared_memory_allreduce = c.shm_allreduce == "auto";
-  log::info("rendezvous: " + std::to_string(env.world_size) + " ranks at " + env.master_addr + ":" +
-            std::to_string(env.master_port) + ", backend " + to_string(backend));
-  pg = ProcessGroup::create(env, po);
+  log::info("rendezvous: " + std::to_string(e.world_size) + " ranks at " + e.master_addr + ":" +
+            std::to_string(e.master_port) + ", backend " + to_string(backend));
+  pg = ProcessGroup::create(e, po);
 }
 
 // The model is built right after seeding, so every rank (and every run) starts from the same weights.
@@ -482,6 +490,8 @@ void Trainer::Impl::make_step() {
   parts.ddp = ddp.get();
   parts.process_group = pg.get();
   parts.world_size = env.world_size;
+  parts.graph_allreduce = c.graph_allreduce;
+  parts.bucket_cap_mb = c.bucket_cap_mb;
   bool graph = device.is_cuda() && c.cuda_graph != "off";
   if (graph && spec->lr_schedule.every == LrSchedule::Every::step) {
     // The rate is baked into a captured step; one that changes every step can't be replayed.
@@ -506,7 +516,9 @@ bool Trainer::Impl::check_stop(Clock::time_point t0) {
   if (request.kind == StopKind::none) return false;
   if (device.is_cuda()) torch::cuda::synchronize();
   flush_pending_line();
-  prog().train_seconds += seconds_since(t0);
+  const double seconds = seconds_since(t0);
+  prog().train_seconds += seconds;
+  result.train_seconds += seconds;
   stop(request);
   return true;
 }
@@ -570,7 +582,9 @@ bool Trainer::Impl::train_epoch() {
     if (b + 1 == batches) break;
     if (prog().step % check_every == 0 && check_stop(t0)) return false;
     if (ckdir && c.checkpoint_every > 0 && prog().step % c.checkpoint_every == 0) {
-      prog().train_seconds += seconds_since(t0);
+      const double seconds = seconds_since(t0);
+      prog().train_seconds += seconds;
+      result.train_seconds += seconds;
       t0 = Clock::now();
       const at::Tensor loss_sum = shared_loss_sum();  // every rank takes part
       if (env.rank == 0) write_checkpoint(prog(), loss_sum);
@@ -581,6 +595,7 @@ bool Trainer::Impl::train_epoch() {
   if (device.is_cuda()) preemption->collect();  // the last posted agreement: the epoch ended first
   const double epoch_seconds = seconds_since(t0);
   prog().train_seconds += epoch_seconds;
+  result.train_seconds += epoch_seconds;
   if (epoch_seconds > 0) epoch_ips.push_back(static_cast<double>(prog().images_total - images_before) / epoch_seconds);
   end_epoch(epoch_seconds);
   if (max_steps_reached) return false;
@@ -654,6 +669,7 @@ void Trainer::Impl::end_epoch(double epoch_seconds) {
     for_callbacks([&](Callback& cb) { cb.on_evaluation(ev); });
   }
   const double eval_seconds = seconds_since(t_eval);
+  result.eval_seconds += eval_seconds;
   prog().last_test_loss = ev.loss;
   prog().last_test_accuracy = ev.accuracy();
   log::info("Test set: Average loss: " + fmt("%.4f", ev.loss) + ", Accuracy: " +
@@ -755,6 +771,7 @@ at::Tensor Trainer::Impl::shared_loss_sum() {
 }
 
 void Trainer::Impl::write_checkpoint(const Progress& p, const at::Tensor& loss_sum) {
+  const auto t_start = Clock::now();
   const Progress current_progress = state.progress;
   const at::Tensor current_loss_sum = state.loss_sum;
   state.progress = p;
@@ -764,6 +781,7 @@ void Trainer::Impl::write_checkpoint(const Progress& p, const at::Tensor& loss_s
   state.progress = current_progress;
   state.loss_sum = current_loss_sum;
   result.checkpoint_path = ckdir->save(a, p.step);
+  result.checkpoint_seconds += seconds_since(t_start);
   log::info("checkpoint: " + result.checkpoint_path + " (step " + std::to_string(p.step) + "; resumes at epoch " +
             std::to_string(p.epoch) + ", batch " + std::to_string(p.batches_done) + ")");
   for_callbacks([&](Callback& cb) { cb.on_checkpoint_saved(result.checkpoint_path, p.step); });

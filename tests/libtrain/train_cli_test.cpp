@@ -56,6 +56,30 @@ TEST(TrainCli, FashionMnist5000IsAccurateAndDeterministic) {
   EXPECT_NE(done_line(c)["params_sha256"], ja["params_sha256"]);
 }
 
+// --ddp-single-rank runs one rank through the process group and DDP (to measure what DDP costs):
+// the rendezvous takes a port from the OS, DDP's hooks average over one rank, and the parameters
+// come out bit for bit as without DDP. The done line also reports where the time went.
+TEST(TrainCli, DdpOnOneRankTrainsTheSameParameters) {
+  const std::string dir = train::test::fashion_mnist_dir();
+  if (dir.empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  auto plain = run_program(small_run(dir, "1280"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  train::test::TempDir tmp("ddp1");
+  auto args = small_run(dir, "1280");
+  args.insert(args.end(), {"--ddp-single-rank", "--checkpoint-dir", tmp.file("ck")});
+  auto ddp = run_program(args);
+  ASSERT_EQ(ddp.exit_code, 0) << ddp.err;
+  EXPECT_NE(ddp.err.find("rendezvous: 1 ranks at 127.0.0.1:0"), std::string::npos) << ddp.err;
+  EXPECT_EQ(plain.err.find("rendezvous:"), std::string::npos) << plain.err;
+  auto jp = done_line(plain);
+  auto jd = done_line(ddp);
+  EXPECT_EQ(jd["params_sha256"], jp["params_sha256"]);
+  EXPECT_EQ(jd["steps"], 20);
+  for (const char* key : {"train_seconds", "eval_seconds"}) EXPECT_GT(jd[key].get<double>(), 0.0) << key;
+  EXPECT_GT(jd["checkpoint_seconds"].get<double>(), 0.0);
+  EXPECT_EQ(jp["checkpoint_seconds"].get<double>(), 0.0);  // no --checkpoint-dir
+}
+
 TEST(TrainCli, TruncatedImagesFileFailsCleanlyNamingIt) {
   const std::string dir = train::test::fashion_mnist_dir();
   if (dir.empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";

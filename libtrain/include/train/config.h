@@ -39,11 +39,13 @@ struct TrainConfig {
   std::string backend = "auto"; ///< auto | gloo | nccl
   double dist_timeout_sec = 300;
   double bucket_cap_mb = 25;
+  bool ddp_single_rank = false;  ///< a process group and DDP even with one rank (to measure DDP's own cost)
   std::string shm_allreduce = "auto";  ///< auto (ranks on one machine sum CPU gradients in shared memory) | off
   std::string tf32 = "auto";    ///< auto (PyTorch's defaults: cuDNN yes, matmul no) | on | off
   bool deterministic = false;   ///< deterministic cuDNN algorithms (CUDA runs)
   bool cudnn_benchmark = false;     ///< let cuDNN time its algorithms for each new shape (costs seconds at start)
   std::string cuda_graph = "auto";  ///< auto (on for CUDA) | on | off: the training step in a CUDA graph
+  std::string graph_allreduce = "in-graph";  ///< in-graph | between: where a CUDA graph step averages gradients (several ranks)
   std::string precision = "fp32";   ///< fp32 | tf32 (TF32 matmuls and convolutions) | bf16 (autocast, fp32 weights)
   std::string init_method;      ///< "" or tcp://HOST:PORT (torch.distributed's init_method)
   int world_size = 0;           ///< 0 = from the environment; else checked against it
@@ -68,6 +70,9 @@ struct TrainResult {
   double images_per_sec = 0;          ///< over every epoch, warm-up included
   double images_per_sec_steady = 0;   ///< over the epochs after the first (the first when there is one)
   double peak_gpu_mb = 0;             ///< peak CUDA memory allocated by this rank (0 on the CPU)
+  double train_seconds = 0;           ///< this process's time in training steps
+  double eval_seconds = 0;            ///< this process's time evaluating
+  double checkpoint_seconds = 0;      ///< this process's time writing checkpoints (rank 0 writes them)
   int world_size = 1;
   std::string params_sha256;
   bool preempted = false;        ///< stopped early by a preemption signal or the time limit
