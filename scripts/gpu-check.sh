@@ -38,7 +38,7 @@ if [[ "${TRAIN_GPU_TESTS:-1}" = 1 ]]; then
   grep -E "training step|Test set|error" "$out/smoke.err" | tail -4; tail -1 "$out/smoke.out"
   for t in "gpu_train_test" "dist_train_test --gtest_filter=DistTrainGpu.*" "ddp_test --gtest_filter=*Gpu*:*Nccl*"; do
     name=${t%% *}
-    timeout 200 build-gpu/tests/$t >"$out/$name.log" 2>&1; r=$?
+    timeout 420 build-gpu/tests/$t >"$out/$name.log" 2>&1; r=$?
     grep -E "^\[(gpu parity|graph vs eager|bf16)\]|PASSED|FAILED|SKIPPED" "$out/$name.log" | tail -12
     [[ $r = 0 ]] || { rc=1; grep -B2 -A6 "Failure" "$out/$name.log" | head -30; }
   done

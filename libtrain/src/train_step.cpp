@@ -36,8 +36,7 @@ namespace train::detail {
 namespace {
 
 // forward + loss (under bf16 autocast when asked) and backward; the loss is added to the sum.
-at::Tensor forward_backward(const StepParts& p, const at::Tensor& indices) {
-  Batch b = p.data->get_batch(indices);
+at::Tensor forward_backward(const StepParts& p, const Batch& b) {
   at::Tensor loss;
   if (p.bf16) {
     at::autocast::set_autocast_enabled(at::kCUDA, true);
@@ -62,9 +61,9 @@ at::Tensor forward_backward(const StepParts& p, const at::Tensor& indices) {
 }
 
 // The whole step: zero the gradients, forward, backward (DDP all-reduces in its hooks), update.
-at::Tensor step_on(const StepParts& p, const at::Tensor& indices) {
+at::Tensor step_on(const StepParts& p, const Batch& batch) {
   p.optimizer->zero_grad();
-  at::Tensor loss = forward_backward(p, indices);
+  at::Tensor loss = forward_backward(p, batch);
   p.optimizer->step();
   return loss;
 }
@@ -73,7 +72,7 @@ class EagerStep : public TrainStep {
  public:
   explicit EagerStep(const StepParts& parts) : parts_(parts) {}
   at::Tensor run(const at::Tensor& order, int64_t start, int64_t len) override {
-    return step_on(parts_, order.narrow(0, start, len));
+    return step_on(parts_, parts_.data->get_batch(order.narrow(0, start, len)));
   }
   std::string describe() const override { return parts_.bf16 ? "eager, bf16 autocast" : "eager"; }
 
@@ -192,7 +191,7 @@ class ReducerHook : public torch::autograd::FunctionPostHook {
 class CudaGraphStep : public TrainStep {
  public:
   CudaGraphStep(const StepParts& parts, int64_t batch, int warmup)
-      : parts_(parts), batch_(batch), warmup_(warmup), eager_(parts) {}
+      : parts_(parts), batch_(batch), warmup_(warmup), eager_(parts), gather_in_graph_(parts.data->capturable()) {}
 
   at::Tensor run(const at::Tensor& order, int64_t start, int64_t len) override {
     if (len != batch_ || failed_) {
@@ -209,8 +208,23 @@ class CudaGraphStep : public TrainStep {
       ++eager_steps_;
       return eager_.run(order, start, len);
     }
-    if (!graph_ && !capture_all(order, start)) return eager_.run(order, start, len);
-    indices_.copy_(order.narrow(0, start, batch_), /*non_blocking=*/true);
+    bool captured_now = false;
+    if (!graph_) {
+      if (!capture_all(order, start)) {
+        // This step's batch was already drawn for the capture: train on it, not on a new draw.
+        return gather_in_graph_ || !inputs_.inputs.defined() ? eager_.run(order, start, len) : step_on(parts_, inputs_);
+      }
+      captured_now = true;
+    }
+    if (gather_in_graph_) {
+      indices_.copy_(order.narrow(0, start, batch_), /*non_blocking=*/true);
+    } else if (!captured_now) {
+      // A dataset the graph can't capture (random augmentation, host state) gathers eagerly
+      // into the graph's fixed inputs.
+      const Batch b = parts_.data->get_batch(order.narrow(0, start, batch_));
+      inputs_.inputs.copy_(b.inputs, /*non_blocking=*/true);
+      inputs_.targets.copy_(b.targets, /*non_blocking=*/true);
+    }
     graph_->replay();
     if (update_) {
       parts_.process_group->allreduce_sum(flat_grads_);  // queued on the device; the host goes on
@@ -235,7 +249,8 @@ class CudaGraphStep : public TrainStep {
                                                    : ", one eager all-reduce between two graphs";
     }
     return std::string("CUDA graph (batch ") + std::to_string(batch_) + ", " + std::to_string(warmup_) +
-           " eager warm-up steps" + (parts_.bf16 ? ", bf16 autocast" : "") + ranks + ")";
+           " eager warm-up steps" + (parts_.bf16 ? ", bf16 autocast" : "") + ranks +
+           (gather_in_graph_ ? "" : ", batches gathered outside the graph") + ")";
   }
 
  private:
@@ -279,11 +294,18 @@ class CudaGraphStep : public TrainStep {
   void prepare_capture(const at::Tensor& order, int64_t start) {
     if (!indices_.defined()) indices_ = at::empty({batch_}, order.options());
     indices_.copy_(order.narrow(0, start, batch_));
+    if (!gather_in_graph_) {
+      const Batch b = parts_.data->get_batch(indices_);
+      inputs_ = {b.inputs.clone(), b.targets.clone()};  // fixed addresses, outside the graph's pool
+    }
     c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream();
     TORCH_CHECK(stream != c10::cuda::getDefaultCUDAStream(stream.device_index()),
                 "the current stream is the default stream, which can't be captured");
     stream.synchronize();
   }
+
+  // The captured step's batch: gathered inside the graph from indices_, or the fixed inputs.
+  Batch graph_batch() { return gather_in_graph_ ? parts_.data->get_batch(indices_) : inputs_; }
 
   // One rank: the whole step, gradients created inside the graph's pool.
   void capture() {
@@ -291,7 +313,7 @@ class CudaGraphStep : public TrainStep {
     graph_ = std::make_unique<at::cuda::CUDAGraph>();
     graph_->capture_begin();
     try {
-      loss_ = step_on(parts_, indices_);
+      loss_ = step_on(parts_, graph_batch());
     } catch (...) {
       abandon_capture(*graph_);
       throw;
@@ -350,9 +372,9 @@ class CudaGraphStep : public TrainStep {
     r->nccl = nccl_calls();
     r->comm = static_cast<ncclComm_t>(parts_.process_group->impl().nccl_comm());
     if (r->nccl == nullptr || r->comm == nullptr) {
-      log::info(std::string("--graph-allreduce in-graph: ") +
+      log::warn(std::string("--graph-allreduce in-graph: ") +
                 (r->nccl == nullptr ? "ncclAllReduce isn't loaded" : "no NCCL communicator (backend isn't NCCL)") +
-                "; using one eager all-reduce between two graphs");
+                "; falling back to one eager all-reduce between two graphs");
       return nullptr;
     }
     bind_flat_grads();
@@ -404,7 +426,7 @@ class CudaGraphStep : public TrainStep {
     try {
       flat_grads_.zero_();
       reducer_->arm(stream);
-      loss_ = forward_backward(parts_, indices_);
+      loss_ = forward_backward(parts_, graph_batch());
       reducer_->finish();
       parts_.optimizer->step();
     } catch (...) {
@@ -429,7 +451,7 @@ class CudaGraphStep : public TrainStep {
       graph_->capture_begin();
       try {
         flat_grads_.zero_();  // the gradients stay views of the flat buffer
-        loss_ = forward_backward(parts_, indices_);
+        loss_ = forward_backward(parts_, graph_batch());
       } catch (...) {
         abandon_capture(*graph_);
         throw;
@@ -464,7 +486,9 @@ class CudaGraphStep : public TrainStep {
   std::unique_ptr<at::cuda::CUDAGraph> update_;  // "between": the update after the all-reduce
   at::Tensor flat_grads_;
   bool failed_ = false;
-  at::Tensor indices_;  // this step's sample indices: the graph's only input
+  bool gather_in_graph_;  // the dataset is capturable: the graph gathers the batch itself
+  at::Tensor indices_;    // this step's sample indices: the graph's input when it gathers
+  Batch inputs_;          // else the graph's fixed inputs
   at::Tensor loss_;     // the graph's output
 #ifdef TRAIN_HAVE_NCCL
   std::shared_ptr<GraphReducer> reducer_;

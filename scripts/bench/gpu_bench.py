@@ -3,8 +3,10 @@
 
 usage: python3 scripts/bench/gpu_bench.py --build build-gpu --data DIR [--epochs 3]
            [--configs 1x64,1x512,2x64,2x512] [--results docs/benchmarks/results.jsonl]
-For each WORLDxBATCH it runs libtrain (CUDA graph, fp32; then bf16; then eager for the ablation)
-and Python DDP with the dataset resident on the GPU (and, at 1x64, with the DataLoader as cluster
+For each WORLDxBATCH it runs libtrain (CUDA graph, fp32; then bf16; then eager for the ablation;
+"between": several GPUs with the eager all-reduce between two graphs instead of NCCL in the graph;
+"ddp1": one GPU through a process group and DDP (--ddp-single-rank), DDP's own cost; "ckpt": with
+a checkpoint every epoch, for the share of the run that evaluation and checkpoints take) and Python DDP with the dataset resident on the GPU (and, at 1x64, with the DataLoader as cluster
 wikis write it). Steady images/s: libtrain's epochs after the first, Python's best epoch. Whole:
 all epochs. Time to 91%: from launching the process to the end of the first epoch whose test
 accuracy reaches 0.91. Prints a table with the card's name, and appends one JSON row per run.
@@ -27,8 +29,9 @@ def run(cmd, env):
     t_launch = time.time()
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as errf:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, env=env)
-        timer = __import__("threading").Timer(RUN_TIMEOUT_S, proc.kill)
+        # Own process group: a run past its time is killed with all its ranks, none left on a GPU.
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, env=env, start_new_session=True)
+        timer = __import__("threading").Timer(RUN_TIMEOUT_S, lambda: os.killpg(proc.pid, 9))
         timer.start()
         out = proc.stdout.read()
         _, status, rusage = os.wait4(proc.pid, 0)
@@ -69,7 +72,8 @@ def main():
     p.add_argument("--results", default=os.path.join(REPO, "docs", "benchmarks", "results.jsonl"))
     p.add_argument("--no-python-dataloader", action="store_true", help="skip the slow DataLoader run")
     p.add_argument("--variants", default="graph,bf16,eager",
-                   help="libtrain runs: graph (fp32), graphbench (with cuDNN autotuning), bf16, eager, tf32")
+                   help="libtrain runs: graph (fp32), graphbench (with cuDNN autotuning), bf16, eager, tf32, "
+                        "between (several GPUs), ddp1 (one GPU), ckpt")
     a = p.parse_args()
 
     import torch
@@ -81,18 +85,27 @@ def main():
     trainctl = os.path.join(a.build, "bin", "trainctl")
     ref = os.path.join(REPO, "scripts", "bench", "reference_mnist.py")
     variants = {"graph": ["--cuda-graph", "on"], "graphbench": ["--cuda-graph", "on", "--cudnn-benchmark"], "bf16": ["--cuda-graph", "on", "--precision", "bf16"],
-                "eager": ["--cuda-graph", "off"], "tf32": ["--cuda-graph", "on", "--precision", "tf32"]}
+                "eager": ["--cuda-graph", "off"], "tf32": ["--cuda-graph", "on", "--precision", "tf32"],
+                "between": ["--cuda-graph", "on", "--graph-allreduce", "between"],
+                "ddp1": ["--cuda-graph", "on", "--ddp-single-rank"], "ckpt": ["--cuda-graph", "on"]}
+    modes = {"eager": "eager", "graphbench": "cuda_graph+cudnn_benchmark", "between": "cuda_graph+allreduce_between",
+             "ddp1": "cuda_graph+ddp_single_rank", "ckpt": "cuda_graph+checkpoints"}
+    work = tempfile.mkdtemp(prefix="gpu_bench_")
     rows = []
     for config in a.configs.split(","):
         world, batch = (int(x) for x in config.split("x"))
         common = ["--data", a.data, "--epochs", str(a.epochs), "--batch-size", str(batch), "--threads", "4"]
         runs = []
         for v in a.variants.split(","):
+            if (v == "between" and world == 1) or (v == "ddp1" and world > 1):
+                continue
             metrics = tempfile.mktemp(suffix=".jsonl")
             cmd = [train, "--device", "cuda", "--log-interval", "1000000", "--metrics", metrics] + common + variants[v]
+            if v == "ckpt":
+                cmd += ["--checkpoint-dir", os.path.join(work, f"ck_{world}x{batch}")]
             if world > 1:
                 cmd = [trainctl, "local", "--nproc", str(world), "--no-prefix", "--"] + cmd
-            mode = {"eager": "eager", "graphbench": "cuda_graph+cudnn_benchmark"}.get(v, "cuda_graph")
+            mode = modes.get(v, "cuda_graph")
             precision = {"bf16": "bf16", "tf32": "tf32"}.get(v, "fp32")
             runs.append(("cpp", mode, precision, cmd, metrics))
         py = [sys.executable, ref, "--device", "cuda", "--eval-every-epoch"] + common
@@ -122,6 +135,12 @@ def main():
                              peak_gpu_mb=round(done.get("peak_gpu_mb", 0.0), 1), host_rss_mb=round(rss, 1),
                              wall_s=round(wall, 2),
                              eval_seconds=round(sum(e.get("eval_seconds", 0) for e in epochs), 3) if impl == "cpp" else None))
+            if impl == "cpp" and "train_seconds" in done:
+                spent = done["train_seconds"] + done["eval_seconds"] + done["checkpoint_seconds"]
+                rows[-1].update(train_seconds=round(done["train_seconds"], 3),
+                                checkpoint_seconds=round(done["checkpoint_seconds"], 3),
+                                eval_share=round(done["eval_seconds"] / spent, 4) if spent > 0 else None,
+                                checkpoint_share=round(done["checkpoint_seconds"] / spent, 4) if spent > 0 else None)
             r = rows[-1]
             print(f"  {world}x{batch} {impl:6} {mode:10} {precision:5} {r['images_per_sec']:>10,.0f} img/s steady, "
                   f"acc {r['test_accuracy']:.4f}, to 91% {r['seconds_to_91']}, wall {r['wall_s']} s", flush=True)
@@ -136,11 +155,29 @@ def main():
         print(f"{str(r['world_size']) + ' x ' + str(r['batch_size']):14} {r['impl']:7} {r['mode']:11} {r['precision']:5} "
               f"{r['images_per_sec']:13,.0f} {r['images_per_sec_whole']:12,.0f} {ratio:14.2f}x {r['test_accuracy']:9.4f} "
               f"{str(r['seconds_to_91']):>9} {r['peak_gpu_mb']:8.0f} {r['host_rss_mb']:8.0f}")
+    def find(world, batch, impl="cpp", mode="cuda_graph", precision="fp32"):
+        got = [r for r in rows if r["world_size"] == world and r["batch_size"] == batch and r["impl"] == impl
+               and r["mode"] == mode and r["precision"] == precision]
+        return got[0] if got else None
+
     for batch in sorted({r["batch_size"] for r in rows}):
-        one = [r for r in rows if r["world_size"] == 1 and r["batch_size"] == batch and r["impl"] == "cpp" and r["mode"] == "cuda_graph" and r["precision"] == "fp32"]
-        two = [r for r in rows if r["world_size"] == 2 and r["batch_size"] == batch and r["impl"] == "cpp" and r["mode"] == "cuda_graph" and r["precision"] == "fp32"]
-        if one and two:
-            print(f"scaling at batch {batch}/GPU: 2 GPUs = {two[0]['images_per_sec'] / one[0]['images_per_sec']:.2f}x one GPU")
+        one, py_one = find(1, batch), find(1, batch, "python", "resident")
+        for world in sorted({r["world_size"] for r in rows if r["world_size"] > 1}):
+            many, py_many = find(world, batch), find(world, batch, "python", "resident")
+            if one and many:
+                line = (f"scaling at batch {batch}/GPU: {world} GPUs = {many['images_per_sec'] / one['images_per_sec']:.2f}x "
+                        f"one GPU ({many['images_per_sec'] / one['images_per_sec'] / world:.2f} x N)")
+                if py_one and py_many:
+                    line += f"; Python DDP {py_many['images_per_sec'] / py_one['images_per_sec']:.2f}x"
+                print(line)
+        ddp1 = find(1, batch, mode="cuda_graph+ddp_single_rank")
+        if one and ddp1:
+            print(f"DDP on one GPU at batch {batch}: {ddp1['images_per_sec']:,.0f} vs {one['images_per_sec']:,.0f} img/s "
+                  f"without: costs {100 * (1 - ddp1['images_per_sec'] / one['images_per_sec']):.1f}%")
+        for r in rows:
+            if r["batch_size"] == batch and r.get("checkpoint_share") is not None and r["mode"] == "cuda_graph+checkpoints":
+                print(f"{r['world_size']}x{batch} with a checkpoint per epoch: evaluation {100 * r['eval_share']:.1f}%, "
+                      f"checkpoints {100 * r['checkpoint_share']:.1f}% of the time in steps + evaluation + checkpoints")
     if a.results:
         os.makedirs(os.path.dirname(a.results), exist_ok=True)
         with open(a.results, "a") as f:

@@ -187,21 +187,41 @@ TEST(DistTrainGpu, TwoGpuRanksMatchOneRankWithDoubleBatch) {
   };
   struct Case {
     std::vector<std::string> extra;
-    double two_gpu_tolerance, one_gpu_tolerance;
+    double multi_gpu_tolerance, one_gpu_tolerance;
   };
+  // Several GPUs: the default CUDA-graph step (NCCL averages captured in the graph), the
+  // fallback (one eager all-reduce between two graphs), and 4 ranks where the node has 4 GPUs.
+  struct Multi {
+    int ranks;
+    std::string graph_allreduce, log_says;
+  };
+  std::vector<Multi> multis = {{2, "in-graph", "gradients averaged by NCCL inside the graph"},
+                               {2, "between", "one eager all-reduce between two graphs"}};
+  if (gpus >= 4) multis.push_back({4, "in-graph", "gradients averaged by NCCL inside the graph"});
   for (const Case& k : {Case{{"--optimizer", "sgd", "--lr", "0.02", "--weight-decay", "0"}, 1e-3, 5e-3},
                         Case{{"--max-steps", "10"}, 1e-5, 1e-4}}) {
     auto ref = run_program(args("cpu", 64, k.extra));
     ASSERT_EQ(ref.exit_code, 0) << ref.err;
     auto one = run_program(args("cuda", 64, k.extra));
     ASSERT_EQ(one.exit_code, 0) << one.err;
-    auto two = run_program(local(2, args("cuda", 32, k.extra)));
-    ASSERT_EQ(two.exit_code, 0) << two.err;
-    EXPECT_NE(two.err.find("backend nccl"), std::string::npos) << two.err;
-    const double l0 = done(ref)["test_loss"], l1 = done(one)["test_loss"], l2 = done(two)["test_loss"];
-    std::printf("[gpu parity] %s %s: CPU 1 rank %.9f, 1 GPU %.9f (rel %.2e), 2 GPUs NCCL %.9f (rel %.2e)\n",
-                k.extra[0].c_str(), k.extra[1].c_str(), l0, l1, std::abs(l1 - l0) / l0, l2, std::abs(l2 - l0) / l0);
-    EXPECT_LE(std::abs(l2 - l0) / l0, k.two_gpu_tolerance) << "2 GPUs vs the single-process reference";
+    const double l0 = done(ref)["test_loss"], l1 = done(one)["test_loss"];
+    std::printf("[gpu parity] %s %s: CPU 1 rank %.9f, 1 GPU %.9f (rel %.2e)\n", k.extra[0].c_str(),
+                k.extra[1].c_str(), l0, l1, std::abs(l1 - l0) / l0);
     EXPECT_LE(std::abs(l1 - l0) / l0, k.one_gpu_tolerance) << "1 GPU vs the single-process reference";
+    for (const Multi& m : multis) {
+      std::vector<std::string> extra = k.extra;
+      extra.insert(extra.end(), {"--graph-allreduce", m.graph_allreduce});
+      auto many = run_program(local(m.ranks, args("cuda", 64 / m.ranks, extra)));
+      ASSERT_EQ(many.exit_code, 0) << many.err;
+      EXPECT_NE(many.err.find("backend nccl"), std::string::npos) << many.err;
+      EXPECT_NE(many.err.find(m.log_says), std::string::npos) << many.err;
+      EXPECT_EQ(many.err.find("capturing the step failed"), std::string::npos) << many.err;
+      EXPECT_EQ(many.err.find("falling back"), std::string::npos) << many.err;
+      const double l2 = done(many)["test_loss"];
+      std::printf("[gpu parity]   %d GPUs NCCL (%s) %.9f (rel %.2e)\n", m.ranks, m.graph_allreduce.c_str(), l2,
+                  std::abs(l2 - l0) / l0);
+      EXPECT_LE(std::abs(l2 - l0) / l0, k.multi_gpu_tolerance)
+          << m.ranks << " GPUs (" << m.graph_allreduce << ") vs the single-process reference";
+    }
   }
 }

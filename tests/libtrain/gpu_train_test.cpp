@@ -34,31 +34,38 @@ std::vector<std::string> gpu_args(std::vector<std::string> extra) {
 }  // namespace
 
 // Same seed, same batches, deterministic cuDNN: the captured step (replayed ~180 times, captured
-// again at the epoch boundary for the new learning rate) must land on the eager step's bits.
+// again at the epoch boundary for the new learning rate) must land on the eager step's bits. With
+// --augment crop,flip (random numbers drawn per batch) the batch is gathered outside the graph
+// and must be the same draw as the eager step's.
 TEST(TrainGpu, CudaGraphStepEqualsEagerStep) {
   const int gpus = gpu_count();
   if (gpus < 1) GTEST_SKIP() << "needs a CUDA GPU, found " << gpus << ": run scripts/gpu-check.sh on a node with a GPU (docs/gpu.md)";
   if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
-  const std::vector<std::string> common = {"--epochs", "2", "--limit-train-samples", "6000", "--limit-test-samples",
-                                           "1000", "--no-dropout", "--deterministic", "--tf32", "off"};
-  auto with = [&](const std::string& graph) {
-    auto a = gpu_args(common);
-    a.insert(a.end(), {"--cuda-graph", graph});
-    return a;
-  };
-  auto eager = run_program(with("off"));
-  ASSERT_EQ(eager.exit_code, 0) << eager.err;
-  auto graph = run_program(with("on"));
-  ASSERT_EQ(graph.exit_code, 0) << graph.err;
-  EXPECT_NE(graph.err.find("training step: CUDA graph"), std::string::npos) << graph.err;
-  EXPECT_NE(eager.err.find("training step: eager"), std::string::npos) << eager.err;
-  const auto je = done(eager), jg = done(graph);
-  std::printf("[graph vs eager] test_loss %.9f vs %.9f, sha %s vs %s\n", je["test_loss"].get<double>(),
-              jg["test_loss"].get<double>(), je["params_sha256"].get<std::string>().c_str(),
-              jg["params_sha256"].get<std::string>().c_str());
-  EXPECT_EQ(jg["steps"], je["steps"]);
-  EXPECT_EQ(jg["params_sha256"], je["params_sha256"]);
-  EXPECT_EQ(jg["train_loss"], je["train_loss"]);
+  for (const std::vector<std::string>& extra : {std::vector<std::string>{}, {"--augment", "crop,flip"}}) {
+    std::vector<std::string> common = {"--epochs", "2", "--limit-train-samples", "6000", "--limit-test-samples",
+                                       "1000", "--no-dropout", "--deterministic", "--tf32", "off"};
+    common.insert(common.end(), extra.begin(), extra.end());
+    auto with = [&](const std::string& graph) {
+      auto a = gpu_args(common);
+      a.insert(a.end(), {"--cuda-graph", graph});
+      return a;
+    };
+    auto eager = run_program(with("off"));
+    ASSERT_EQ(eager.exit_code, 0) << eager.err;
+    auto graph = run_program(with("on"));
+    ASSERT_EQ(graph.exit_code, 0) << graph.err;
+    EXPECT_NE(graph.err.find("training step: CUDA graph"), std::string::npos) << graph.err;
+    EXPECT_EQ(graph.err.find("capturing the step failed"), std::string::npos) << graph.err;
+    EXPECT_EQ(graph.err.find("batches gathered outside the graph") != std::string::npos, !extra.empty()) << graph.err;
+    EXPECT_NE(eager.err.find("training step: eager"), std::string::npos) << eager.err;
+    const auto je = done(eager), jg = done(graph);
+    std::printf("[graph vs eager]%s test_loss %.9f vs %.9f, sha %s vs %s\n", extra.empty() ? "" : " --augment crop,flip:",
+                je["test_loss"].get<double>(), jg["test_loss"].get<double>(),
+                je["params_sha256"].get<std::string>().c_str(), jg["params_sha256"].get<std::string>().c_str());
+    EXPECT_EQ(jg["steps"], je["steps"]);
+    EXPECT_EQ(jg["params_sha256"], je["params_sha256"]);
+    EXPECT_EQ(jg["train_loss"], je["train_loss"]);
+  }
 }
 
 // bf16 autocast (fp32 master weights) reaches fp32's test accuracy within 0.5 points, averaged

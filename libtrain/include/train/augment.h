@@ -45,6 +45,8 @@ class AugmentedDataset : public Dataset {
   Batch get_batch(const at::Tensor& indices) override;
   void to(const at::Device& device) override;
   std::string name() const override { return inner_->name(); }
+  /// Random crops and flips draw new numbers for every batch from the host: never captured.
+  bool capturable() const override { return !options_.crop && !options_.flip && inner_->capturable(); }
 
   /// Batches drawn so far (the generator's position).
   int64_t batches_drawn() const { return batches_; }

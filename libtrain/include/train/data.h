@@ -34,6 +34,12 @@ class Dataset {
 
   /// A name for logs, e.g. "fashion-mnist/train".
   virtual std::string name() const { return "data"; }
+
+  /// Whether a CUDA graph may capture get_batch and replay it for later index sets: true only
+  /// when the batch is a pure function of `indices` computed by device ops (no host reads, no
+  /// random numbers, no state that changes between calls). When false, as by default, the
+  /// graph step calls get_batch eagerly and copies the batch into the graph's fixed inputs.
+  virtual bool capturable() const { return false; }
 };
 
 /// A dataset held whole in two tensors (inputs [N, ...], targets [N]); get_batch gathers rows.
@@ -46,6 +52,7 @@ class InMemoryDataset : public Dataset {
   Batch get_batch(const at::Tensor& indices) override;
   void to(const at::Device& device) override;
   std::string name() const override { return name_; }
+  bool capturable() const override { return true; }  ///< index_select only
 
   const at::Tensor& inputs() const { return inputs_; }
   const at::Tensor& targets() const { return targets_; }
