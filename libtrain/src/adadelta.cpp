@@ -9,6 +9,12 @@
 
 #include "train/error.h"
 
+#ifdef TRAIN_HAVE_FUSED_CUDA
+#include "cuda/adadelta_fused.h"
+
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 #include <torch/autograd.h>
 
 namespace train::optim {
@@ -64,7 +70,7 @@ torch::Tensor Adadelta::step(LossClosure closure) {
   }
   for (auto& group : param_groups_) {
     const auto& o = static_cast<const AdadeltaOptions&>(group.options());
-    if (foreach_step(group, o)) continue;
+    if (fused_step(group, o) || foreach_step(group, o)) continue;
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       torch::Tensor grad = o.maximize() ? -p.grad() : p.grad();
@@ -93,6 +99,52 @@ AdadeltaParamState& Adadelta::state_for(const torch::Tensor& p) {
     slot = std::move(st);
   }
   return static_cast<AdadeltaParamState&>(*slot);
+}
+
+// On CUDA, where the build compiled it: the whole update in one kernel for the whole group, when
+// every parameter, gradient and state tensor is float32 with the parameter's dense strides.
+bool Adadelta::fused_step(torch::optim::OptimizerParamGroup& group, const AdadeltaOptions& o) {
+#ifdef TRAIN_HAVE_FUSED_CUDA
+  std::vector<torch::Tensor> params;
+  for (auto& p : group.params()) {
+    if (!p.grad().defined()) continue;
+    const torch::Tensor& g = p.grad();
+    if (!p.is_cuda() || g.is_sparse() || p.scalar_type() != at::kFloat || g.scalar_type() != at::kFloat ||
+        !p.is_non_overlapping_and_dense() || g.strides() != p.strides() || g.device() != p.device()) {
+      return false;
+    }
+    if (!params.empty() && p.device() != params.front().device()) return false;
+    params.push_back(p);
+  }
+  if (params.empty()) return false;
+  std::vector<detail::AdadeltaFusedTensor> tensors;
+  for (auto& p : params) {
+    auto& st = state_for(p);
+    if (st.square_avg().strides() != p.strides() || st.acc_delta().strides() != p.strides() ||
+        st.square_avg().scalar_type() != at::kFloat || st.acc_delta().scalar_type() != at::kFloat) {
+      return false;  // e.g. state loaded from a checkpoint in another layout: the foreach path copes
+    }
+    tensors.push_back({p.data_ptr<float>(), p.grad().const_data_ptr<float>(), st.square_avg().data_ptr<float>(),
+                       st.acc_delta().data_ptr<float>(), p.numel()});
+  }
+  for (auto& p : params) {
+    auto& st = state_for(p);
+    st.step(st.step() + 1);  // bookkeeping only: Adadelta's update does not use it
+  }
+  detail::AdadeltaFusedOptions fo;
+  fo.lr = static_cast<float>(o.lr());
+  fo.rho = static_cast<float>(o.rho());
+  fo.eps = static_cast<float>(o.eps());
+  fo.weight_decay = static_cast<float>(o.weight_decay());
+  fo.maximize = o.maximize();
+  const auto stream = c10::cuda::getCurrentCUDAStream(params.front().device().index());
+  const int rc = detail::adadelta_fused_launch(tensors.data(), static_cast<int>(tensors.size()), fo, stream.stream());
+  TORCH_CHECK(rc == 0, "the fused Adadelta kernel failed to launch (CUDA error ", rc, ")");
+  return true;
+#else
+  (void)group, (void)o;
+  return false;
+#endif
 }
 
 // On CUDA, one kernel per operation for the whole group (torch's foreach ops) instead of one per

@@ -140,6 +140,10 @@ void add_run_flags(CLI::App& app, TrainConfig& c) {
                  "several GPUs with --cuda-graph: in-graph (NCCL averages captured in the step, overlapping the "
                  "backward), between (one eager all-reduce between two graphs)")
       ->capture_default_str()->check(one_of({"in-graph", "between"}, "between is the fallback if in-graph misbehaves"));
+  app.add_option("--channels-last", c.channels_last,
+                 "CUDA: keep convolution weights and activations in channels-last (NHWC) order, which cuDNN "
+                 "computes in without converting: on, off")
+      ->capture_default_str()->check(one_of({"on", "off"}, "on avoids cuDNN's layout conversions"));
   app.add_option("--precision", c.precision,
                  "CUDA arithmetic: fp32, tf32 (TF32 matmuls/convolutions), bf16 (autocast, fp32 master weights)")
       ->capture_default_str()->check(one_of({"fp32", "tf32", "bf16"}, "bf16 is fastest on Ampere and newer GPUs"));

@@ -347,7 +347,10 @@ class CudaGraphStep : public TrainStep {
     }
     int64_t offset = 0;
     for (auto& q : params) {
-      q.mutable_grad() = flat_grads_.narrow(0, offset, q.numel()).view_as(q);
+      // The parameter's own strides (channels-last weights too): AccumulateGrad and the fused
+      // optimizer want gradients laid out like their parameters.
+      at::Tensor slice = flat_grads_.narrow(0, offset, q.numel());
+      q.mutable_grad() = q.is_non_overlapping_and_dense() ? slice.as_strided(q.sizes(), q.strides()) : slice.view_as(q);
       offset += q.numel();
     }
   }

@@ -303,8 +303,11 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : impl_(std::make_unique<Impl>
     // run never earns back, so it is opt-in (--cudnn-benchmark).
     at::globalContext().setDeterministicCuDNN(t.c.deterministic);
     at::globalContext().setBenchmarkCuDNN(t.c.cudnn_benchmark && !t.c.deterministic);
-  } else if (t.c.cuda_graph == "on" || t.c.precision != "fp32") {
-    throw ConfigError(std::string(t.c.cuda_graph == "on" ? "--cuda-graph on" : "--precision " + t.c.precision) +
+  } else if (t.c.cuda_graph == "on" || t.c.precision != "fp32" || t.c.channels_last == "on") {
+    const std::string flag = t.c.cuda_graph == "on"      ? "--cuda-graph on"
+                             : t.c.precision != "fp32" ? "--precision " + t.c.precision
+                                                       : "--channels-last on";
+    throw ConfigError(flag +
                           ": expected a CUDA device, found the run on " + t.device.str() + ".",
                       "these settings need a GPU; on the CPU leave them at their defaults.");
   }
@@ -385,6 +388,14 @@ void Trainer::Impl::build_model() {
                       "return train::wrap_model(your_module) from the builder.");
   }
   model.module->to(device);
+  if (device.is_cuda() && c.channels_last == "on") {
+    // Same values, NHWC strides: cuDNN then convolves without converting layouts, and the
+    // activations, gradients and optimizer state follow the weights' layout.
+    torch::NoGradGuard no_grad;
+    for (auto& p : model.module->parameters()) {
+      if (p.dim() == 4) p.set_data(p.contiguous(at::MemoryFormat::ChannelsLast));
+    }
+  }
   model.module->train();
   optimizer = spec->optimizer(model.module->parameters());
   if (!optimizer || optimizer->param_groups().empty()) {
@@ -808,6 +819,10 @@ TrainResult Trainer::Impl::finish() {
     log::info("saved the model to " + c.save_model);
   }
   if (pg) {
+    // A CUDA graph holding NCCL calls must go before the communicator: destroying a
+    // communicator that a live graph still uses hangs in NCCL.
+    if (train_step) train_step->invalidate();
+    train_step.reset();
     pg->barrier();
     ddp.reset();
     pg->shutdown();

@@ -73,7 +73,7 @@ def main():
     p.add_argument("--no-python-dataloader", action="store_true", help="skip the slow DataLoader run")
     p.add_argument("--variants", default="graph,bf16,eager",
                    help="libtrain runs: graph (fp32), graphbench (with cuDNN autotuning), bf16, eager, tf32, "
-                        "between (several GPUs), ddp1 (one GPU), ckpt")
+                        "between (several GPUs), ddp1 (one GPU), ckpt, cl (channels-last), clbf16")
     a = p.parse_args()
 
     import torch
@@ -87,9 +87,12 @@ def main():
     variants = {"graph": ["--cuda-graph", "on"], "graphbench": ["--cuda-graph", "on", "--cudnn-benchmark"], "bf16": ["--cuda-graph", "on", "--precision", "bf16"],
                 "eager": ["--cuda-graph", "off"], "tf32": ["--cuda-graph", "on", "--precision", "tf32"],
                 "between": ["--cuda-graph", "on", "--graph-allreduce", "between"],
-                "ddp1": ["--cuda-graph", "on", "--ddp-single-rank"], "ckpt": ["--cuda-graph", "on"]}
+                "ddp1": ["--cuda-graph", "on", "--ddp-single-rank"], "ckpt": ["--cuda-graph", "on"],
+                "cl": ["--cuda-graph", "on", "--channels-last", "on"],
+                "clbf16": ["--cuda-graph", "on", "--channels-last", "on", "--precision", "bf16"]}
     modes = {"eager": "eager", "graphbench": "cuda_graph+cudnn_benchmark", "between": "cuda_graph+allreduce_between",
-             "ddp1": "cuda_graph+ddp_single_rank", "ckpt": "cuda_graph+checkpoints"}
+             "ddp1": "cuda_graph+ddp_single_rank", "ckpt": "cuda_graph+checkpoints",
+             "cl": "cuda_graph+channels_last", "clbf16": "cuda_graph+channels_last"}
     work = tempfile.mkdtemp(prefix="gpu_bench_")
     rows = []
     for config in a.configs.split(","):
@@ -106,7 +109,7 @@ def main():
             if world > 1:
                 cmd = [trainctl, "local", "--nproc", str(world), "--no-prefix", "--"] + cmd
             mode = modes.get(v, "cuda_graph")
-            precision = {"bf16": "bf16", "tf32": "tf32"}.get(v, "fp32")
+            precision = {"bf16": "bf16", "tf32": "tf32", "clbf16": "bf16"}.get(v, "fp32")
             runs.append(("cpp", mode, precision, cmd, metrics))
         py = [sys.executable, ref, "--device", "cuda", "--eval-every-epoch"] + common
         if world > 1:

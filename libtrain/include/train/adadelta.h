@@ -58,6 +58,7 @@ class Adadelta : public torch::optim::Optimizer {
   // The state of `p`, created (zeros) on its first update.
   AdadeltaParamState& state_for(const torch::Tensor& p);
   // The update of a group of CUDA parameters with torch's foreach ops; false when it doesn't apply.
+  bool fused_step(torch::optim::OptimizerParamGroup& group, const AdadeltaOptions& options);
   bool foreach_step(torch::optim::OptimizerParamGroup& group, const AdadeltaOptions& options);
 };
 

@@ -46,6 +46,7 @@ struct TrainConfig {
   bool cudnn_benchmark = false;     ///< let cuDNN time its algorithms for each new shape (costs seconds at start)
   std::string cuda_graph = "auto";  ///< auto (on for CUDA) | on | off: the training step in a CUDA graph
   std::string graph_allreduce = "in-graph";  ///< in-graph | between: where a CUDA graph step averages gradients (several ranks)
+  std::string channels_last = "off";  ///< on | off: CUDA runs keep 4-d weights (and so activations) in NHWC order
   std::string precision = "fp32";   ///< fp32 | tf32 (TF32 matmuls and convolutions) | bf16 (autocast, fp32 weights)
   std::string init_method;      ///< "" or tcp://HOST:PORT (torch.distributed's init_method)
   int world_size = 0;           ///< 0 = from the environment; else checked against it
