@@ -12,6 +12,8 @@
 #ifdef TRAIN_HAVE_FUSED_CUDA
 #include "cuda/adadelta_fused.h"
 
+#include <ATen/ops/full.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
@@ -68,9 +70,13 @@ torch::Tensor Adadelta::step(LossClosure closure) {
     at::AutoGradMode enable_grad(true);
     loss = closure();
   }
-  for (auto& group : param_groups_) {
+  bool all_fused = !param_groups_.empty();
+  for (size_t gi = 0; gi < param_groups_.size(); ++gi) {
+    auto& group = param_groups_[gi];
     const auto& o = static_cast<const AdadeltaOptions&>(group.options());
-    if (fused_step(group, o) || foreach_step(group, o)) continue;
+    if (fused_step(gi, group, o)) continue;
+    all_fused = false;
+    if (foreach_step(group, o)) continue;
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       torch::Tensor grad = o.maximize() ? -p.grad() : p.grad();
@@ -87,7 +93,15 @@ torch::Tensor Adadelta::step(LossClosure closure) {
       p.add_(delta, -o.lr());
     }
   }
+  last_step_fused_ = all_fused;
   return loss;
+}
+
+void Adadelta::sync_lr_to_device() {
+  torch::NoGradGuard no_grad;
+  for (size_t gi = 0; gi < device_lr_.size() && gi < param_groups_.size(); ++gi) {
+    if (device_lr_[gi].defined()) device_lr_[gi].fill_(param_groups_[gi].options().get_lr());
+  }
 }
 
 AdadeltaParamState& Adadelta::state_for(const torch::Tensor& p) {
@@ -103,7 +117,7 @@ AdadeltaParamState& Adadelta::state_for(const torch::Tensor& p) {
 
 // On CUDA, where the build compiled it: the whole update in one kernel for the whole group, when
 // every parameter, gradient and state tensor is float32 with the parameter's dense strides.
-bool Adadelta::fused_step(torch::optim::OptimizerParamGroup& group, const AdadeltaOptions& o) {
+bool Adadelta::fused_step(size_t group_index, torch::optim::OptimizerParamGroup& group, const AdadeltaOptions& o) {
 #ifdef TRAIN_HAVE_FUSED_CUDA
   std::vector<torch::Tensor> params;
   for (auto& p : group.params()) {
@@ -117,6 +131,16 @@ bool Adadelta::fused_step(torch::optim::OptimizerParamGroup& group, const Adadel
     params.push_back(p);
   }
   if (params.empty()) return false;
+  // The rate lives on the device: eager steps refresh it, a captured step reads whatever
+  // sync_lr_to_device() last wrote. (A first update inside a capture keeps the foreach path,
+  // whose rate the graph bakes in.)
+  const bool capturing = c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
+  if (device_lr_.size() <= group_index) device_lr_.resize(group_index + 1);
+  at::Tensor& lr = device_lr_[group_index];
+  if (!lr.defined()) {
+    if (capturing) return false;
+    lr = at::full({1}, o.lr(), params.front().options().dtype(at::kFloat));
+  }
   std::vector<detail::AdadeltaFusedTensor> tensors;
   for (auto& p : params) {
     auto& st = state_for(p);
@@ -137,12 +161,14 @@ bool Adadelta::fused_step(torch::optim::OptimizerParamGroup& group, const Adadel
   fo.eps = static_cast<float>(o.eps());
   fo.weight_decay = static_cast<float>(o.weight_decay());
   fo.maximize = o.maximize();
+  if (!capturing) lr.fill_(o.lr());
+  fo.lr_device = lr.const_data_ptr<float>();
   const auto stream = c10::cuda::getCurrentCUDAStream(params.front().device().index());
   const int rc = detail::adadelta_fused_launch(tensors.data(), static_cast<int>(tensors.size()), fo, stream.stream());
   TORCH_CHECK(rc == 0, "the fused Adadelta kernel failed to launch (CUDA error ", rc, ")");
   return true;
 #else
-  (void)group, (void)o;
+  (void)group_index, (void)group, (void)o;
   return false;
 #endif
 }

@@ -116,6 +116,7 @@ struct GraphReducer {
   };
   const NcclCalls* nccl = nullptr;
   ncclComm_t comm = nullptr;
+  int world = 1;  // one rank (--ddp-single-rank): the average is the gradient itself, no NCCL call
   at::Tensor flat;
   std::vector<Bucket> buckets;
   std::vector<size_t> bucket_of;  // per parameter
@@ -149,6 +150,7 @@ struct GraphReducer {
   }
 
   void launch(size_t k) {
+    if (world == 1) return;
     const Bucket& b = buckets[k];
     C10_CUDA_CHECK(cudaEventRecord(forks[k], capture_stream->stream()));
     C10_CUDA_CHECK(cudaStreamWaitEvent(comm_stream->stream(), forks[k], 0));
@@ -168,6 +170,7 @@ struct GraphReducer {
       }
       TORCH_CHECK(false, "no gradient for ", missing, " in the captured backward");
     }
+    if (world == 1) return;
     C10_CUDA_CHECK(cudaEventRecord(join, comm_stream->stream()));
     C10_CUDA_CHECK(cudaStreamWaitEvent(capture_stream->stream(), join, 0));
   }
@@ -374,6 +377,7 @@ class CudaGraphStep : public TrainStep {
     auto r = std::make_shared<GraphReducer>();
     r->nccl = nccl_calls();
     r->comm = static_cast<ncclComm_t>(parts_.process_group->impl().nccl_comm());
+    r->world = parts_.world_size;
     if (r->nccl == nullptr || r->comm == nullptr) {
       log::warn(std::string("--graph-allreduce in-graph: ") +
                 (r->nccl == nullptr ? "ncclAllReduce isn't loaded" : "no NCCL communicator (backend isn't NCCL)") +

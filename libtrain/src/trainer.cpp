@@ -2,6 +2,7 @@
 // the loop (steps, logs, preemption checks, evaluation, checkpoints), then the done line.
 #include "train/trainer.h"
 
+#include "train/adadelta.h"
 #include "train/checkpoint.h"
 #include "train/ddp.h"
 #include "train/error.h"
@@ -555,7 +556,13 @@ bool Trainer::Impl::train_epoch() {
   DistributedSampler sampler(spec->train_data->size(), env.world_size, env.rank, /*shuffle=*/true, c.seed);
   set_lr(*optimizer, prog().lr);
   if (prog().lr != step_lr) {
-    train_step->invalidate();  // a captured step holds the old rate
+    // A captured step holds the old rate, unless the optimizer reads it from the device.
+    auto* adadelta = dynamic_cast<optim::Adadelta*>(optimizer.get());
+    if (adadelta != nullptr && adadelta->lr_on_device()) {
+      adadelta->sync_lr_to_device();
+    } else {
+      train_step->invalidate();
+    }
     step_lr = prog().lr;
   }
   sampler.set_epoch(prog().epoch - 1);

@@ -54,12 +54,21 @@ class Adadelta : public torch::optim::Optimizer {
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
 
+  /// CUDA: true when the last step ran as the fused kernel, which reads each group's learning
+  /// rate from device memory; a captured step then follows a new rate after sync_lr_to_device()
+  /// instead of being captured again.
+  bool lr_on_device() const { return last_step_fused_; }
+  /// Copies each group's learning rate to its device copy (call it outside any graph capture).
+  void sync_lr_to_device();
+
  private:
   // The state of `p`, created (zeros) on its first update.
   AdadeltaParamState& state_for(const torch::Tensor& p);
   // The update of a group of CUDA parameters with torch's foreach ops; false when it doesn't apply.
-  bool fused_step(torch::optim::OptimizerParamGroup& group, const AdadeltaOptions& options);
+  bool fused_step(size_t group_index, torch::optim::OptimizerParamGroup& group, const AdadeltaOptions& options);
   bool foreach_step(torch::optim::OptimizerParamGroup& group, const AdadeltaOptions& options);
+  std::vector<torch::Tensor> device_lr_;  // per group: float32 [1] on the group's device
+  bool last_step_fused_ = false;
 };
 
 }  // namespace train::optim

@@ -24,6 +24,7 @@ __global__ void adadelta_kernel(const Batch batch, const AdadeltaFusedOptions o)
   while (k + 1 < batch.count && batch.first_chunk[k + 1] <= chunk) ++k;
   const AdadeltaFusedTensor& t = batch.t[k];
   const int64_t begin = (chunk - batch.first_chunk[k]) * kChunk;
+  const float lr = o.lr_device != nullptr ? *o.lr_device : o.lr;
   for (int j = 0; j < kPerThread; ++j) {
     const int64_t i = begin + int64_t{j} * kThreads + threadIdx.x;
     if (i >= t.numel) return;
@@ -36,7 +37,7 @@ __global__ void adadelta_kernel(const Batch batch, const AdadeltaFusedOptions o)
     const float delta = sqrtf(acc + o.eps) / std * g;
     t.square_avg[i] = sq;
     t.acc_delta[i] = acc * o.rho + (1.0f - o.rho) * delta * delta;
-    t.param[i] = p - o.lr * delta;
+    t.param[i] = p - lr * delta;
   }
 }
 

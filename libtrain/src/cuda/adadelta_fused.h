@@ -18,6 +18,9 @@ struct AdadeltaFusedTensor {
 struct AdadeltaFusedOptions {
   float lr = 1.0f, rho = 0.9f, eps = 1e-6f, weight_decay = 0.0f;
   bool maximize = false;
+  /// When set, the learning rate is read from this device float at run time instead of `lr`:
+  /// a CUDA graph that captured the launch then follows a changed rate without a new capture.
+  const float* lr_device = nullptr;
 };
 
 /// Whether this build compiled the kernel (a CUDA compiler was found at configure time).
