@@ -266,6 +266,11 @@ class CudaGraphStep : public TrainStep {
       prepare_capture(order, start);
       if (parts_.ddp == nullptr) {
         capture();
+      } else if (parts_.world_size == 1) {
+        // DDP over one rank (--ddp-single-rank): the average is the gradient itself, so the
+        // captured step is the plain one.
+        DistributedDataParallel::NoSync no_sync(*parts_.ddp);
+        capture();
       } else if (use_in_graph()) {
         capture_in_graph();
       } else {
