@@ -80,6 +80,11 @@ def main():
     card = torch.cuda.get_device_name(0)
     run_id = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     date = datetime.date.today().isoformat()
+    try:  # the code the rows measure
+        commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
     env = dict(os.environ, NCCL_NVLS_ENABLE="0", OMP_NUM_THREADS="4")
     train = os.path.join(a.build, "bin", "train")
     trainctl = os.path.join(a.build, "bin", "trainctl")
@@ -130,7 +135,7 @@ def main():
             else:
                 epochs = [o for o in objs if o.get("event") == "epoch"]
                 steady = done["images_per_sec_best"]
-            rows.append(dict(run_id=run_id, date=date, device=card, world_size=world, batch_size=batch, impl=impl,
+            rows.append(dict(run_id=run_id, date=date, device=card, commit=commit, world_size=world, batch_size=batch, impl=impl,
                              mode=mode, precision=precision, images_per_sec=round(steady, 1),
                              images_per_sec_whole=round(done["images_per_sec"], 1), epochs=a.epochs,
                              test_accuracy=round(done["test_accuracy"], 4),
