@@ -58,6 +58,10 @@ CheckpointDir::CheckpointDir(std::string dir, int keep) : dir_(std::move(dir)), 
 }
 
 std::string CheckpointDir::save(torch::serialize::OutputArchive& archive, int64_t step) {
+  return write(serialize(archive, step), step);
+}
+
+std::string CheckpointDir::serialize(torch::serialize::OutputArchive& archive, int64_t step) {
   std::ostringstream buf;
   try {
     archive.save_to(buf);
@@ -66,7 +70,10 @@ std::string CheckpointDir::save(torch::serialize::OutputArchive& archive, int64_
                               std::string(e.what()).substr(0, 300) + ").",
                           "this is a bug in libtrain or a custom model; please report it.");
   }
-  const std::string bytes = buf.str();
+  return buf.str();
+}
+
+std::string CheckpointDir::write(const std::string& bytes, int64_t step) {
   const auto digest = sha256(bytes.data(), bytes.size());
   char trailer[kTrailer];
   uint64_t len = bytes.size();

@@ -390,6 +390,11 @@ class CudaGraphStep : public TrainStep {
       return nullptr;
     }
     bind_flat_grads();
+    if (flat_grads_.scalar_type() != at::kFloat) {
+      log::warn("--graph-allreduce in-graph: the gradients are " + std::string(c10::toString(flat_grads_.scalar_type())) +
+                ", the captured average handles float32; falling back to one eager all-reduce between two graphs");
+      return nullptr;
+    }
     r->flat = flat_grads_;
     std::vector<at::Tensor> params = flat_order();
     std::vector<std::string> names;
@@ -453,8 +458,8 @@ class CudaGraphStep : public TrainStep {
   void capture_in_graph() {}
 #endif
 
-  // Several ranks, two graphs: graph_ computes the gradients (DDP's hooks off), the eager
-  // all-reduce sums them, update_ averages and applies them.
+  // Several ranks, two graphs ("between"): graph_ computes the gradients (DDP's hooks off), the
+  // eager all-reduce between the replays sums them, update_ averages and applies them.
   void capture_split() {
     bind_flat_grads();
     graph_ = std::make_unique<at::cuda::CUDAGraph>();

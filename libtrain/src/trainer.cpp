@@ -27,10 +27,11 @@
 
 #include <chrono>
 #include <csignal>
-#include <ctime>
-#include <optional>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
+#include <future>
+#include <optional>
 #include <thread>
 
 #include <sched.h>
@@ -256,6 +257,9 @@ struct Trainer::Impl {
     double ips = 0, lr = 0;
   };
   std::optional<PendingLine> pending_line;
+  // Rank 0's checkpoint being written in the background (one at a time), and what it holds.
+  std::future<std::pair<std::string, double>> checkpoint_write;  // path, seconds writing
+  Progress checkpoint_progress;
 
   Progress& prog() { return state.progress; }
 
@@ -268,7 +272,7 @@ struct Trainer::Impl {
   void train();
   bool train_epoch();
   void make_step();
-  bool check_stop(Clock::time_point t0);
+  bool check_stop(Clock::time_point t0, double earlier_segments);
   void log_progress(int64_t b, int64_t batches, int64_t start, const at::Tensor& loss, double& t_log_images,
                     Clock::time_point& t_log);
   void print_line(const PendingLine& line, double loss);
@@ -278,6 +282,7 @@ struct Trainer::Impl {
   void stop(const StopRequest& request);
   at::Tensor shared_loss_sum();
   void write_checkpoint(const Progress& p, const at::Tensor& loss_sum);
+  void collect_checkpoint(bool wait);
   TrainResult finish();
   void for_callbacks(const std::function<void(Callback&)>& fn) {
     for (const auto& cb : spec->callbacks) fn(*cb);
@@ -517,7 +522,7 @@ void Trainer::Impl::make_step() {
 // Whether every rank agreed to stop at this step; stops the run when so. CPU ranks agree through
 // one small all-reduce now. CUDA ranks read the agreement they posted `check_every` steps ago (long
 // done on the device, so the host never waits), then post the next.
-bool Trainer::Impl::check_stop(Clock::time_point t0) {
+bool Trainer::Impl::check_stop(Clock::time_point t0, double earlier_segments) {
   StopRequest request;
   if (device.is_cuda()) {
     request = preemption->collect();
@@ -528,7 +533,7 @@ bool Trainer::Impl::check_stop(Clock::time_point t0) {
   if (request.kind == StopKind::none) return false;
   if (device.is_cuda()) torch::cuda::synchronize();
   flush_pending_line();
-  const double seconds = seconds_since(t0);
+  const double seconds = earlier_segments + seconds_since(t0);
   prog().train_seconds += seconds;
   result.train_seconds += seconds;
   stop(request);
@@ -574,6 +579,7 @@ bool Trainer::Impl::train_epoch() {
   const int64_t check_every = device.is_cuda() ? 20 : 1;
   auto t0 = Clock::now();
   auto t_log = t0;
+  double earlier_segments = 0;  // training seconds of this epoch before the last checkpoint
   double images_since_log = 0;
   const int64_t images_before = prog().images_total;
   bool max_steps_reached = false;
@@ -596,22 +602,22 @@ bool Trainer::Impl::train_epoch() {
     const bool last = b + 1 == batches || c.dry_run || max_steps_reached;
     if (b % c.log_interval == 0 || last) log_progress(b, batches, start, loss, images_since_log, t_log);
     for_callbacks([&](Callback& cb) { cb.on_step_end({prog().epoch, prog().step, b, batches, len, loss.detach()}); });
+    collect_checkpoint(/*wait=*/false);
     if (c.dry_run || max_steps_reached) break;
     if (b + 1 == batches) break;
-    if (prog().step % check_every == 0 && check_stop(t0)) return false;
+    if (prog().step % check_every == 0 && check_stop(t0, earlier_segments)) return false;
     if (ckdir && c.checkpoint_every > 0 && prog().step % c.checkpoint_every == 0) {
-      const double seconds = seconds_since(t0);
-      prog().train_seconds += seconds;
-      result.train_seconds += seconds;
-      t0 = Clock::now();
+      // The epoch's training time leaves out the checkpoint's (the done line reports it).
+      earlier_segments += seconds_since(t0);
       const at::Tensor loss_sum = shared_loss_sum();  // every rank takes part
       if (env.rank == 0) write_checkpoint(prog(), loss_sum);
+      t0 = Clock::now();
     }
   }
   if (device.is_cuda()) torch::cuda::synchronize();
   flush_pending_line();
   if (device.is_cuda()) preemption->collect();  // the last posted agreement: the epoch ended first
-  const double epoch_seconds = seconds_since(t0);
+  const double epoch_seconds = earlier_segments + seconds_since(t0);
   prog().train_seconds += epoch_seconds;
   result.train_seconds += epoch_seconds;
   if (epoch_seconds > 0) epoch_ips.push_back(static_cast<double>(prog().images_total - images_before) / epoch_seconds);
@@ -761,6 +767,7 @@ void Trainer::Impl::stop(const StopRequest& request) {
   const at::Tensor loss_sum = ckdir ? shared_loss_sum() : at::Tensor();  // every rank takes part
   if (ckdir && env.rank == 0) {
     write_checkpoint(prog(), loss_sum);
+    collect_checkpoint(/*wait=*/true);
   } else if (!ckdir) {
     log::warn("no --checkpoint-dir: the progress of this run is lost");
   }
@@ -798,14 +805,35 @@ void Trainer::Impl::write_checkpoint(const Progress& p, const at::Tensor& loss_s
   state.save(a, device);
   state.progress = current_progress;
   state.loss_sum = current_loss_sum;
-  result.checkpoint_path = ckdir->save(a, p.step);
+  collect_checkpoint(/*wait=*/true);  // one write at a time, in order
+  // Serializing copies the state to the host: training waits only for that. Writing the file
+  // (checksum, fsync, rename, pruning) runs in the background while the next steps train.
+  std::string bytes = CheckpointDir::serialize(a, p.step);
   result.checkpoint_seconds += seconds_since(t_start);
+  checkpoint_progress = p;
+  checkpoint_write = std::async(std::launch::async, [this, bytes = std::move(bytes), step = p.step] {
+    const auto t_write = Clock::now();
+    std::string path = ckdir->write(bytes, step);
+    return std::make_pair(std::move(path), seconds_since(t_write));
+  });
+}
+
+// The background write's outcome, on the training thread: its log line, result, callbacks, or its
+// error (a CheckpointError: earlier checkpoints are intact). wait=false only looks.
+void Trainer::Impl::collect_checkpoint(bool wait) {
+  if (!checkpoint_write.valid()) return;
+  if (!wait && checkpoint_write.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
+  const Progress& p = checkpoint_progress;
+  const auto [path, seconds] = checkpoint_write.get();
+  result.checkpoint_path = path;
   log::info("checkpoint: " + result.checkpoint_path + " (step " + std::to_string(p.step) + "; resumes at epoch " +
-            std::to_string(p.epoch) + ", batch " + std::to_string(p.batches_done) + ")");
+            std::to_string(p.epoch) + ", batch " + std::to_string(p.batches_done) + "; written in the background in " +
+            fmt("%.3f", seconds) + " s)");
   for_callbacks([&](Callback& cb) { cb.on_checkpoint_saved(result.checkpoint_path, p.step); });
 }
 
 TrainResult Trainer::Impl::finish() {
+  collect_checkpoint(/*wait=*/true);
   const bool stopped = result.preempted || result.cancelled;
   result.epochs = std::min(prog().epoch, c.epochs);
   result.steps = prog().step;

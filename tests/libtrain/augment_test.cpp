@@ -94,6 +94,22 @@ TEST(Augment, FlipOnlyKeepsOrMirrorsEachImage) {
   EXPECT_LT(flipped, 50);
 }
 
+// A CUDA graph may capture get_batch only where it is a pure function of the indices: the plain
+// in-memory gather is; random crops and flips (new numbers every batch) are not, and neither is a
+// user's dataset unless it says so.
+TEST(Augment, OnlyDatasetsWithoutRandomNumbersAreCapturable) {
+  struct Plain : train::Dataset {
+    int64_t size() const override { return 1; }
+    train::Batch get_batch(const at::Tensor&) override { return {}; }
+  };
+  EXPECT_FALSE(Plain().capturable());
+  EXPECT_TRUE(images()->capturable());
+  EXPECT_FALSE(train::AugmentedDataset(images(), crop_flip(), 1, 0).capturable());
+  EXPECT_FALSE(train::AugmentedDataset(images(), train::parse_augment("flip"), 1, 0).capturable());
+  EXPECT_FALSE(train::AugmentedDataset(images(), train::parse_augment("crop"), 1, 0).capturable());
+  EXPECT_TRUE(train::AugmentedDataset(images(), train::AugmentOptions{}, 1, 0).capturable());
+}
+
 TEST(Augment, CheckpointCallbackRoundTripsThePosition) {
   auto a = std::make_shared<train::AugmentedDataset>(images(), crop_flip(), 5, 0);
   for (int i = 0; i < 3; ++i) a->get_batch(all());

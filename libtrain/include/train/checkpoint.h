@@ -38,6 +38,13 @@ class CheckpointDir {
   /// @return the path written.
   std::string save(torch::serialize::OutputArchive& archive, int64_t step);
 
+  /// save() in two halves, so that the slow one can run in the background: serialize() turns the
+  /// archive into the bytes of the file (what they hold is fixed from then on, whatever happens to
+  /// the tensors afterwards); write() stores them like save() does. write() may run on another
+  /// thread while the caller goes on, one write at a time per folder.
+  static std::string serialize(torch::serialize::OutputArchive& archive, int64_t step);
+  std::string write(const std::string& bytes, int64_t step);
+
   /// Checkpoint files, oldest first.
   std::vector<CheckpointFile> list() const;
 

@@ -73,7 +73,7 @@ struct TrainResult {
   double peak_gpu_mb = 0;             ///< peak CUDA memory allocated by this rank (0 on the CPU)
   double train_seconds = 0;           ///< this process's time in training steps
   double eval_seconds = 0;            ///< this process's time evaluating
-  double checkpoint_seconds = 0;      ///< this process's time writing checkpoints (rank 0 writes them)
+  double checkpoint_seconds = 0;      ///< time training waited for checkpoints (rank 0: the state's copy; the file is written in the background)
   int world_size = 1;
   std::string params_sha256;
   bool preempted = false;        ///< stopped early by a preemption signal or the time limit
