@@ -282,6 +282,35 @@ std::vector<std::string> recorded_command(const std::vector<std::string>& before
   return command;
 }
 
+/// The plan's warnings, then the partition checks' (unless --no-cluster-checks or sinfo doesn't answer).
+std::vector<std::string> plan_warnings(const train::SbatchOptions& o, const train::SbatchPlan& plan,
+                                       bool cluster_checks) {
+  std::vector<std::string> warnings = plan.warnings;
+  if (cluster_checks) {
+    if (const auto partitions = train::query_partitions()) {
+      for (std::string& w : train::check_against_partitions(o, plan, *partitions)) warnings.push_back(std::move(w));
+    }
+  }
+  return warnings;
+}
+
+/// `trainctl sbatch --test-only`: asks sbatch when the script's job would start, and prints it with
+/// a hint when that is more than a minute away.
+int print_test_only(const std::string& script) {
+  const train::TestOnlyResult r = train::sbatch_test_only(script);
+  std::string text = "sbatch --test-only: the job would start at " + r.start_time + " on " + r.nodes +
+                     " in partition " + r.partition + " (" + r.processors + " processors)";
+  const long wait = seconds_until(r.start_time);
+  if (wait > 60) {
+    text += ", in about " + std::to_string(wait / 3600) + " h " + std::to_string(wait / 60 % 60) +
+            " min. Hint: squeue --start -p " + r.partition + " shows the jobs ahead; a shorter --time or "
+            "fewer nodes can start sooner (backfill)";
+  } else {
+    text += ", now";
+  }
+  return print(text + ".\n");
+}
+
 /// `trainctl sbatch`; `before_dashes` and `after_dashes` hold the command line around the first
 /// "--" (the train arguments come after it), kept by main() so the script can record its command.
 Command add_sbatch(CLI::App& app, const std::vector<std::string>& before_dashes,
@@ -321,13 +350,9 @@ Command add_sbatch(CLI::App& app, const std::vector<std::string>& before_dashes,
     }
     o->command = recorded_command(before_dashes, o->train_args);
     const train::SbatchPlan plan = train::plan_sbatch(*o);
-    std::vector<std::string> warnings = plan.warnings;
-    if (cmd->count("--no-cluster-checks") == 0) {
-      if (const auto partitions = train::query_partitions()) {
-        for (std::string& w : train::check_against_partitions(*o, plan, *partitions)) warnings.push_back(std::move(w));
-      }
+    for (const std::string& w : plan_warnings(*o, plan, cmd->count("--no-cluster-checks") == 0)) {
+      std::cerr << "trainctl sbatch: warning: " << w << std::endl;
     }
-    for (const std::string& w : warnings) std::cerr << "trainctl sbatch: warning: " << w << std::endl;
     const std::string script = train::render_sbatch_script(*o, plan);
     if (!out->empty()) {
       std::ofstream file(*out, std::ios::binary | std::ios::trunc);
@@ -340,20 +365,7 @@ Command add_sbatch(CLI::App& app, const std::vector<std::string>& before_dashes,
     } else if (!submit && !test_only) {
       return print(script);
     }
-    if (test_only) {
-      const train::TestOnlyResult r = train::sbatch_test_only(script);
-      std::string text = "sbatch --test-only: the job would start at " + r.start_time + " on " + r.nodes +
-                         " in partition " + r.partition + " (" + r.processors + " processors)";
-      const long wait = seconds_until(r.start_time);
-      if (wait > 60) {
-        text += ", in about " + std::to_string(wait / 3600) + " h " + std::to_string(wait / 60 % 60) +
-                " min. Hint: squeue --start -p " + r.partition + " shows the jobs ahead; a shorter --time or "
-                "fewer nodes can start sooner (backfill)";
-      } else {
-        text += ", now";
-      }
-      return print(text + ".\n");
-    }
+    if (test_only) return print_test_only(script);
     if (submit) {
       const std::string id = train::sbatch_submit(script, plan.output);
       std::string log = plan.output;
@@ -444,18 +456,6 @@ void write_file(const std::string& path, const std::string& text, const std::str
     throw train::ConfigError(what + " " + path + ": expected a file to write, found it unwritable.",
                              "check that its folder exists and is writable.");
   }
-}
-
-/// The plan's warnings, then the partition checks' (unless --no-cluster-checks or sinfo doesn't answer).
-std::vector<std::string> plan_warnings(const train::SbatchOptions& o, const train::SbatchPlan& plan,
-                                       bool cluster_checks) {
-  std::vector<std::string> warnings = plan.warnings;
-  if (cluster_checks) {
-    if (const auto partitions = train::query_partitions()) {
-      for (std::string& w : train::check_against_partitions(o, plan, *partitions)) warnings.push_back(std::move(w));
-    }
-  }
-  return warnings;
 }
 
 /// Each swept parameter comes from the grid only: a copy after '--' would fight the task's own value.
