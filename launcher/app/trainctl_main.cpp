@@ -282,6 +282,35 @@ std::vector<std::string> recorded_command(const std::vector<std::string>& before
   return command;
 }
 
+/// The plan's warnings, then the partition checks' (unless --no-cluster-checks or sinfo doesn't answer).
+std::vector<std::string> plan_warnings(const train::SbatchOptions& o, const train::SbatchPlan& plan,
+                                       bool cluster_checks) {
+  std::vector<std::string> warnings = plan.warnings;
+  if (cluster_checks) {
+    if (const auto partitions = train::query_partitions()) {
+      for (std::string& w : train::check_against_partitions(o, plan, *partitions)) warnings.push_back(std::move(w));
+    }
+  }
+  return warnings;
+}
+
+/// `trainctl sbatch --test-only`: asks sbatch when the script's job would start, and prints it with
+/// a hint when that is more than a minute away.
+int print_test_only(const std::string& script) {
+  const train::TestOnlyResult r = train::sbatch_test_only(script);
+  std::string text = "sbatch --test-only: the job would start at " + r.start_time + " on " + r.nodes +
+                     " in partition " + r.partition + " (" + r.processors + " processors)";
+  const long wait = seconds_until(r.start_time);
+  if (wait > 60) {
+    text += ", in about " + std::to_string(wait / 3600) + " h " + std::to_string(wait / 60 % 60) +
+            " min. Hint: squeue --start -p " + r.partition + " shows the jobs ahead; a shorter --time or "
+            "fewer nodes can start sooner (backfill)";
+  } else {
+    text += ", now";
+  }
+  return print(text + ".\n");
+}
+
 /// `trainctl sbatch`; `before_dashes` and `after_dashes` hold the command line around the first
 /// "--" (the train arguments come after it), kept by main() so the script can record its command.
 Command add_sbatch(CLI::App& app, const std::vector<std::string>& before_dashes,
@@ -321,13 +350,9 @@ Command add_sbatch(CLI::App& app, const std::vector<std::string>& before_dashes,
     }
     o->command = recorded_command(before_dashes, o->train_args);
     const train::SbatchPlan plan = train::plan_sbatch(*o);
-    std::vector<std::string> warnings = plan.warnings;
-    if (cmd->count("--no-cluster-checks") == 0) {
-      if (const auto partitions = train::query_partitions()) {
-        for (std::string& w : train::check_against_partitions(*o, plan, *partitions)) warnings.push_back(std::move(w));
-      }
+    for (const std::string& w : plan_warnings(*o, plan, cmd->count("--no-cluster-checks") == 0)) {
+      std::cerr << "trainctl sbatch: warning: " << w << std::endl;
     }
-    for (const std::string& w : warnings) std::cerr << "trainctl sbatch: warning: " << w << std::endl;
     const std::string script = train::render_sbatch_script(*o, plan);
     if (!out->empty()) {
       std::ofstream file(*out, std::ios::binary | std::ios::trunc);
@@ -340,20 +365,7 @@ Command add_sbatch(CLI::App& app, const std::vector<std::string>& before_dashes,
     } else if (!submit && !test_only) {
       return print(script);
     }
-    if (test_only) {
-      const train::TestOnlyResult r = train::sbatch_test_only(script);
-      std::string text = "sbatch --test-only: the job would start at " + r.start_time + " on " + r.nodes +
-                         " in partition " + r.partition + " (" + r.processors + " processors)";
-      const long wait = seconds_until(r.start_time);
-      if (wait > 60) {
-        text += ", in about " + std::to_string(wait / 3600) + " h " + std::to_string(wait / 60 % 60) +
-                " min. Hint: squeue --start -p " + r.partition + " shows the jobs ahead; a shorter --time or "
-                "fewer nodes can start sooner (backfill)";
-      } else {
-        text += ", now";
-      }
-      return print(text + ".\n");
-    }
+    if (test_only) return print_test_only(script);
     if (submit) {
       const std::string id = train::sbatch_submit(script, plan.output);
       std::string log = plan.output;
@@ -446,6 +458,92 @@ void write_file(const std::string& path, const std::string& text, const std::str
   }
 }
 
+/// Each swept parameter comes from the grid only: a copy after '--' would fight the task's own value.
+void check_params_not_in_train_args(const std::vector<train::SweepParam>& parsed,
+                                    const std::vector<std::string>& train_args) {
+  for (const train::SweepParam& p : parsed) {
+    bool given = false;
+    train::train_flag_value(train_args, {"--" + p.name}, &given);
+    if (given) {
+      throw train::ConfigError("--param " + p.name + ": expected --" + p.name + " only in the sweep, found it "
+                               "among the train arguments after '--' as well.",
+                               "drop --" + p.name + " after '--': each task gets its own value from the grid.");
+    }
+  }
+}
+
+/// SLURM opens each task's log before its script runs: the run folders must exist first.
+void make_sweep_task_dirs(const std::string& root, const std::string& dir, std::size_t tasks) {
+  for (std::size_t i = 0; i < tasks; ++i) {
+    const std::string task_dir = train::sweep_task_dir(root, static_cast<int>(i));
+    const std::string err = train::files::make_dirs(task_dir);
+    if (!err.empty()) {
+      throw train::ConfigError("--output-dir " + dir + ": expected to create " + task_dir + ", found " + err + ".",
+                               "pick a folder you can write to, on a file system the nodes share.");
+    }
+  }
+}
+
+/// `trainctl sweep`'s action once its options are parsed (train's arguments included): checks the
+/// grid, writes the script, the index and the run folders under `dir`, and with --submit submits.
+int run_sweep(train::SbatchOptions& o, const std::vector<std::string>& params, const std::string& dir, int throttle,
+              const CLI::App& cmd, const std::vector<std::string>& before_dashes) {
+  std::vector<train::SweepParam> parsed;
+  for (const std::string& p : params) parsed.push_back(train::parse_sweep_param(p));
+  const std::vector<train::SweepPoint> grid = train::sweep_grid(parsed);
+  if (dir.empty()) {
+    throw train::ConfigError("--output-dir: expected the folder that will hold the sweep, found none given.",
+                             "e.g. --output-dir sweeps/lr-bs: each task gets its run folder there, and sweep-report "
+                             "reads it.");
+  }
+  check_params_not_in_train_args(parsed, o.train_args);
+  if (o.job_name.empty()) o.job_name = "sweep";
+  const std::string root = absolute(dir);
+  const std::string index_path = train::files::join(root, train::kSweepIndexFile);
+  if (train::files::exists(index_path)) {
+    throw train::ConfigError("--output-dir " + dir + ": expected a new or empty folder, found a sweep there already (" +
+                                 index_path + ").",
+                             "pick another folder, so that the runs of both sweeps stay apart; trainctl "
+                             "sweep-report " + dir + " shows the old one.");
+  }
+  train::ArrayTasks tasks;
+  tasks.run_root = root;
+  tasks.throttle = throttle;
+  for (const train::SweepPoint& point : grid) tasks.task_args.push_back(train::sweep_point_args(point));
+  o.array_tasks = tasks;
+  o.command = recorded_command(before_dashes, o.train_args);
+  const train::SbatchPlan plan = train::plan_sbatch(o);
+  for (const std::string& w : plan_warnings(o, plan, cmd.count("--no-cluster-checks") == 0)) {
+    std::cerr << "trainctl sweep: warning: " << w << std::endl;
+  }
+  const std::string script = train::render_sbatch_script(o, plan);
+
+  make_sweep_task_dirs(root, dir, grid.size());
+  train::SweepIndex index;
+  index.job_name = plan.job_name;
+  index.output_dir = root;
+  for (const train::SweepParam& p : parsed) index.param_names.push_back(p.name);
+  index.tasks = grid;
+  index.train_args = o.train_args;
+  const std::string script_path = train::files::join(root, train::kSweepScriptFile);
+  write_file(script_path, script, "--output-dir", 0755);
+  write_file(index_path, train::render_sweep_index(index), "--output-dir");
+  const int at_once = throttle > 0 ? std::min<int>(throttle, static_cast<int>(grid.size())) : static_cast<int>(grid.size());
+  if (cmd.count("--submit") == 0) {
+    std::string text = "sweep of " + std::to_string(grid.size()) + " tasks (at most " + std::to_string(at_once) +
+                       " at once) written to " + root + ":\n  script " + script_path + "\n  index  " + index_path +
+                       "\nSubmit it with: sbatch " + script_path + "   (or rerun with --submit)\n";
+    return print(text);
+  }
+  const std::string id = train::sbatch_submit(script, plan.output);
+  index.job_id = id;
+  write_file(index_path, train::render_sweep_index(index), "--output-dir");
+  std::cerr << "trainctl sweep: submitted array job " << id << " (" << grid.size() << " tasks, at most " << at_once
+            << " at once), run folders " << root << "/task-N; follow it with trainctl status " << id
+            << ", then trainctl sweep-report " << dir << std::endl;
+  return print(id + "\n");
+}
+
 /// `trainctl sweep`; `before_dashes` and `after_dashes` as for sbatch.
 Command add_sweep(CLI::App& app, const std::vector<std::string>& before_dashes,
                   const std::vector<std::string>& after_dashes) {
@@ -478,80 +576,7 @@ Command add_sweep(CLI::App& app, const std::vector<std::string>& before_dashes,
   cmd->add_option("TRAIN_ARGS", o->train_args, "arguments every task gives train, after '--'");
   return {cmd, [o, params, dir, throttle, cmd, &before_dashes, &after_dashes]() {
     o->train_args.insert(o->train_args.end(), after_dashes.begin(), after_dashes.end());
-    std::vector<train::SweepParam> parsed;
-    for (const std::string& p : *params) parsed.push_back(train::parse_sweep_param(p));
-    const std::vector<train::SweepPoint> grid = train::sweep_grid(parsed);
-    if (dir->empty()) {
-      throw train::ConfigError("--output-dir: expected the folder that will hold the sweep, found none given.",
-                               "e.g. --output-dir sweeps/lr-bs: each task gets its run folder there, and sweep-report "
-                               "reads it.");
-    }
-    for (const train::SweepParam& p : parsed) {
-      bool given = false;
-      train::train_flag_value(o->train_args, {"--" + p.name}, &given);
-      if (given) {
-        throw train::ConfigError("--param " + p.name + ": expected --" + p.name + " only in the sweep, found it "
-                                 "among the train arguments after '--' as well.",
-                                 "drop --" + p.name + " after '--': each task gets its own value from the grid.");
-      }
-    }
-    if (o->job_name.empty()) o->job_name = "sweep";
-    const std::string root = absolute(*dir);
-    const std::string index_path = train::files::join(root, train::kSweepIndexFile);
-    if (train::files::exists(index_path)) {
-      throw train::ConfigError("--output-dir " + *dir + ": expected a new or empty folder, found a sweep there already (" +
-                                   index_path + ").",
-                               "pick another folder, so that the runs of both sweeps stay apart; trainctl "
-                               "sweep-report " + *dir + " shows the old one.");
-    }
-    train::ArrayTasks tasks;
-    tasks.run_root = root;
-    tasks.throttle = *throttle;
-    for (const train::SweepPoint& point : grid) tasks.task_args.push_back(train::sweep_point_args(point));
-    o->array_tasks = tasks;
-    o->command = recorded_command(before_dashes, o->train_args);
-    const train::SbatchPlan plan = train::plan_sbatch(*o);
-    std::vector<std::string> warnings = plan.warnings;
-    if (cmd->count("--no-cluster-checks") == 0) {
-      if (const auto partitions = train::query_partitions()) {
-        for (std::string& w : train::check_against_partitions(*o, plan, *partitions)) warnings.push_back(std::move(w));
-      }
-    }
-    for (const std::string& w : warnings) std::cerr << "trainctl sweep: warning: " << w << std::endl;
-    const std::string script = train::render_sbatch_script(*o, plan);
-
-    // SLURM opens each task's log before its script runs: the run folders must exist first.
-    for (std::size_t i = 0; i < grid.size(); ++i) {
-      const std::string task_dir = train::sweep_task_dir(root, static_cast<int>(i));
-      const std::string err = train::files::make_dirs(task_dir);
-      if (!err.empty()) {
-        throw train::ConfigError("--output-dir " + *dir + ": expected to create " + task_dir + ", found " + err + ".",
-                                 "pick a folder you can write to, on a file system the nodes share.");
-      }
-    }
-    train::SweepIndex index;
-    index.job_name = plan.job_name;
-    index.output_dir = root;
-    for (const train::SweepParam& p : parsed) index.param_names.push_back(p.name);
-    index.tasks = grid;
-    index.train_args = o->train_args;
-    const std::string script_path = train::files::join(root, train::kSweepScriptFile);
-    write_file(script_path, script, "--output-dir", 0755);
-    write_file(index_path, train::render_sweep_index(index), "--output-dir");
-    const int at_once = *throttle > 0 ? std::min<int>(*throttle, static_cast<int>(grid.size())) : static_cast<int>(grid.size());
-    if (cmd->count("--submit") == 0) {
-      std::string text = "sweep of " + std::to_string(grid.size()) + " tasks (at most " + std::to_string(at_once) +
-                         " at once) written to " + root + ":\n  script " + script_path + "\n  index  " + index_path +
-                         "\nSubmit it with: sbatch " + script_path + "   (or rerun with --submit)\n";
-      return print(text);
-    }
-    const std::string id = train::sbatch_submit(script, plan.output);
-    index.job_id = id;
-    write_file(index_path, train::render_sweep_index(index), "--output-dir");
-    std::cerr << "trainctl sweep: submitted array job " << id << " (" << grid.size() << " tasks, at most " << at_once
-              << " at once), run folders " << root << "/task-N; follow it with trainctl status " << id
-              << ", then trainctl sweep-report " << *dir << std::endl;
-    return print(id + "\n");
+    return run_sweep(*o, *params, *dir, *throttle, *cmd, before_dashes);
   }};
 }
 

@@ -516,104 +516,149 @@ int show_logs(const LogsRequest& request, const std::function<bool(const std::st
   return 0;
 }
 
-std::string cancel_job(const CancelRequest& request) {
-  const std::vector<JobInfo> jobs = query_jobs(request.job_id);
+namespace {
+
+// cancel_job()'s steps: check there is something to cancel, signal the running tasks (with
+// --signal), cancel what is left, and say where the newest checkpoints are.
+
+/// A job (or array) with no pending or running task left: nothing to signal or cancel.
+void check_something_to_cancel(const std::string& job_id, const std::vector<JobInfo>& jobs) {
   const bool any_left = std::any_of(jobs.begin(), jobs.end(), [](const JobInfo& j) {
     return !j.from_jobcomp && !is_final_state(j.state);
   });
   if (!any_left) {
-    throw ConfigError("JOBID " + request.job_id + ": expected a pending or running job to cancel, found it ended (" +
+    throw ConfigError("JOBID " + job_id + ": expected a pending or running job to cancel, found it ended (" +
                           jobs.front().state + ").",
-                      "nothing to do; trainctl status " + request.job_id + " shows its log and last checkpoint.");
+                      "nothing to do; trainctl status " + job_id + " shows its log and last checkpoint.");
   }
-  require_program("scancel");
+}
+
+/// --signal: a bare signal name or number; scancel has no use for B:, R: or a lead time.
+SignalSpec plain_signal(const std::string& signal) {
+  const SignalSpec spec = parse_signal_spec("--signal", signal);
+  if (spec.batch_only || spec.reservation || signal.find('@') != std::string::npos) {
+    throw ConfigError("--signal '" + signal + "': expected a plain signal such as USR2, found a prefix or '@'.",
+                      "give the signal train checkpoints on, e.g. --signal USR2 (its default ones: USR1, USR2, TERM).");
+  }
+  return spec;
+}
+
+/// Polls the job until none of `running_restarts`' tasks runs in the same incarnation (it ended, or
+/// runs again after a requeue), or until --grace seconds after `t0`, when the signal went. Returns
+/// whether they all stopped.
+bool wait_until_stopped(const CancelRequest& request, const std::map<std::string, int>& running_restarts,
+                        std::chrono::steady_clock::time_point t0) {
+  const auto deadline = t0 + std::chrono::duration<double>(request.grace_seconds);
+  bool stopped = false;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(request.poll_seconds));
+    std::vector<JobInfo> now;
+    try {
+      now = query_jobs(request.job_id);
+    } catch (const ConfigError&) {
+      stopped = true;
+      break;
+    }
+    stopped = std::none_of(now.begin(), now.end(), [&](const JobInfo& j) {
+      const auto it = running_restarts.find(j.id);
+      return j.state == "RUNNING" && it != running_restarts.end() && j.restarts == it->second;
+    });
+    if (stopped) break;
+  }
+  return stopped;
+}
+
+/// --signal: sends it to the running tasks, so that train checkpoints, and gives them --grace
+/// seconds to stop. Returns the lines of the report that say what happened.
+std::string signal_running_tasks(const CancelRequest& request, const std::vector<JobInfo>& jobs) {
+  const SignalSpec spec = plain_signal(request.signal);
+  // The tasks running now, and how often each had been requeued: a task has stopped once it no
+  // longer runs, or runs again after a requeue.
+  std::map<std::string, int> running_restarts;
+  bool pending = false;
+  for (const JobInfo& j : jobs) {
+    if (j.state == "RUNNING") running_restarts[j.id] = j.restarts;
+    pending = pending || j.state == "PENDING";
+  }
+  const bool running = !running_restarts.empty();
   std::string report;
-  if (!request.signal.empty()) {
-    const SignalSpec spec = parse_signal_spec("--signal", request.signal);
-    if (spec.batch_only || spec.reservation || request.signal.find('@') != std::string::npos) {
-      throw ConfigError("--signal '" + request.signal + "': expected a plain signal such as USR2, found a prefix or '@'.",
-                        "give the signal train checkpoints on, e.g. --signal USR2 (its default ones: USR1, USR2, TERM).");
-    }
-    // The tasks running now, and how often each had been requeued: a task has stopped once it no
-    // longer runs, or runs again after a requeue.
-    std::map<std::string, int> running_restarts;
-    bool pending = false;
-    for (const JobInfo& j : jobs) {
-      if (j.state == "RUNNING") running_restarts[j.id] = j.restarts;
-      pending = pending || j.state == "PENDING";
-    }
-    const bool running = !running_restarts.empty();
-    if (running && pending) {
-      // An array's waiting tasks have nothing to checkpoint; dropped first, they can't start meanwhile.
-      const CommandResult r = run_slurm({"scancel", "--state=PENDING", request.job_id});
-      if (r.exit_code == 0) report += "job " + request.job_id + ": cancelled its pending tasks.\n";
-    }
-    if (running) {
-      // To the tasks of the job's steps, where train runs; not to the batch shell (no --full).
-      const CommandResult r = run_slurm({"scancel", "--signal=" + spec.name, request.job_id});
-      if (r.exit_code != 0) {
-        throw ConfigError("scancel --signal=" + spec.name + " " + request.job_id + ": expected the signal to be sent, "
-                              "found exit code " + std::to_string(r.exit_code) + ": " + trim(r.err + r.out) + ".",
-                          "check the job with trainctl status " + request.job_id + ".");
-      }
-      const auto t0 = std::chrono::steady_clock::now();
-      const auto deadline = t0 + std::chrono::duration<double>(request.grace_seconds);
-      bool stopped = false;
-      while (std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::sleep_for(std::chrono::duration<double>(request.poll_seconds));
-        std::vector<JobInfo> now;
-        try {
-          now = query_jobs(request.job_id);
-        } catch (const ConfigError&) {
-          stopped = true;
-          break;
-        }
-        stopped = std::none_of(now.begin(), now.end(), [&](const JobInfo& j) {
-          const auto it = running_restarts.find(j.id);
-          return j.state == "RUNNING" && it != running_restarts.end() && j.restarts == it->second;
-        });
-        if (stopped) break;
-      }
-      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      char secs[32];
-      std::snprintf(secs, sizeof(secs), "%.1f", waited);
-      report += "job " + request.job_id + ": sent SIG" + spec.name + " to its tasks; " +
-                (stopped ? std::string("they stopped after ") + secs + " s"
-                         : "they were still running after " + std::to_string(int(request.grace_seconds)) +
-                               " s (--grace), cancelling anyway") +
-                ".\n";
-    } else {
-      report += "job " + request.job_id + ": no task running (" + jobs.front().state +
-                "), so no signal sent and nothing to checkpoint.\n";
-    }
+  if (running && pending) {
+    // An array's waiting tasks have nothing to checkpoint; dropped first, they can't start meanwhile.
+    const CommandResult r = run_slurm({"scancel", "--state=PENDING", request.job_id});
+    if (r.exit_code == 0) report += "job " + request.job_id + ": cancelled its pending tasks.\n";
   }
+  if (!running) {
+    return report + "job " + request.job_id + ": no task running (" + jobs.front().state +
+           "), so no signal sent and nothing to checkpoint.\n";
+  }
+  // To the tasks of the job's steps, where train runs; not to the batch shell (no --full).
+  const CommandResult r = run_slurm({"scancel", "--signal=" + spec.name, request.job_id});
+  if (r.exit_code != 0) {
+    throw ConfigError("scancel --signal=" + spec.name + " " + request.job_id + ": expected the signal to be sent, "
+                          "found exit code " + std::to_string(r.exit_code) + ": " + trim(r.err + r.out) + ".",
+                      "check the job with trainctl status " + request.job_id + ".");
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool stopped = wait_until_stopped(request, running_restarts, t0);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  char secs[32];
+  std::snprintf(secs, sizeof(secs), "%.1f", waited);
+  return report + "job " + request.job_id + ": sent SIG" + spec.name + " to its tasks; " +
+         (stopped ? std::string("they stopped after ") + secs + " s"
+                  : "they were still running after " + std::to_string(int(request.grace_seconds)) +
+                        " s (--grace), cancelling anyway") +
+         ".\n";
+}
+
+/// The job's tasks as the controller knows them now; none once it has forgotten the job.
+std::vector<JobInfo> jobs_now(const std::string& job_id) {
   std::vector<JobInfo> left;
   try {
-    left = query_jobs(request.job_id);
+    left = query_jobs(job_id);
   } catch (const ConfigError&) {
   }
+  return left;
+}
+
+/// scancel for the tasks still pending or running; the tasks may all have ended after the signal.
+std::string cancel_remaining(const std::string& job_id, const std::vector<JobInfo>& left) {
   const bool cancel_needed = std::any_of(left.begin(), left.end(), [](const JobInfo& j) {
     return !j.from_jobcomp && !is_final_state(j.state);
   });
-  if (cancel_needed) {
-    const CommandResult r = run_slurm({"scancel", request.job_id});
-    if (r.exit_code != 0) {
-      throw ConfigError("scancel " + request.job_id + ": expected the job to be cancelled, found exit code " +
-                            std::to_string(r.exit_code) + ": " + trim(r.err + r.out) + ".",
-                        "check the job with trainctl status " + request.job_id + " (or squeue -j " + request.job_id +
-                            ").");
-    }
-    report += "job " + request.job_id + ": cancelled (scancel).\n";
-  } else {
-    report += "job " + request.job_id + ": already ended (" + (left.empty() ? std::string("gone") : left.front().state) +
-              "), nothing left to cancel.\n";
+  if (!cancel_needed) {
+    return "job " + job_id + ": already ended (" + (left.empty() ? std::string("gone") : left.front().state) +
+           "), nothing left to cancel.\n";
   }
-  if (!request.signal.empty()) {
-    for (const JobInfo& j : left.empty() ? jobs : left) {
-      const JobProgress p = job_progress(j);
-      if (!p.checkpoint.empty()) report += "job " + j.id + ": newest checkpoint " + p.checkpoint + "\n";
-    }
+  const CommandResult r = run_slurm({"scancel", job_id});
+  if (r.exit_code != 0) {
+    throw ConfigError("scancel " + job_id + ": expected the job to be cancelled, found exit code " +
+                          std::to_string(r.exit_code) + ": " + trim(r.err + r.out) + ".",
+                      "check the job with trainctl status " + job_id + " (or squeue -j " + job_id + ").");
   }
+  return "job " + job_id + ": cancelled (scancel).\n";
+}
+
+/// One line per task with a checkpoint: where a resubmitted job would resume from.
+std::string newest_checkpoints(const std::vector<JobInfo>& jobs) {
+  std::string report;
+  for (const JobInfo& j : jobs) {
+    const JobProgress p = job_progress(j);
+    if (!p.checkpoint.empty()) report += "job " + j.id + ": newest checkpoint " + p.checkpoint + "\n";
+  }
+  return report;
+}
+
+}  // namespace
+
+std::string cancel_job(const CancelRequest& request) {
+  const std::vector<JobInfo> jobs = query_jobs(request.job_id);
+  check_something_to_cancel(request.job_id, jobs);
+  require_program("scancel");
+  std::string report;
+  if (!request.signal.empty()) report += signal_running_tasks(request, jobs);
+  const std::vector<JobInfo> left = jobs_now(request.job_id);
+  report += cancel_remaining(request.job_id, left);
+  if (!request.signal.empty()) report += newest_checkpoints(left.empty() ? jobs : left);
   return report;
 }
 

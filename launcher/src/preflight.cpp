@@ -91,12 +91,13 @@ std::string check_dataset_folder(const std::string& dir, const std::string& data
                   "--dataset to say which.");
 }
 
-PreflightReport run_preflight(const PreflightOptions& o, const EnvMap& env) {
-  PreflightReport report;
-  report.host = log::hostname();
-  auto fail = [&](const Error& e) { report.errors.push_back(e.what()); };
+namespace {
 
-  // Data: the same folder train will read, by train's rules.
+// run_preflight()'s checks, in the order it runs them. Each records what passed, what is worth a
+// warning and what failed in the report, so one failing check doesn't hide the others.
+
+/// Data: the same folder train will read, by train's rules.
+void check_data(const PreflightOptions& o, const EnvMap& env, PreflightReport& report) {
   std::string model = train_flag_value(o.train_args, {"--model"});
   if (model.empty()) model = "mnist";
   std::string dataset = train_flag_value(o.train_args, {"--dataset"});
@@ -113,13 +114,24 @@ PreflightReport run_preflight(const PreflightOptions& o, const EnvMap& env) {
     }
     report.passed.push_back("data: " + check_dataset_folder(data, dataset) + " readable in " + data);
   } catch (const Error& e) {
-    fail(e);
+    report.errors.push_back(e.what());
   }
+}
 
-  // Tasks on this node, from the job (the preflight step itself runs one task per node).
-  int tasks = 0;
-  const std::string tpn_name = o.tasks_per_node.empty() ? "SLURM_TASKS_PER_NODE" : "--tasks-per-node";
-  const std::string tpn = o.tasks_per_node.empty() ? env_value(env, "SLURM_TASKS_PER_NODE") : o.tasks_per_node;
+/// This node's task count and where it came from, for the GPU checks' messages.
+struct NodeTasks {
+  int tasks = 0;         ///< 0: unknown
+  std::string tpn_name;  ///< --tasks-per-node or SLURM_TASKS_PER_NODE
+  std::string tpn;       ///< its value
+};
+
+/// Tasks on this node, from the job (the preflight step itself runs one task per node).
+NodeTasks check_node_tasks(const PreflightOptions& o, const EnvMap& env, PreflightReport& report) {
+  NodeTasks t;
+  t.tpn_name = o.tasks_per_node.empty() ? "SLURM_TASKS_PER_NODE" : "--tasks-per-node";
+  t.tpn = o.tasks_per_node.empty() ? env_value(env, "SLURM_TASKS_PER_NODE") : o.tasks_per_node;
+  const std::string& tpn_name = t.tpn_name;
+  const std::string& tpn = t.tpn;
   try {
     if (!tpn.empty()) {
       const std::vector<int> per_node = parse_tasks_per_node(tpn_name, tpn);
@@ -133,86 +145,125 @@ PreflightReport run_preflight(const PreflightOptions& o, const EnvMap& env) {
                               " (SLURM_NODEID), found " + std::to_string(per_node.size()) + " node(s).",
                           "pass the job's SLURM_TASKS_PER_NODE from the batch script, not the step's.");
       }
-      tasks = per_node[node];
-      report.passed.push_back("tasks: " + std::to_string(tasks) + " on this node (" + tpn_name + "=" + tpn + ")");
+      t.tasks = per_node[node];
+      report.passed.push_back("tasks: " + std::to_string(t.tasks) + " on this node (" + tpn_name + "=" + tpn + ")");
     }
   } catch (const Error& e) {
-    fail(e);
+    report.errors.push_back(e.what());
   }
+  return t;
+}
 
-  // GPUs: requested ones must be visible to CUDA, and each task needs its own.
-  int expect = o.expect_gpus;
-  if (expect < 0) {
-    const std::string on_node = env_value(env, "SLURM_GPUS_ON_NODE");
-    expect = !on_node.empty() && on_node.size() < 6 && on_node.find_first_not_of("0123456789") == std::string::npos
-                 ? std::stoi(on_node)
-                 : 0;
-  }
-  const std::string device = train_flag_value(o.train_args, {"--device"});
-  const std::string backend = train_flag_value(o.train_args, {"--backend"});
-  const bool cpu_only = device == "cpu" || backend == "gloo";
-  const int visible = count_visible_gpus(env, o.proc_gpus_dir);
-  DIR* driver = ::opendir(o.proc_gpus_dir.c_str());
-  const bool driver_loaded = driver != nullptr;
-  if (driver != nullptr) ::closedir(driver);
-  const bool per_task_binding = !env_value(env, "SLURM_GPUS_PER_TASK").empty();
+/// GPUs per node the job asked for: --expect-gpus, else SLURM_GPUS_ON_NODE, else none.
+int expected_gpus(const PreflightOptions& o, const EnvMap& env) {
+  if (o.expect_gpus >= 0) return o.expect_gpus;
+  const std::string on_node = env_value(env, "SLURM_GPUS_ON_NODE");
+  return !on_node.empty() && on_node.size() < 6 && on_node.find_first_not_of("0123456789") == std::string::npos
+             ? std::stoi(on_node)
+             : 0;
+}
+
+/// What this node shows of its GPUs, read once for the checks below.
+struct NodeGpus {
+  int expect = 0;                 ///< GPUs per node the job asked for
+  int visible = 0;                ///< CUDA GPUs this task sees
+  bool driver_loaded = false;     ///< the NVIDIA driver's /proc folder exists
+  bool per_task_binding = false;  ///< SLURM_GPUS_PER_TASK: each task sees only its own GPU
+};
+
+/// The job asked for GPUs: they must be visible to CUDA, and each task needs its own.
+void check_requested_gpus(const PreflightOptions& o, const EnvMap& env, const NodeGpus& g, const NodeTasks& t,
+                          PreflightReport& report) {
   const std::string gpu_hint =
       "this node can't run CUDA: check nvidia-smi in a job there; submit to a GPU partition "
       "(--partition) with --gres=gpu:N, and keep this node out with --exclude=" + report.host + " (tell the admins).";
+  try {
+    if (g.visible == 0) {
+      throw ConfigError("CUDA GPUs on " + report.host + ": expected the " + std::to_string(g.expect) +
+                            " GPU(s) per node the job asked for, found none visible (" + describe_visible(env) +
+                            (g.driver_loaded ? "" : ", no NVIDIA driver: " + o.proc_gpus_dir + " missing") + ").",
+                        gpu_hint);
+    }
+    if (!g.driver_loaded) {
+      throw ConfigError("NVIDIA driver on " + report.host + ": expected " + o.proc_gpus_dir +
+                            " to list the GPUs of " + describe_visible(env) + ", found no driver loaded.",
+                        gpu_hint);
+    }
+    if (g.visible < g.expect) {
+      throw ConfigError("CUDA GPUs on " + report.host + ": expected the " + std::to_string(g.expect) +
+                            " GPU(s) per node the job asked for, found " + std::to_string(g.visible) + " visible (" +
+                            describe_visible(env) + ").",
+                        gpu_hint);
+    }
+    if (t.tasks > g.visible && !g.per_task_binding) {
+      throw ConfigError("tasks on " + report.host + ": expected one task per GPU (" + std::to_string(g.visible) +
+                            " visible), found " + std::to_string(t.tasks) + " tasks (" + t.tpn_name + "=" + t.tpn +
+                            ").",
+                        "NCCL needs a GPU per rank: submit with --ntasks-per-node equal to the GPUs per node "
+                        "(or --gpus-per-task=1).");
+    }
+    if (t.tasks > 0 && t.tasks < g.visible) {
+      report.warnings.push_back(std::to_string(g.visible) + " GPUs visible for " + std::to_string(t.tasks) +
+                                " task(s): " + std::to_string(g.visible - t.tasks) +
+                                " stay idle; submit with --ntasks-per-node=" + std::to_string(g.visible) + ".");
+    }
+    report.passed.push_back("GPUs: " + std::to_string(g.visible) + " visible (" + describe_visible(env) + "), " +
+                            std::to_string(g.expect) + " asked for");
+  } catch (const Error& e) {
+    report.errors.push_back(e.what());
+  }
+}
+
+/// GPUs nobody asked for: train's --backend auto would still pick NCCL and want one per task.
+void check_unrequested_gpus(const EnvMap& env, const NodeGpus& g, const NodeTasks& t, PreflightReport& report) {
+  report.warnings.push_back(std::to_string(g.visible) + " GPU(s) visible (" + describe_visible(env) +
+                            ") though the job asked for none: train's --backend auto uses them with NCCL; "
+                            "request them (--gres=gpu:N) or pass train --device cpu.");
+  if (t.tasks > g.visible && !g.per_task_binding) {
+    report.errors.push_back(
+        ConfigError("tasks on " + report.host + ": expected at most one per visible GPU (" + std::to_string(g.visible) +
+                        ") since train picks NCCL when it sees GPUs, found " + std::to_string(t.tasks) + ".",
+                    "pass train --device cpu (Gloo on the CPU), or request one GPU per task.")
+            .what());
+  }
+}
+
+/// GPUs: requested ones must be visible to CUDA, and each task needs its own.
+void check_gpus(const PreflightOptions& o, const EnvMap& env, const NodeTasks& t, PreflightReport& report) {
+  NodeGpus g;
+  g.expect = expected_gpus(o, env);
+  const std::string device = train_flag_value(o.train_args, {"--device"});
+  const std::string backend = train_flag_value(o.train_args, {"--backend"});
+  const bool cpu_only = device == "cpu" || backend == "gloo";
+  g.visible = count_visible_gpus(env, o.proc_gpus_dir);
+  DIR* driver = ::opendir(o.proc_gpus_dir.c_str());
+  g.driver_loaded = driver != nullptr;
+  if (driver != nullptr) ::closedir(driver);
+  g.per_task_binding = !env_value(env, "SLURM_GPUS_PER_TASK").empty();
   if (cpu_only) {
-    if (expect > 0) {
-      report.warnings.push_back("the job asked for " + std::to_string(expect) + " GPU(s) per node, but train runs on "
-                                "the CPU (--device " + device + (backend.empty() ? "" : ", --backend " + backend) +
+    if (g.expect > 0) {
+      report.warnings.push_back("the job asked for " + std::to_string(g.expect) + " GPU(s) per node, but train runs "
+                                "on the CPU (--device " + device + (backend.empty() ? "" : ", --backend " + backend) +
                                 "): they stay idle.");
     }
     report.passed.push_back("device: CPU (train " + std::string(device == "cpu" ? "--device cpu" : "--backend gloo") + ")");
-  } else if (expect > 0) {
-    try {
-      if (visible == 0) {
-        throw ConfigError("CUDA GPUs on " + report.host + ": expected the " + std::to_string(expect) +
-                              " GPU(s) per node the job asked for, found none visible (" + describe_visible(env) +
-                              (driver_loaded ? "" : ", no NVIDIA driver: " + o.proc_gpus_dir + " missing") + ").",
-                          gpu_hint);
-      }
-      if (!driver_loaded) {
-        throw ConfigError("NVIDIA driver on " + report.host + ": expected " + o.proc_gpus_dir +
-                              " to list the GPUs of " + describe_visible(env) + ", found no driver loaded.",
-                          gpu_hint);
-      }
-      if (visible < expect) {
-        throw ConfigError("CUDA GPUs on " + report.host + ": expected the " + std::to_string(expect) +
-                              " GPU(s) per node the job asked for, found " + std::to_string(visible) + " visible (" +
-                              describe_visible(env) + ").",
-                          gpu_hint);
-      }
-      if (tasks > visible && !per_task_binding) {
-        throw ConfigError("tasks on " + report.host + ": expected one task per GPU (" + std::to_string(visible) +
-                              " visible), found " + std::to_string(tasks) + " tasks (" + tpn_name + "=" + tpn + ").",
-                          "NCCL needs a GPU per rank: submit with --ntasks-per-node equal to the GPUs per node "
-                          "(or --gpus-per-task=1).");
-      }
-      if (tasks > 0 && tasks < visible) {
-        report.warnings.push_back(std::to_string(visible) + " GPUs visible for " + std::to_string(tasks) +
-                                  " task(s): " + std::to_string(visible - tasks) +
-                                  " stay idle; submit with --ntasks-per-node=" + std::to_string(visible) + ".");
-      }
-      report.passed.push_back("GPUs: " + std::to_string(visible) + " visible (" + describe_visible(env) + "), " +
-                              std::to_string(expect) + " asked for");
-    } catch (const Error& e) {
-      fail(e);
-    }
-  } else if (visible > 0) {
-    report.warnings.push_back(std::to_string(visible) + " GPU(s) visible (" + describe_visible(env) +
-                              ") though the job asked for none: train's --backend auto uses them with NCCL; "
-                              "request them (--gres=gpu:N) or pass train --device cpu.");
-    if (tasks > visible && !per_task_binding) {
-      fail(ConfigError("tasks on " + report.host + ": expected at most one per visible GPU (" + std::to_string(visible) +
-                           ") since train picks NCCL when it sees GPUs, found " + std::to_string(tasks) + ".",
-                       "pass train --device cpu (Gloo on the CPU), or request one GPU per task."));
-    }
+  } else if (g.expect > 0) {
+    check_requested_gpus(o, env, g, t, report);
+  } else if (g.visible > 0) {
+    check_unrequested_gpus(env, g, t, report);
   } else {
     report.passed.push_back("GPUs: none asked for, none visible: train uses Gloo on the CPU");
   }
+}
+
+}  // namespace
+
+PreflightReport run_preflight(const PreflightOptions& o, const EnvMap& env) {
+  PreflightReport report;
+  report.host = log::hostname();
+  check_data(o, env, report);
+  const NodeTasks tasks = check_node_tasks(o, env, report);
+  check_gpus(o, env, tasks, report);
   return report;
 }
 

@@ -324,16 +324,25 @@ std::int64_t parse_memory_mb(const std::string& option, const std::string& value
   return (kb + 1023) / 1024;
 }
 
-SbatchPlan plan_sbatch(const SbatchOptions& o) {
-  SbatchPlan plan;
-  plan.job_name = o.job_name.empty() ? kDefaultJobName : o.job_name;
-  check_sbatch_word("--job-name", plan.job_name);
-  if (plan.job_name.find('/') != std::string::npos || plan.job_name.find('%') != std::string::npos) {
-    throw ConfigError("--job-name '" + plan.job_name + "': expected a name without '/' or '%', found one.",
+namespace {
+
+// plan_sbatch()'s steps, in the order it runs them: each checks one group of options and fills in
+// its part of the plan, so the first error a user sees stays the same as the options grow.
+
+/// --job-name, or the default: it becomes part of log and checkpoint paths, so no '/' or '%'.
+std::string checked_job_name(const SbatchOptions& o) {
+  const std::string job_name = o.job_name.empty() ? kDefaultJobName : o.job_name;
+  check_sbatch_word("--job-name", job_name);
+  if (job_name.find('/') != std::string::npos || job_name.find('%') != std::string::npos) {
+    throw ConfigError("--job-name '" + job_name + "': expected a name without '/' or '%', found one.",
                       "the name becomes part of the log and checkpoint paths (logs/%x-%j.out, "
                       "checkpoints/NAME-JOBID); use letters, digits, '-' and '_'.");
   }
+  return job_name;
+}
 
+/// Every option copied onto an #SBATCH line as it is, checked before any is parsed.
+void check_sbatch_words(const SbatchOptions& o) {
   for (const auto& [option, value] :
        std::vector<std::pair<std::string, std::string>>{{"--partition", o.partition}, {"--account", o.account},
                                                         {"--qos", o.qos}, {"--constraint", o.constraint},
@@ -342,19 +351,10 @@ SbatchPlan plan_sbatch(const SbatchOptions& o) {
                                                         {"--gpus-per-node", o.gpus_per_node}}) {
     if (!value.empty()) check_sbatch_word(option, value);
   }
+}
 
-  if (!o.nodes.empty()) plan.nodes = parse_count("--nodes", o.nodes, "e.g. --nodes 2 (whole nodes, not tasks).");
-  if (!o.cpus_per_task.empty()) {
-    plan.cpus_per_task = parse_count("--cpus-per-task", o.cpus_per_task,
-                                     "e.g. --cpus-per-task 4: CPU cores for each rank's threads.");
-  }
-  int tasks = 0;
-  if (!o.ntasks_per_node.empty()) {
-    tasks = parse_count("--ntasks-per-node", o.ntasks_per_node,
-                        "e.g. --ntasks-per-node 2: ranks per node (one per GPU on GPU nodes).");
-  }
-
-  // GPUs: --gpus-per-node [TYPE:]N, --gres gpu[:TYPE]:N or --gres shard[:TYPE]:N.
+/// GPUs: --gpus-per-node [TYPE:]N, --gres gpu[:TYPE]:N or --gres shard[:TYPE]:N, asked for one way only.
+void plan_gpus(const SbatchOptions& o, SbatchPlan& plan) {
   int gpus_per_node = 0;
   if (!o.gpus_per_node.empty()) {
     const std::size_t colon = o.gpus_per_node.rfind(':');
@@ -383,26 +383,35 @@ SbatchPlan plan_sbatch(const SbatchOptions& o) {
     plan.shard = true;
     plan.gpu_request = "--gres " + gres.item;
   }
-  if (!o.ntasks.empty()) {
-    plan.ntasks = parse_count("--ntasks", o.ntasks, "e.g. --ntasks 4: ranks in all, spread over the nodes.");
-    if (plan.ntasks < plan.nodes) {
-      throw ConfigError("--ntasks " + o.ntasks + " with --nodes " + std::to_string(plan.nodes) +
-                            ": expected at least one task per node, found fewer tasks than nodes.",
-                        "ask for at least as many tasks as nodes, or fewer nodes.");
-    }
-    if (tasks > 0 && plan.ntasks > plan.nodes * tasks) {
-      throw ConfigError("--ntasks " + o.ntasks + ": expected at most --nodes x --ntasks-per-node = " +
-                            std::to_string(plan.nodes * tasks) + " tasks, found " + o.ntasks + ".",
-                        "drop --ntasks-per-node (SLURM spreads the tasks), or ask for more nodes.");
-    }
-    if (tasks == 0 && plan.gpus_per_node == 0) tasks = (plan.ntasks + plan.nodes - 1) / plan.nodes;
-    if (plan.gpus_per_node > 0 && !plan.shard && plan.ntasks != plan.nodes * plan.gpus_per_node) {
-      throw ConfigError("--ntasks " + o.ntasks + " with " + plan.gpu_request + " on " + std::to_string(plan.nodes) +
-                            " node(s): expected one task per GPU (" +
-                            std::to_string(plan.nodes * plan.gpus_per_node) + " tasks), found " + o.ntasks + ".",
-                        "drop --ntasks (it follows the GPUs), or request as many GPUs as tasks.");
-    }
+}
+
+/// --ntasks: at least one per node, within --ntasks-per-node, one per whole GPU. Returns the tasks
+/// per node, derived from --ntasks when neither --ntasks-per-node nor GPUs fix them (0: not yet known).
+int plan_ntasks(const SbatchOptions& o, int tasks, SbatchPlan& plan) {
+  if (o.ntasks.empty()) return tasks;
+  plan.ntasks = parse_count("--ntasks", o.ntasks, "e.g. --ntasks 4: ranks in all, spread over the nodes.");
+  if (plan.ntasks < plan.nodes) {
+    throw ConfigError("--ntasks " + o.ntasks + " with --nodes " + std::to_string(plan.nodes) +
+                          ": expected at least one task per node, found fewer tasks than nodes.",
+                      "ask for at least as many tasks as nodes, or fewer nodes.");
   }
+  if (tasks > 0 && plan.ntasks > plan.nodes * tasks) {
+    throw ConfigError("--ntasks " + o.ntasks + ": expected at most --nodes x --ntasks-per-node = " +
+                          std::to_string(plan.nodes * tasks) + " tasks, found " + o.ntasks + ".",
+                      "drop --ntasks-per-node (SLURM spreads the tasks), or ask for more nodes.");
+  }
+  if (tasks == 0 && plan.gpus_per_node == 0) tasks = (plan.ntasks + plan.nodes - 1) / plan.nodes;
+  if (plan.gpus_per_node > 0 && !plan.shard && plan.ntasks != plan.nodes * plan.gpus_per_node) {
+    throw ConfigError("--ntasks " + o.ntasks + " with " + plan.gpu_request + " on " + std::to_string(plan.nodes) +
+                          " node(s): expected one task per GPU (" +
+                          std::to_string(plan.nodes * plan.gpus_per_node) + " tasks), found " + o.ntasks + ".",
+                      "drop --ntasks (it follows the GPUs), or request as many GPUs as tasks.");
+  }
+  return tasks;
+}
+
+/// Tasks per node: one per whole GPU (NCCL needs a GPU per rank), a single one on a shared GPU.
+void plan_tasks_per_node(int tasks, SbatchPlan& plan) {
   if (tasks == 0) tasks = plan.gpus_per_node > 0 && !plan.shard ? plan.gpus_per_node : 1;
   plan.tasks_per_node = tasks;
   if (plan.shard && tasks > 1) {
@@ -417,45 +426,69 @@ SbatchPlan plan_sbatch(const SbatchOptions& o) {
                           " tasks per node), found " + std::to_string(tasks) + ".",
                       "drop --ntasks-per-node (it follows the GPUs), or request as many GPUs as tasks.");
   }
+}
 
-  if (!o.time.empty()) plan.time_seconds = parse_time_limit("--time", o.time);
-  if (!o.mem.empty()) plan.mem_mb = parse_memory_mb("--mem", o.mem);
+/// Nodes, CPUs, tasks and GPUs, which must agree with each other.
+void plan_layout(const SbatchOptions& o, SbatchPlan& plan) {
+  if (!o.nodes.empty()) plan.nodes = parse_count("--nodes", o.nodes, "e.g. --nodes 2 (whole nodes, not tasks).");
+  if (!o.cpus_per_task.empty()) {
+    plan.cpus_per_task = parse_count("--cpus-per-task", o.cpus_per_task,
+                                     "e.g. --cpus-per-task 4: CPU cores for each rank's threads.");
+  }
+  int tasks = 0;
+  if (!o.ntasks_per_node.empty()) {
+    tasks = parse_count("--ntasks-per-node", o.ntasks_per_node,
+                        "e.g. --ntasks-per-node 2: ranks per node (one per GPU on GPU nodes).");
+  }
+  plan_gpus(o, plan);
+  tasks = plan_ntasks(o, tasks, plan);
+  plan_tasks_per_node(tasks, plan);
+}
 
-  if (!o.array_chain.empty()) {
-    plan.array_chain = parse_count("--array-chain", o.array_chain,
-                                   "e.g. --array-chain 3 --time 1-00:00:00: three 24 h chunks, each resuming "
-                                   "from the last one's checkpoint.");
-    if (plan.array_chain < 2 || plan.array_chain > kMaxArrayChain) {
-      throw ConfigError("--array-chain " + o.array_chain + ": expected 2-" + std::to_string(kMaxArrayChain) +
-                            " chunks, found " + o.array_chain + ".",
-                        "drop the option for a single job; SLURM's MaxArraySize is 1001 by default.");
-    }
+/// --array-chain: chunks of one training, each resuming from the last one's checkpoint.
+void plan_array_chain(const SbatchOptions& o, SbatchPlan& plan) {
+  if (o.array_chain.empty()) return;
+  plan.array_chain = parse_count("--array-chain", o.array_chain,
+                                 "e.g. --array-chain 3 --time 1-00:00:00: three 24 h chunks, each resuming "
+                                 "from the last one's checkpoint.");
+  if (plan.array_chain < 2 || plan.array_chain > kMaxArrayChain) {
+    throw ConfigError("--array-chain " + o.array_chain + ": expected 2-" + std::to_string(kMaxArrayChain) +
+                          " chunks, found " + o.array_chain + ".",
+                      "drop the option for a single job; SLURM's MaxArraySize is 1001 by default.");
   }
-  if (o.array_tasks) {
-    const ArrayTasks& a = *o.array_tasks;
-    if (plan.array_chain > 0) {
-      throw ConfigError("--array-chain " + o.array_chain + " in a sweep: expected one job array, found a chain "
-                            "requested as well.",
-                        "drop --array-chain: each task of a sweep requeues itself and resumes from its own "
-                        "checkpoints when its time runs out.");
-    }
-    if (a.task_args.empty() || static_cast<int>(a.task_args.size()) > kMaxArrayChain + 1) {
-      throw ConfigError("sweep: expected 1-" + std::to_string(kMaxArrayChain + 1) + " tasks in the job array, found " +
-                            std::to_string(a.task_args.size()) + ".",
-                        "SLURM's MaxArraySize is 1001 by default; split the grid into several sweeps.");
-    }
-    if (a.throttle < 0) {
-      throw ConfigError("--throttle " + std::to_string(a.throttle) + ": expected a count of tasks, found a negative one.",
-                        "e.g. --throttle 2: at most 2 tasks of the sweep run at once.");
-    }
-    check_sbatch_word("--output-dir", a.run_root);
-    if (a.run_root.front() != '/' || a.run_root.find('%') != std::string::npos) {
-      throw ConfigError("--output-dir '" + a.run_root + "': expected an absolute folder without '%', found '" +
-                            a.run_root + "'.",
-                        "trainctl sweep makes the folder absolute itself; avoid '%', which SLURM expands in log paths.");
-    }
-    plan.array_tasks = static_cast<int>(a.task_args.size());
+}
+
+/// A sweep's job array (trainctl sweep): no chain on top, a task count SLURM takes, and a run folder
+/// that can go into log paths.
+void plan_array_tasks(const SbatchOptions& o, SbatchPlan& plan) {
+  if (!o.array_tasks) return;
+  const ArrayTasks& a = *o.array_tasks;
+  if (plan.array_chain > 0) {
+    throw ConfigError("--array-chain " + o.array_chain + " in a sweep: expected one job array, found a chain "
+                          "requested as well.",
+                      "drop --array-chain: each task of a sweep requeues itself and resumes from its own "
+                      "checkpoints when its time runs out.");
   }
+  if (a.task_args.empty() || static_cast<int>(a.task_args.size()) > kMaxArrayChain + 1) {
+    throw ConfigError("sweep: expected 1-" + std::to_string(kMaxArrayChain + 1) + " tasks in the job array, found " +
+                          std::to_string(a.task_args.size()) + ".",
+                      "SLURM's MaxArraySize is 1001 by default; split the grid into several sweeps.");
+  }
+  if (a.throttle < 0) {
+    throw ConfigError("--throttle " + std::to_string(a.throttle) + ": expected a count of tasks, found a negative one.",
+                      "e.g. --throttle 2: at most 2 tasks of the sweep run at once.");
+  }
+  check_sbatch_word("--output-dir", a.run_root);
+  if (a.run_root.front() != '/' || a.run_root.find('%') != std::string::npos) {
+    throw ConfigError("--output-dir '" + a.run_root + "': expected an absolute folder without '%', found '" +
+                          a.run_root + "'.",
+                      "trainctl sweep makes the folder absolute itself; avoid '%', which SLURM expands in log paths.");
+  }
+  plan.array_tasks = static_cast<int>(a.task_args.size());
+}
+
+/// Log paths: a sweep logs into each task's run folder, a chain gets one log per chunk.
+void plan_logs(const SbatchOptions& o, SbatchPlan& plan) {
   plan.output = !o.output.empty()          ? o.output
                 : plan.array_tasks > 0     ? o.array_tasks->run_root + "/task-%a/" + kSweepLogFile
                 : plan.array_chain > 0     ? kDefaultArrayOutput
@@ -465,43 +498,47 @@ SbatchPlan plan_sbatch(const SbatchOptions& o) {
     plan.rank_output = per_rank_pattern(plan.output);
     if (!plan.error.empty()) plan.rank_error = per_rank_pattern(plan.error);
   }
+}
 
-  // The signal: it must reach the tasks, train must checkpoint on it, and it must come before the end.
+/// The signal: it must reach the tasks, train must checkpoint on it, and it must come before the end.
+void plan_signal(const SbatchOptions& o, SbatchPlan& plan) {
   const std::string signal = o.signal.empty() ? kDefaultSignal : o.signal;
-  if (signal != "none") {
-    const SignalSpec spec = parse_signal_spec("--signal", signal);
-    if (spec.batch_only) {
-      throw ConfigError("--signal '" + signal + "': expected the signal to go to the job's tasks, found 'B:', "
-                            "which sends it to the batch shell only.",
-                        "drop 'B:' (e.g. --signal " + spec.name + "@" + std::to_string(spec.lead_seconds) +
-                            "): train runs in srun's tasks and checkpoints when they get the signal; the batch "
-                            "shell runs no training.");
-    }
-    bool given = false;
-    const std::vector<std::string> handled = train_preempt_signals(o.train_args, given);
-    if (std::find(handled.begin(), handled.end(), spec.name) == handled.end()) {
-      throw ConfigError("--signal '" + signal + "': expected a signal train checkpoints and requeues on (" +
-                            (handled.empty() ? std::string("none, with --preempt-signals none")
-                                             : join(handled, ", ") + (given ? "" : ", its default")) +
-                            "), found " + spec.name + ".",
-                        "use --signal USR2@120, or pass train --preempt-signals with " + spec.name +
-                            " after '--'; --signal none sends nothing.");
-    }
-    if (plan.time_seconds > 0 && spec.lead_seconds >= plan.time_seconds) {
-      throw ConfigError("--signal '" + signal + "' with --time " + o.time + ": expected the signal's " +
-                            std::to_string(spec.lead_seconds) + " s lead to be shorter than the time limit (" +
-                            duration_text(plan.time_seconds) + "), found it longer.",
-                        "the signal would come as the job starts, and train would checkpoint and requeue at "
-                        "once, for ever; give a longer --time or a shorter lead, e.g. --signal " + spec.name + "@" +
-                            std::to_string(std::max<std::int64_t>(10, plan.time_seconds / 4)) + ".");
-    }
-    if (spec.name == "USR1") {
-      plan.warnings.push_back("--signal " + signal + ": NCCL may use SIGUSR1 itself; USR2 is the safer choice "
-                              "(submitit moved its default to USR2 for that reason).");
-    }
-    plan.signal = spec;
+  if (signal == "none") return;
+  const SignalSpec spec = parse_signal_spec("--signal", signal);
+  if (spec.batch_only) {
+    throw ConfigError("--signal '" + signal + "': expected the signal to go to the job's tasks, found 'B:', "
+                          "which sends it to the batch shell only.",
+                      "drop 'B:' (e.g. --signal " + spec.name + "@" + std::to_string(spec.lead_seconds) +
+                          "): train runs in srun's tasks and checkpoints when they get the signal; the batch "
+                          "shell runs no training.");
   }
+  bool given = false;
+  const std::vector<std::string> handled = train_preempt_signals(o.train_args, given);
+  if (std::find(handled.begin(), handled.end(), spec.name) == handled.end()) {
+    throw ConfigError("--signal '" + signal + "': expected a signal train checkpoints and requeues on (" +
+                          (handled.empty() ? std::string("none, with --preempt-signals none")
+                                           : join(handled, ", ") + (given ? "" : ", its default")) +
+                          "), found " + spec.name + ".",
+                      "use --signal USR2@120, or pass train --preempt-signals with " + spec.name +
+                          " after '--'; --signal none sends nothing.");
+  }
+  if (plan.time_seconds > 0 && spec.lead_seconds >= plan.time_seconds) {
+    throw ConfigError("--signal '" + signal + "' with --time " + o.time + ": expected the signal's " +
+                          std::to_string(spec.lead_seconds) + " s lead to be shorter than the time limit (" +
+                          duration_text(plan.time_seconds) + "), found it longer.",
+                      "the signal would come as the job starts, and train would checkpoint and requeue at "
+                      "once, for ever; give a longer --time or a shorter lead, e.g. --signal " + spec.name + "@" +
+                          std::to_string(std::max<std::int64_t>(10, plan.time_seconds / 4)) + ".");
+  }
+  if (spec.name == "USR1") {
+    plan.warnings.push_back("--signal " + signal + ": NCCL may use SIGUSR1 itself; USR2 is the safer choice "
+                            "(submitit moved its default to USR2 for that reason).");
+  }
+  plan.signal = spec;
+}
 
+/// --setup lines and --container go into the script as they are, so each must be one line.
+void check_setup_and_container(const SbatchOptions& o) {
   for (const std::string& line : o.setup) {
     check_single_line("--setup", line);
     if (line.find_first_not_of(" \t") == std::string::npos) {
@@ -510,36 +547,56 @@ SbatchPlan plan_sbatch(const SbatchOptions& o) {
     }
   }
   if (!o.container.empty()) check_single_line("--container", o.container);
+}
+
+/// --stage-data and --stage-subdir: a tar archive, a folder inside it, and no --data to contradict them.
+void check_staged_data(const SbatchOptions& o) {
   if (!o.stage_subdir.empty() && o.stage_data.empty()) {
     throw ConfigError("--stage-subdir '" + o.stage_subdir + "': expected it with --stage-data, found no archive.",
                       "add --stage-data ARCHIVE, or drop --stage-subdir.");
   }
-  if (!o.stage_data.empty()) {
-    check_single_line("--stage-data", o.stage_data);
-    if (!is_tar_archive(o.stage_data)) {
-      throw ConfigError("--stage-data '" + o.stage_data + "': expected a tar archive (.tar, .tar.gz, .tgz, "
-                            ".tar.bz2, .tar.xz, .tar.zst), found another name.",
-                        "repack the data folder: tar -cf data.tar -C PARENT FOLDER (uncompressed extracts "
-                        "fastest), then --stage-data data.tar --stage-subdir FOLDER.");
-    }
-    if (!o.stage_subdir.empty()) {
-      check_single_line("--stage-subdir", o.stage_subdir);
-      bool dotdot = false;
-      for (const std::string& part : split(o.stage_subdir, '/')) dotdot = dotdot || part == "..";
-      if (o.stage_subdir[0] == '/' || dotdot) {
-        throw ConfigError("--stage-subdir '" + o.stage_subdir + "': expected a folder inside the archive "
-                              "(relative, without '..'), found '" + o.stage_subdir + "'.",
-                          "name the folder as `tar -tf ARCHIVE` lists it, e.g. cifar-10-batches-bin.");
-      }
-    }
-    bool data_given = false;
-    const std::string data = train_flag_value(o.train_args, {"--data"}, &data_given);
-    if (data_given) {
-      throw ConfigError("--stage-data '" + o.stage_data + "' with train's --data " + data +
-                            ": expected one source for the data, found both.",
-                        "drop --data from the train arguments: the script passes train the staged folder.");
+  if (o.stage_data.empty()) return;
+  check_single_line("--stage-data", o.stage_data);
+  if (!is_tar_archive(o.stage_data)) {
+    throw ConfigError("--stage-data '" + o.stage_data + "': expected a tar archive (.tar, .tar.gz, .tgz, "
+                          ".tar.bz2, .tar.xz, .tar.zst), found another name.",
+                      "repack the data folder: tar -cf data.tar -C PARENT FOLDER (uncompressed extracts "
+                      "fastest), then --stage-data data.tar --stage-subdir FOLDER.");
+  }
+  if (!o.stage_subdir.empty()) {
+    check_single_line("--stage-subdir", o.stage_subdir);
+    bool dotdot = false;
+    for (const std::string& part : split(o.stage_subdir, '/')) dotdot = dotdot || part == "..";
+    if (o.stage_subdir[0] == '/' || dotdot) {
+      throw ConfigError("--stage-subdir '" + o.stage_subdir + "': expected a folder inside the archive "
+                            "(relative, without '..'), found '" + o.stage_subdir + "'.",
+                        "name the folder as `tar -tf ARCHIVE` lists it, e.g. cifar-10-batches-bin.");
     }
   }
+  bool data_given = false;
+  const std::string data = train_flag_value(o.train_args, {"--data"}, &data_given);
+  if (data_given) {
+    throw ConfigError("--stage-data '" + o.stage_data + "' with train's --data " + data +
+                          ": expected one source for the data, found both.",
+                      "drop --data from the train arguments: the script passes train the staged folder.");
+  }
+}
+
+}  // namespace
+
+SbatchPlan plan_sbatch(const SbatchOptions& o) {
+  SbatchPlan plan;
+  plan.job_name = checked_job_name(o);
+  check_sbatch_words(o);
+  plan_layout(o, plan);
+  if (!o.time.empty()) plan.time_seconds = parse_time_limit("--time", o.time);
+  if (!o.mem.empty()) plan.mem_mb = parse_memory_mb("--mem", o.mem);
+  plan_array_chain(o, plan);
+  plan_array_tasks(o, plan);
+  plan_logs(o, plan);
+  plan_signal(o, plan);  // after --time: the signal's lead must fit in the time limit
+  check_setup_and_container(o);
+  check_staged_data(o);
   return plan;
 }
 

@@ -112,6 +112,34 @@ struct ShmGroup::Header {
   std::atomic<uint32_t> arrivals[kMaxRanks];  // barriers each rank has entered
 };
 
+namespace {
+
+// 1. One machine? Every rank publishes its identity and reads everyone's.
+bool all_on_one_machine(const ShmGroup::Exchange& ex, const std::string& prefix, int rank, int world) {
+  const std::string me = machine_identity();
+  ex.set(prefix + "id/" + std::to_string(rank), me.empty() ? "?" + std::to_string(rank) : me);
+  bool same = !me.empty();
+  for (int r = 0; r < world; ++r) {
+    if (ex.get(prefix + "id/" + std::to_string(r)) != me) same = false;
+  }
+  return same;
+}
+
+// 3. Everyone reports `problem` ("" when this rank has the group) and reads the others' reports:
+// the group is used only if every rank has it. Returns this rank's problem, else the first rank's.
+std::string first_problem_of_any_rank(const ShmGroup::Exchange& ex, const std::string& prefix, int rank, int world,
+                                      const std::string& problem) {
+  ex.set(prefix + "ok/" + std::to_string(rank), problem.empty() ? "1" : "0" + problem);
+  std::string first_problem = problem;
+  for (int r = 0; r < world; ++r) {
+    const std::string v = ex.get(prefix + "ok/" + std::to_string(r));
+    if (v != "1" && first_problem.empty()) first_problem = "rank " + std::to_string(r) + ": " + v.substr(1);
+  }
+  return first_problem;
+}
+
+}  // namespace
+
 std::unique_ptr<ShmGroup> ShmGroup::create(const Exchange& ex, const std::string& key, int rank,
                                            int world, size_t capacity, std::chrono::milliseconds timeout,
                                            std::string where, std::string host, std::string* why_not) {
@@ -121,23 +149,14 @@ std::unique_ptr<ShmGroup> ShmGroup::create(const Exchange& ex, const std::string
   };
   if (world < 2 || world > kMaxRanks) return fail("world size " + std::to_string(world) + " is out of range");
   const std::string prefix = "shm/" + key + "/";
-
-  // 1. One machine? Every rank publishes its identity and reads everyone's.
-  const std::string me = machine_identity();
-  ex.set(prefix + "id/" + std::to_string(rank), me.empty() ? "?" + std::to_string(rank) : me);
-  bool same = !me.empty();
-  for (int r = 0; r < world; ++r) {
-    if (ex.get(prefix + "id/" + std::to_string(r)) != me) same = false;
-  }
-  if (!same) return fail("the ranks are not all on one machine");
+  if (!all_on_one_machine(ex, prefix, rank, world)) return fail("the ranks are not all on one machine");
 
   const size_t region = round_up(capacity == 0 ? 1 : capacity, kAlign);
   const size_t header = round_up(sizeof(Header), kAlign);
   const size_t total = header + region * static_cast<size_t>(world + 1);
 
-  // 2. Rank 0 creates the segment, reserves its memory (no SIGBUS later on a full /dev/shm) and
-  // publishes its name; the others map it and check it.
-  std::string name, problem;
+  // 2. Rank 0 creates the segment and publishes its name; the others map it and check it.
+  std::string name;
   std::unique_ptr<ShmGroup> g(new ShmGroup());
   g->rank_ = rank;
   g->world_ = world;
@@ -145,55 +164,8 @@ std::unique_ptr<ShmGroup> ShmGroup::create(const Exchange& ex, const std::string
   g->timeout_ = timeout;
   g->where_ = std::move(where);
   g->host_ = std::move(host);
-  int fd = -1;
-  if (rank == 0) {
-    std::random_device rd;
-    char token[33];
-    std::snprintf(token, sizeof(token), "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
-    name = "/libtrain-" + std::to_string(::getpid()) + "-" + token;
-    fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) {
-      problem = std::string("shm_open: ") + std::strerror(errno);
-    } else if (int e = ::posix_fallocate(fd, 0, static_cast<off_t>(total)); e != 0) {
-      problem = "reserving " + std::to_string(total >> 20) + " MiB in /dev/shm: " + std::strerror(e);
-    }
-    if (problem.empty() && (problem = g->map(fd, total)).empty()) {
-      g->header_ = new (g->base_) Header();
-      g->header_->magic = kMagic;
-      std::snprintf(g->header_->token, sizeof(g->header_->token), "%s", token);
-      g->header_->world = static_cast<uint32_t>(world);
-      g->header_->capacity = capacity;
-      g->header_->count.store(0);
-      g->header_->gen.store(0);
-      g->header_->aborted_by.store(-1);
-    }
-    if (fd >= 0) ::close(fd);
-    ex.set(prefix + "name", problem.empty() ? name + "|" + token : "");
-    if (!problem.empty()) ::shm_unlink(name.c_str());
-  } else {
-    const std::string published = ex.get(prefix + "name");
-    if (published.empty()) {
-      problem = "rank 0 could not create the segment";
-    } else {
-      const auto bar = published.find('|');
-      name = published.substr(0, bar);
-      const std::string token = published.substr(bar + 1);
-      fd = ::shm_open(name.c_str(), O_RDWR, 0600);
-      struct stat st {};
-      if (fd < 0) {
-        problem = std::string("shm_open ") + name + ": " + std::strerror(errno) + " (another /dev/shm?)";
-      } else if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != total) {
-        problem = "segment " + name + " has an unexpected size";
-      } else if ((problem = g->map(fd, total)).empty()) {
-        g->header_ = reinterpret_cast<Header*>(g->base_);
-        if (g->header_->magic != kMagic || token != g->header_->token ||
-            g->header_->world != static_cast<uint32_t>(world)) {
-          problem = "segment " + name + " is not this job's";
-        }
-      }
-      if (fd >= 0) ::close(fd);
-    }
-  }
+  const std::string problem =
+      rank == 0 ? g->create_segment(ex, prefix, total, &name) : g->open_segment(ex, prefix, total, &name);
   if (problem.empty()) {
     char state = 0;
     uint64_t start = 0;
@@ -202,17 +174,64 @@ std::unique_ptr<ShmGroup> ShmGroup::create(const Exchange& ex, const std::string
     g->header_->pid[rank] = static_cast<int32_t>(::getpid());
   }
 
-  // 3. Everyone reports; the group is used only if every rank has it. Rank 0 then unlinks the
-  // name, so nothing is left in /dev/shm whatever happens to the job later.
-  ex.set(prefix + "ok/" + std::to_string(rank), problem.empty() ? "1" : "0" + problem);
-  std::string first_problem = problem;
-  for (int r = 0; r < world; ++r) {
-    const std::string v = ex.get(prefix + "ok/" + std::to_string(r));
-    if (v != "1" && first_problem.empty()) first_problem = "rank " + std::to_string(r) + ": " + v.substr(1);
-  }
+  // 3. Rank 0 unlinks the name once every rank has reported, so nothing is left in /dev/shm
+  // whatever happens to the job later.
+  const std::string first_problem = first_problem_of_any_rank(ex, prefix, rank, world, problem);
   if (rank == 0 && !name.empty()) ::shm_unlink(name.c_str());
   if (!first_problem.empty()) return fail(first_problem);
   return g;
+}
+
+std::string ShmGroup::create_segment(const Exchange& ex, const std::string& prefix, size_t total, std::string* name) {
+  // Reserving the memory up front means no SIGBUS later on a full /dev/shm.
+  std::string problem;
+  std::random_device rd;
+  char token[33];
+  std::snprintf(token, sizeof(token), "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  *name = "/libtrain-" + std::to_string(::getpid()) + "-" + token;
+  const int fd = ::shm_open(name->c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) {
+    problem = std::string("shm_open: ") + std::strerror(errno);
+  } else if (int e = ::posix_fallocate(fd, 0, static_cast<off_t>(total)); e != 0) {
+    problem = "reserving " + std::to_string(total >> 20) + " MiB in /dev/shm: " + std::strerror(e);
+  }
+  if (problem.empty() && (problem = map(fd, total)).empty()) {
+    header_ = new (base_) Header();
+    header_->magic = kMagic;
+    std::snprintf(header_->token, sizeof(header_->token), "%s", token);
+    header_->world = static_cast<uint32_t>(world_);
+    header_->capacity = capacity_;
+    header_->count.store(0);
+    header_->gen.store(0);
+    header_->aborted_by.store(-1);
+  }
+  if (fd >= 0) ::close(fd);
+  ex.set(prefix + "name", problem.empty() ? *name + "|" + token : "");
+  if (!problem.empty()) ::shm_unlink(name->c_str());
+  return problem;
+}
+
+std::string ShmGroup::open_segment(const Exchange& ex, const std::string& prefix, size_t total, std::string* name) {
+  const std::string published = ex.get(prefix + "name");
+  if (published.empty()) return "rank 0 could not create the segment";
+  std::string problem;
+  const auto bar = published.find('|');
+  *name = published.substr(0, bar);
+  const std::string token = published.substr(bar + 1);
+  const int fd = ::shm_open(name->c_str(), O_RDWR, 0600);
+  struct stat st {};
+  if (fd < 0) {
+    problem = std::string("shm_open ") + *name + ": " + std::strerror(errno) + " (another /dev/shm?)";
+  } else if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != total) {
+    problem = "segment " + *name + " has an unexpected size";
+  } else if ((problem = map(fd, total)).empty()) {
+    header_ = reinterpret_cast<Header*>(base_);
+    if (header_->magic != kMagic || token != header_->token || header_->world != static_cast<uint32_t>(world_)) {
+      problem = "segment " + *name + " is not this job's";
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  return problem;
 }
 
 std::string ShmGroup::map(int fd, size_t bytes) {

@@ -59,6 +59,12 @@ class ShmGroup {
   ShmGroup() = default;
   /// Maps `bytes` of fd shared; "" or the error.
   std::string map(int fd, size_t bytes);
+  /// Rank 0's part of create(): makes a segment of `total` bytes, maps it, writes the header and
+  /// publishes its name (empty on failure). Sets *name for the unlink; returns "" or the problem.
+  std::string create_segment(const Exchange& ex, const std::string& prefix, size_t total, std::string* name);
+  /// The other ranks' part: maps the segment rank 0 published and checks it is this group's.
+  /// Sets *name when one was published; returns "" or the problem.
+  std::string open_segment(const Exchange& ex, const std::string& prefix, size_t total, std::string* name);
   void barrier(const std::string& op);
   std::string peer_exited() const;
 
