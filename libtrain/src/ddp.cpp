@@ -144,6 +144,15 @@ struct DistributedDataParallel::State {
   }
 
   std::weak_ptr<State> self;
+
+  // Set-up, in the constructor's order.
+  struct Group {
+    std::vector<size_t> params;  // indices into params
+    at::ScalarType type;
+  };
+  void collect_params(torch::nn::Module& module);
+  std::vector<Group> plan_buckets(const DdpOptions& options) const;
+  void build_buckets(const std::vector<Group>& groups, const DdpOptions& options, ProcessGroup& process_group);
 };
 
 namespace {
@@ -164,6 +173,105 @@ class ReadyHook : public torch::autograd::FunctionPostHook {
 };
 
 }  // namespace
+
+// The trainable parameters, with their names, all on one device.
+void DistributedDataParallel::State::collect_params(torch::nn::Module& module) {
+  for (auto& item : module.named_parameters(/*recurse=*/true)) {
+    if (!item.value().requires_grad()) continue;
+    params.push_back(item.value());
+    names.push_back(item.key());
+  }
+  if (params.empty()) {
+    throw ConfigError("DistributedDataParallel: expected a module with trainable parameters, found none.",
+                      "check that the model registers its layers with register_module().");
+  }
+  const auto device = params.front().device();
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].device() != device) {
+      throw ConfigError("DistributedDataParallel: expected every parameter on " + device.str() +
+                            ", found " + names[i] + " on " + params[i].device().str() + ".",
+                        "move the whole model with model->to(device) before wrapping it.");
+    }
+  }
+}
+
+// Buckets in reverse registration order, split by dtype; the first is capped small.
+std::vector<DistributedDataParallel::State::Group> DistributedDataParallel::State::plan_buckets(
+    const DdpOptions& options) const {
+  std::vector<Group> groups;
+  size_t open = SIZE_MAX, open_bytes = 0;
+  for (size_t k = params.size(); k-- > 0;) {
+    const at::Tensor& p = params[k];
+    if (open == SIZE_MAX || groups[open].type != p.scalar_type()) {
+      groups.push_back({{}, p.scalar_type()});
+      open = groups.size() - 1;
+      open_bytes = 0;
+    }
+    groups[open].params.push_back(k);
+    open_bytes += p.numel() * p.element_size();
+    const double cap = (groups.size() == 1 ? options.first_bucket_cap_mb : options.bucket_cap_mb) *
+                       1024.0 * 1024.0;
+    if (open_bytes >= cap) open = SIZE_MAX;
+  }
+  return groups;
+}
+
+// Each bucket's flat buffer and the parameters' views of it. CPU float/double gradients of ranks
+// that share one machine are summed through shared memory: the buckets' flat buffers live in
+// this rank's slot of the segment. (Floating-point gradients only: an integer parameter can't
+// require grad.)
+void DistributedDataParallel::State::build_buckets(const std::vector<Group>& groups, const DdpOptions& options,
+                                                   ProcessGroup& process_group) {
+  slots.resize(params.size());
+  std::vector<size_t> offsets;
+  std::vector<int64_t> numels;
+  size_t shm_bytes = 0;
+  bool shm_dtypes = params.front().device().is_cpu();
+  for (const Group& g : groups) {
+    int64_t numel = 0;
+    for (size_t k : g.params) numel += params[k].numel();
+    numels.push_back(numel);
+    if (!detail::shm_dtype_of(g.type)) shm_dtypes = false;
+    offsets.push_back(shm_bytes);
+    shm_bytes += (static_cast<size_t>(numel) * c10::elementSize(g.type) + 63) / 64 * 64;
+  }
+  if (shm_dtypes && options.shared_memory && process_group.backend() == Backend::gloo && process_group.size() > 1) {
+    std::string why;
+    shm = pg->create_shm_group(shm_bytes, &why);
+    if (shm) {
+      log::debug("DDP: gradients are summed in shared memory (" + std::to_string(shm_bytes >> 10) +
+                 " KiB per rank)");
+    } else {
+      log::debug("DDP: Gloo sums the gradients (" + why + ")");
+    }
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    Bucket b;
+    const int64_t numel = numels[g];
+    const auto opts = params[groups[g].params.front()].options().requires_grad(false);
+    at::Tensor result;
+    if (shm) {
+      b.shm_offset = offsets[g];
+      b.flat = at::from_blob(static_cast<char*>(shm->slot()) + offsets[g], {numel}, opts);
+      b.flat.zero_();
+      result = at::from_blob(const_cast<char*>(static_cast<const char*>(shm->result())) + offsets[g],
+                             {numel}, opts);
+    } else {
+      b.flat = at::zeros({numel}, opts);
+    }
+    int64_t off = 0;
+    for (size_t j = 0; j < groups[g].params.size(); ++j) {
+      size_t k = groups[g].params[j];
+      b.params.push_back(k);
+      b.views.push_back(b.flat.narrow(0, off, params[k].numel()).view(params[k].sizes()));
+      if (shm) b.result_views.push_back(result.narrow(0, off, params[k].numel()).view(params[k].sizes()));
+      off += params[k].numel();
+      slots[k].bucket = g;
+      slots[k].index_in_bucket = j;
+    }
+    buckets.push_back(std::move(b));
+  }
+}
 
 void broadcast_module(torch::nn::Module& module, ProcessGroup& process_group, int root) {
   torch::NoGradGuard no_grad;
@@ -205,98 +313,10 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   s.pg = &pg_->impl();
   s.scale = at::scalar_tensor(1.0 / pg_->size(), at::TensorOptions().dtype(at::kDouble));
   s.scale.unsafeGetTensorImpl()->set_wrapped_number(true);
-  for (auto& item : module_->named_parameters(/*recurse=*/true)) {
-    if (!item.value().requires_grad()) continue;
-    s.params.push_back(item.value());
-    s.names.push_back(item.key());
-  }
-  if (s.params.empty()) {
-    throw ConfigError("DistributedDataParallel: expected a module with trainable parameters, found none.",
-                      "check that the model registers its layers with register_module().");
-  }
-  const auto device = s.params.front().device();
-  for (size_t i = 0; i < s.params.size(); ++i) {
-    if (s.params[i].device() != device) {
-      throw ConfigError("DistributedDataParallel: expected every parameter on " + device.str() +
-                            ", found " + s.names[i] + " on " + s.params[i].device().str() + ".",
-                        "move the whole model with model->to(device) before wrapping it.");
-    }
-  }
-
+  s.collect_params(*module_);
   if (options.broadcast_at_start) broadcast_module(*module_, *pg_, 0);
-
-  // Buckets in reverse registration order, split by dtype; the first is capped small.
-  s.slots.resize(s.params.size());
-  std::vector<std::vector<size_t>> groups;
-  std::vector<at::ScalarType> group_types;
-  size_t open = SIZE_MAX, open_bytes = 0;
-  for (size_t k = s.params.size(); k-- > 0;) {
-    const at::Tensor& p = s.params[k];
-    if (open == SIZE_MAX || group_types[open] != p.scalar_type()) {
-      groups.emplace_back();
-      group_types.push_back(p.scalar_type());
-      open = groups.size() - 1;
-      open_bytes = 0;
-    }
-    groups[open].push_back(k);
-    open_bytes += p.numel() * p.element_size();
-    const double cap = (groups.size() == 1 ? options.first_bucket_cap_mb : options.bucket_cap_mb) *
-                       1024.0 * 1024.0;
-    if (open_bytes >= cap) open = SIZE_MAX;
-  }
-  // CPU float/double gradients of ranks that share one machine are summed through shared
-  // memory: the buckets' flat buffers live in this rank's slot of the segment.
-  // (Floating-point gradients only: an integer parameter can't require grad.)
-  std::vector<size_t> offsets;
-  std::vector<int64_t> numels;
-  size_t shm_bytes = 0;
-  bool shm_dtypes = device.is_cpu();
-  for (size_t g = 0; g < groups.size(); ++g) {
-    int64_t numel = 0;
-    for (size_t k : groups[g]) numel += s.params[k].numel();
-    numels.push_back(numel);
-    if (!detail::shm_dtype_of(group_types[g])) shm_dtypes = false;
-    offsets.push_back(shm_bytes);
-    shm_bytes += (static_cast<size_t>(numel) * c10::elementSize(group_types[g]) + 63) / 64 * 64;
-  }
-  if (shm_dtypes && options.shared_memory && pg_->backend() == Backend::gloo && pg_->size() > 1) {
-    std::string why;
-    s.shm = s.pg->create_shm_group(shm_bytes, &why);
-    if (s.shm) {
-      log::debug("DDP: gradients are summed in shared memory (" + std::to_string(shm_bytes >> 10) +
-                 " KiB per rank)");
-    } else {
-      log::debug("DDP: Gloo sums the gradients (" + why + ")");
-    }
-  }
-  for (size_t g = 0; g < groups.size(); ++g) {
-    State::Bucket b;
-    const int64_t numel = numels[g];
-    const auto opts = s.params[groups[g].front()].options().requires_grad(false);
-    at::Tensor result;
-    if (s.shm) {
-      b.shm_offset = offsets[g];
-      b.flat = at::from_blob(static_cast<char*>(s.shm->slot()) + offsets[g], {numel}, opts);
-      b.flat.zero_();
-      result = at::from_blob(const_cast<char*>(static_cast<const char*>(s.shm->result())) + offsets[g],
-                             {numel}, opts);
-    } else {
-      b.flat = at::zeros({numel}, opts);
-    }
-    int64_t off = 0;
-    for (size_t j = 0; j < groups[g].size(); ++j) {
-      size_t k = groups[g][j];
-      b.params.push_back(k);
-      b.views.push_back(b.flat.narrow(0, off, s.params[k].numel()).view(s.params[k].sizes()));
-      if (s.shm) b.result_views.push_back(result.narrow(0, off, s.params[k].numel()).view(s.params[k].sizes()));
-      off += s.params[k].numel();
-      s.slots[k].bucket = g;
-      s.slots[k].index_in_bucket = j;
-    }
-    s.buckets.push_back(std::move(b));
-  }
+  s.build_buckets(s.plan_buckets(options), options, *pg_);
   s.reset_for_backward();
-
   for (size_t i = 0; i < s.params.size(); ++i) {
     auto acc = torch::autograd::impl::grad_accumulator(s.params[i]);
     acc->add_post_hook(std::make_unique<ReadyHook>(state_, i));
