@@ -96,113 +96,10 @@ class Unpickler {
     while (true) {
       op_at_ = pos_;
       const uint8_t op = u8();
-      switch (op) {
-        case 0x80: {  // PROTO
-          const uint8_t v = u8();
-          if (v < 2 || v > 5) fail("pickle protocol 2 to 5", "protocol " + std::to_string(v));
-          break;
-        }
-        case 0x95: take(8); break;  // FRAME: a length hint only
-        case '}': push(make(Value::Kind::dict)); break;
-        case ']': push(make(Value::Kind::list)); break;
-        case ')': push(make(Value::Kind::tuple)); break;
-        case '(': push(make(Value::Kind::mark)); break;
-        case 'N': push(make(Value::Kind::none)); break;
-        case 0x88: case 0x89: {  // NEWTRUE, NEWFALSE
-          auto v = make(Value::Kind::boolean);
-          v->integer = op == 0x88;
-          push(v);
-          break;
-        }
-        case 'K': push_int(u8()); break;                                          // BININT1
-        case 'M': push_int(uint_le(2)); break;                                   // BININT2
-        case 'J': push_int(static_cast<int32_t>(static_cast<uint32_t>(uint_le(4)))); break;  // BININT
-        case 0x8a: {  // LONG1
-          const uint8_t n = u8();
-          if (n > 8) unexpected(op, "LONG1 of " + std::to_string(n) + " bytes");
-          uint64_t v = n == 0 ? 0 : uint_le(n);
-          if (n > 0 && n < 8 && (v >> (8 * n - 1)) & 1) v |= ~uint64_t(0) << (8 * n);  // sign-extend
-          push_int(static_cast<int64_t>(v));
-          break;
-        }
-        case 'U': push_str(Value::Kind::bytes, u8()); break;        // SHORT_BINSTRING (Python 2 str)
-        case 'T': push_str(Value::Kind::bytes, uint_le(4)); break;  // BINSTRING
-        case 'C': push_str(Value::Kind::bytes, u8()); break;        // SHORT_BINBYTES
-        case 'B': push_str(Value::Kind::bytes, uint_le(4)); break;  // BINBYTES
-        case 0x8e: push_str(Value::Kind::bytes, uint_le(8)); break;  // BINBYTES8
-        case 0x8c: push_str(Value::Kind::text, u8()); break;        // SHORT_BINUNICODE
-        case 'X': push_str(Value::Kind::text, uint_le(4)); break;   // BINUNICODE
-        case 0x8d: push_str(Value::Kind::text, uint_le(8)); break;  // BINUNICODE8
-        case 'q': memo_put(u8()); break;                            // BINPUT
-        case 'r': memo_put(uint_le(4)); break;                      // LONG_BINPUT
-        case 0x94: memo_put(memo_.size()); break;                   // MEMOIZE
-        case 'h': memo_get(u8()); break;                            // BINGET
-        case 'j': memo_get(uint_le(4)); break;                      // LONG_BINGET
-        case 'c': {  // GLOBAL "module\nname\n"
-          const std::string module = line();
-          const std::string name = line();
-          push_global(module, name);
-          break;
-        }
-        case 0x93: {  // STACK_GLOBAL
-          Ptr name = pop(), module = pop();
-          if (module->kind != Value::Kind::text || name->kind != Value::Kind::text) {
-            fail("STACK_GLOBAL with a module and a name", std::string(kind_name(module->kind)) + " and " + kind_name(name->kind));
-          }
-          push_global(module->str, name->str);
-          break;
-        }
-        case 't': {  // TUPLE
-          auto t = make(Value::Kind::tuple);
-          t->items = pop_to_mark();
-          push(t);
-          break;
-        }
-        case 0x85: case 0x86: case 0x87: {  // TUPLE1..3
-          auto t = make(Value::Kind::tuple);
-          t->items.resize(op - 0x84);
-          for (auto it = t->items.rbegin(); it != t->items.rend(); ++it) *it = pop();
-          push(t);
-          break;
-        }
-        case 'a': {  // APPEND
-          Ptr v = pop();
-          expect_top(Value::Kind::list, op)->items.push_back(v);
-          break;
-        }
-        case 'e': {  // APPENDS
-          std::vector<Ptr> vs = pop_to_mark();
-          Ptr list = expect_top(Value::Kind::list, op);
-          list->items.insert(list->items.end(), vs.begin(), vs.end());
-          break;
-        }
-        case 's': {  // SETITEM
-          Ptr v = pop(), k = pop();
-          Ptr d = expect_top(Value::Kind::dict, op);
-          d->items.push_back(k);
-          d->items.push_back(v);
-          break;
-        }
-        case 'u': {  // SETITEMS
-          std::vector<Ptr> kv = pop_to_mark();
-          if (kv.size() % 2 != 0) fail("key, value pairs before SETITEMS", std::to_string(kv.size()) + " values");
-          Ptr d = expect_top(Value::Kind::dict, op);
-          d->items.insert(d->items.end(), kv.begin(), kv.end());
-          break;
-        }
-        case 'R': reduce(); break;
-        case 'b': build(); break;
-        case '.': {  // STOP
-          Ptr top = pop();
-          if (!stack_.empty()) fail("one value left at STOP", std::to_string(stack_.size() + 1) + " values");
-          if (pos_ != b_.size()) {
-            fail("the file to end at STOP (byte " + std::to_string(pos_) + ")",
-                 std::to_string(b_.size() - pos_) + " trailing bytes");
-          }
-          return top;
-        }
-        default: unexpected(op, "");
-      }
+      if (op == '.') return stop();
+      // A group returns false, having read and pushed nothing, for an opcode it doesn't handle; one
+      // that no group handles stops the read.
+      if (!header_or_constant(op) && !scalar(op) && !memo_or_global(op) && !container_or_call(op)) unexpected(op, "");
     }
   }
 
@@ -219,6 +116,145 @@ class Unpickler {
     throw DataError(path_ + ": expected only the pickle opcodes of a CIFAR-10 batch, found opcode " + shown +
                         (what.empty() ? "" : " (" + what + ")") + " at byte " + std::to_string(op_at_) + ".",
                     kHint);
+  }
+
+  // PROTO, FRAME and the opcodes that push a constant (empty containers, MARK, None, bools).
+  bool header_or_constant(uint8_t op) {
+    switch (op) {
+      case 0x80: {  // PROTO
+        const uint8_t v = u8();
+        if (v < 2 || v > 5) fail("pickle protocol 2 to 5", "protocol " + std::to_string(v));
+        break;
+      }
+      case 0x95: take(8); break;  // FRAME: a length hint only
+      case '}': push(make(Value::Kind::dict)); break;
+      case ']': push(make(Value::Kind::list)); break;
+      case ')': push(make(Value::Kind::tuple)); break;
+      case '(': push(make(Value::Kind::mark)); break;
+      case 'N': push(make(Value::Kind::none)); break;
+      case 0x88: case 0x89: {  // NEWTRUE, NEWFALSE
+        auto v = make(Value::Kind::boolean);
+        v->integer = op == 0x88;
+        push(v);
+        break;
+      }
+      default: return false;
+    }
+    return true;
+  }
+
+  // Ints, byte strings and text, read from the operands.
+  bool scalar(uint8_t op) {
+    switch (op) {
+      case 'K': push_int(u8()); break;                                          // BININT1
+      case 'M': push_int(uint_le(2)); break;                                   // BININT2
+      case 'J': push_int(static_cast<int32_t>(static_cast<uint32_t>(uint_le(4)))); break;  // BININT
+      case 0x8a: {  // LONG1
+        const uint8_t n = u8();
+        if (n > 8) unexpected(op, "LONG1 of " + std::to_string(n) + " bytes");
+        uint64_t v = n == 0 ? 0 : uint_le(n);
+        if (n > 0 && n < 8 && (v >> (8 * n - 1)) & 1) v |= ~uint64_t(0) << (8 * n);  // sign-extend
+        push_int(static_cast<int64_t>(v));
+        break;
+      }
+      case 'U': push_str(Value::Kind::bytes, u8()); break;        // SHORT_BINSTRING (Python 2 str)
+      case 'T': push_str(Value::Kind::bytes, uint_le(4)); break;  // BINSTRING
+      case 'C': push_str(Value::Kind::bytes, u8()); break;        // SHORT_BINBYTES
+      case 'B': push_str(Value::Kind::bytes, uint_le(4)); break;  // BINBYTES
+      case 0x8e: push_str(Value::Kind::bytes, uint_le(8)); break;  // BINBYTES8
+      case 0x8c: push_str(Value::Kind::text, u8()); break;        // SHORT_BINUNICODE
+      case 'X': push_str(Value::Kind::text, uint_le(4)); break;   // BINUNICODE
+      case 0x8d: push_str(Value::Kind::text, uint_le(8)); break;  // BINUNICODE8
+      default: return false;
+    }
+    return true;
+  }
+
+  // The memo (values stored and fetched again by index) and the globals, checked against the few
+  // this reader accepts.
+  bool memo_or_global(uint8_t op) {
+    switch (op) {
+      case 'q': memo_put(u8()); break;                            // BINPUT
+      case 'r': memo_put(uint_le(4)); break;                      // LONG_BINPUT
+      case 0x94: memo_put(memo_.size()); break;                   // MEMOIZE
+      case 'h': memo_get(u8()); break;                            // BINGET
+      case 'j': memo_get(uint_le(4)); break;                      // LONG_BINGET
+      case 'c': {  // GLOBAL "module\nname\n"
+        const std::string module = line();
+        const std::string name = line();
+        push_global(module, name);
+        break;
+      }
+      case 0x93: {  // STACK_GLOBAL
+        Ptr name = pop(), module = pop();
+        if (module->kind != Value::Kind::text || name->kind != Value::Kind::text) {
+          fail("STACK_GLOBAL with a module and a name", std::string(kind_name(module->kind)) + " and " + kind_name(name->kind));
+        }
+        push_global(module->str, name->str);
+        break;
+      }
+      default: return false;
+    }
+    return true;
+  }
+
+  // Opcodes that combine values already on the stack: tuples, list appends, dict items, REDUCE and BUILD.
+  bool container_or_call(uint8_t op) {
+    switch (op) {
+      case 't': {  // TUPLE
+        auto t = make(Value::Kind::tuple);
+        t->items = pop_to_mark();
+        push(t);
+        break;
+      }
+      case 0x85: case 0x86: case 0x87: {  // TUPLE1..3
+        auto t = make(Value::Kind::tuple);
+        t->items.resize(op - 0x84);
+        for (auto it = t->items.rbegin(); it != t->items.rend(); ++it) *it = pop();
+        push(t);
+        break;
+      }
+      case 'a': {  // APPEND
+        Ptr v = pop();
+        expect_top(Value::Kind::list, op)->items.push_back(v);
+        break;
+      }
+      case 'e': {  // APPENDS
+        std::vector<Ptr> vs = pop_to_mark();
+        Ptr list = expect_top(Value::Kind::list, op);
+        list->items.insert(list->items.end(), vs.begin(), vs.end());
+        break;
+      }
+      case 's': {  // SETITEM
+        Ptr v = pop(), k = pop();
+        Ptr d = expect_top(Value::Kind::dict, op);
+        d->items.push_back(k);
+        d->items.push_back(v);
+        break;
+      }
+      case 'u': {  // SETITEMS
+        std::vector<Ptr> kv = pop_to_mark();
+        if (kv.size() % 2 != 0) fail("key, value pairs before SETITEMS", std::to_string(kv.size()) + " values");
+        Ptr d = expect_top(Value::Kind::dict, op);
+        d->items.insert(d->items.end(), kv.begin(), kv.end());
+        break;
+      }
+      case 'R': reduce(); break;
+      case 'b': build(); break;
+      default: return false;
+    }
+    return true;
+  }
+
+  // STOP: the one value left is the result, and nothing may follow it.
+  Ptr stop() {
+    Ptr top = pop();
+    if (!stack_.empty()) fail("one value left at STOP", std::to_string(stack_.size() + 1) + " values");
+    if (pos_ != b_.size()) {
+      fail("the file to end at STOP (byte " + std::to_string(pos_) + ")",
+           std::to_string(b_.size() - pos_) + " trailing bytes");
+    }
+    return top;
   }
 
   void need(uint64_t n) const {

@@ -11,41 +11,137 @@
 #include <cerrno>
 #include <chrono>
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace train {
+namespace {
+
+// The child's stdin, stdout and stderr pipes, [0] the read end and [1] the write end of each.
+struct Pipes {
+  int in[2], out[2], err[2];
+};
+
+// The parent's ends once the child runs; -1 once closed.
+struct ParentEnds {
+  int in, out, err;
+};
+
+// All three pipes or none: a failure closes those already open. Close-on-exec, so the command gets
+// only the copies dup2 puts on its 0, 1 and 2.
+bool open_pipes(Pipes& p) {
+  if (pipe2(p.in, O_CLOEXEC) != 0) return false;
+  if (pipe2(p.out, O_CLOEXEC) != 0) {
+    close(p.in[0]);
+    close(p.in[1]);
+    return false;
+  }
+  if (pipe2(p.err, O_CLOEXEC) != 0) {
+    for (const int fd : {p.in[0], p.in[1], p.out[0], p.out[1]}) close(fd);
+    return false;
+  }
+  return true;
+}
+
+// In the forked child. argv is built before fork, so the child does no more than these calls before
+// exec. Exit code 127 with no output tells the parent that exec failed.
+[[noreturn]] void exec_child(const Pipes& p, std::vector<char*>& cargv) {
+  dup2(p.in[0], STDIN_FILENO);
+  dup2(p.out[1], STDOUT_FILENO);
+  dup2(p.err[1], STDERR_FILENO);
+  signal(SIGPIPE, SIG_DFL);
+  execvp(cargv[0], cargv.data());
+  _exit(127);
+}
+
+// Writes what the pipe takes of the rest of `input`; closes stdin once all is written or the command
+// stopped reading.
+void feed_stdin(int& in_fd, const std::string& input, std::size_t& written) {
+  const ssize_t n = write(in_fd, input.data() + written, input.size() - written);
+  if (n > 0) written += static_cast<std::size_t>(n);
+  if ((n < 0 && errno != EAGAIN && errno != EINTR) || written == input.size()) {
+    close(in_fd);
+    in_fd = -1;
+  }
+}
+
+// Reads all one output has ready; closes it at end of file or on an error.
+void drain(int& fd, std::string& into) {
+  char buf[8192];
+  while (fd >= 0) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n > 0) {
+      into.append(buf, static_cast<std::size_t>(n));
+    } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+      close(fd);
+      fd = -1;
+    } else {
+      break;
+    }
+  }
+}
+
+// Feeds stdin and collects stdout and stderr until the command closes both, or kills it at the
+// deadline. Polls with a short timeout, so the deadline is checked even while the command is silent.
+void exchange(pid_t pid, ParentEnds& ends, const std::string& input, double timeout_s, CommandResult& result) {
+  for (const int fd : {ends.in, ends.out, ends.err}) fcntl(fd, F_SETFL, O_NONBLOCK);
+  std::size_t written = 0;
+  if (input.empty()) {
+    close(ends.in);
+    ends.in = -1;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (ends.out >= 0 || ends.err >= 0) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      kill(pid, SIGKILL);
+      result.timed_out = true;
+      break;
+    }
+    std::vector<pollfd> fds;
+    if (ends.in >= 0) fds.push_back({ends.in, POLLOUT, 0});
+    if (ends.out >= 0) fds.push_back({ends.out, POLLIN, 0});
+    if (ends.err >= 0) fds.push_back({ends.err, POLLIN, 0});
+    if (poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) break;
+    if (ends.in >= 0) feed_stdin(ends.in, input, written);
+    drain(ends.out, result.out);
+    drain(ends.err, result.err);
+  }
+}
+
+// Closes the ends still open first, so a command still writing gets EPIPE instead of filling a pipe
+// nobody reads, then reaps it.
+int close_and_wait(pid_t pid, const ParentEnds& ends) {
+  for (const int fd : {ends.in, ends.out, ends.err}) {
+    if (fd >= 0) close(fd);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return status;
+}
+
+// Exit code as a shell reports it (128 + signal when killed). 127 with no output means exec failed:
+// the command never started.
+void record_exit(int status, CommandResult& result) {
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) result.exit_code = 128 + WTERMSIG(status);
+  if (result.exit_code == 127 && result.out.empty() && result.err.empty()) result.started = false;
+}
+
+}  // namespace
 
 CommandResult run_command(const std::vector<std::string>& argv, const std::string& input, double timeout_s) {
   CommandResult result;
-  int in[2], out[2], err[2];
-  if (pipe2(in, O_CLOEXEC) != 0) return result;
-  if (pipe2(out, O_CLOEXEC) != 0) {
-    close(in[0]);
-    close(in[1]);
-    return result;
-  }
-  if (pipe2(err, O_CLOEXEC) != 0) {
-    for (const int fd : {in[0], in[1], out[0], out[1]}) close(fd);
-    return result;
-  }
+  Pipes p;
+  if (!open_pipes(p)) return result;
   std::vector<char*> cargv;
   for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
   const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(in[0], STDIN_FILENO);
-    dup2(out[1], STDOUT_FILENO);
-    dup2(err[1], STDERR_FILENO);
-    signal(SIGPIPE, SIG_DFL);
-    execvp(cargv[0], cargv.data());
-    _exit(127);
-  }
-  close(in[0]);
-  close(out[1]);
-  close(err[1]);
+  if (pid == 0) exec_child(p, cargv);
+  close(p.in[0]);
+  close(p.out[1]);
+  close(p.err[1]);
   if (pid < 0) {
-    for (const int fd : {in[1], out[0], err[0]}) close(fd);
+    for (const int fd : {p.in[1], p.out[0], p.err[0]}) close(fd);
     return result;
   }
   result.started = true;
@@ -53,57 +149,11 @@ CommandResult run_command(const std::vector<std::string>& argv, const std::strin
   struct sigaction ignore {}, old {};
   ignore.sa_handler = SIG_IGN;
   sigaction(SIGPIPE, &ignore, &old);
-  int in_fd = in[1], out_fd = out[0], err_fd = err[0];
-  for (const int fd : {in_fd, out_fd, err_fd}) fcntl(fd, F_SETFL, O_NONBLOCK);
-  std::size_t written = 0;
-  if (input.empty()) {
-    close(in_fd);
-    in_fd = -1;
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (out_fd >= 0 || err_fd >= 0) {
-    if (std::chrono::steady_clock::now() >= deadline) {
-      kill(pid, SIGKILL);
-      result.timed_out = true;
-      break;
-    }
-    std::vector<pollfd> fds;
-    if (in_fd >= 0) fds.push_back({in_fd, POLLOUT, 0});
-    if (out_fd >= 0) fds.push_back({out_fd, POLLIN, 0});
-    if (err_fd >= 0) fds.push_back({err_fd, POLLIN, 0});
-    if (poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) break;
-    if (in_fd >= 0) {
-      const ssize_t n = write(in_fd, input.data() + written, input.size() - written);
-      if (n > 0) written += static_cast<std::size_t>(n);
-      if ((n < 0 && errno != EAGAIN && errno != EINTR) || written == input.size()) {
-        close(in_fd);
-        in_fd = -1;
-      }
-    }
-    for (auto [fd, into] : {std::pair<int*, std::string*>{&out_fd, &result.out}, {&err_fd, &result.err}}) {
-      char buf[8192];
-      while (*fd >= 0) {
-        const ssize_t n = read(*fd, buf, sizeof(buf));
-        if (n > 0) {
-          into->append(buf, static_cast<std::size_t>(n));
-        } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-          close(*fd);
-          *fd = -1;
-        } else {
-          break;
-        }
-      }
-    }
-  }
-  for (const int fd : {in_fd, out_fd, err_fd}) {
-    if (fd >= 0) close(fd);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
+  ParentEnds ends{p.in[1], p.out[0], p.err[0]};
+  exchange(pid, ends, input, timeout_s, result);
+  const int status = close_and_wait(pid, ends);
   sigaction(SIGPIPE, &old, nullptr);
-  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) result.exit_code = 128 + WTERMSIG(status);
-  if (result.exit_code == 127 && result.out.empty() && result.err.empty()) result.started = false;
+  record_exit(status, result);
   return result;
 }
 
