@@ -372,6 +372,7 @@ void Trainer::Impl::connect() {
   if (env.world_size <= 1) {
     e.master_addr = "127.0.0.1";
     e.master_port = 0;  // a one-rank group's store takes a free port from the OS
+    e.agent_store = false;  // ours, even under torchrun
   }
   ProcessGroupOptions po;
   po.backend = backend;
