@@ -71,6 +71,8 @@ def main():
     p.add_argument("--configs", default="1x64,1x512,2x64,2x512")
     p.add_argument("--results", default=os.path.join(REPO, "docs", "benchmarks", "results.jsonl"))
     p.add_argument("--no-python-dataloader", action="store_true", help="skip the slow DataLoader run")
+    p.add_argument("--commit", help="the commit to record in the rows (default: git's HEAD here; pass it "
+                                    "where the copy's .git is not the code's, e.g. a synced copy)")
     p.add_argument("--variants", default="graph,bf16,eager",
                    help="libtrain runs: graph (fp32), graphbench (with cuDNN autotuning), bf16, eager, tf32, "
                         "between (several GPUs), ddp1 (one GPU), ckpt, cl (channels-last), clbf16")
@@ -80,9 +82,10 @@ def main():
     card = torch.cuda.get_device_name(0)
     run_id = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     date = datetime.date.today().isoformat()
+    commit = a.commit
     try:  # the code the rows measure
-        commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, timeout=10).stdout.strip() or None
+        commit = commit or subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                          text=True, timeout=10).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         commit = None
     env = dict(os.environ, NCCL_NVLS_ENABLE="0", OMP_NUM_THREADS="4")
