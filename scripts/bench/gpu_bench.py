@@ -2,7 +2,7 @@
 (the MNIST CNN), data (full Fashion-MNIST), batch, world size and epochs, in one invocation.
 
 usage: python3 scripts/bench/gpu_bench.py --build build-gpu --data DIR [--epochs 3]
-           [--configs 1x64,1x512,2x64,2x512] [--results docs/benchmarks/results.jsonl]
+           [--configs auto|1x64,2x64,...] [--results docs/benchmarks/results.jsonl]
 For each WORLDxBATCH it runs libtrain (CUDA graph, fp32; then bf16; then eager for the ablation;
 "between": several GPUs with the eager all-reduce between two graphs instead of NCCL in the graph;
 "ddp1": one GPU through a process group and DDP (--ddp-single-rank), DDP's own cost; "ckpt": with
@@ -68,7 +68,8 @@ def main():
     p.add_argument("--build", default=os.path.join(REPO, "build"))
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--configs", default="1x64,1x512,2x64,2x512")
+    p.add_argument("--configs", default="auto",
+                   help="WORLDxBATCH list; auto: 1, 2, 4 and 8 GPUs as far as this node has them, at 64 and 512")
     p.add_argument("--results", default=os.path.join(REPO, "docs", "benchmarks", "results.jsonl"))
     p.add_argument("--no-python-dataloader", action="store_true", help="skip the slow DataLoader run")
     p.add_argument("--commit", help="the commit to record in the rows (default: git's HEAD here; pass it "
@@ -80,6 +81,9 @@ def main():
 
     import torch
     card = torch.cuda.get_device_name(0)
+    if a.configs == "auto":
+        worlds = [n for n in (1, 2, 4, 8) if n <= torch.cuda.device_count()]
+        a.configs = ",".join(f"{w}x{b}" for b in (64, 512) for w in worlds)
     run_id = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     date = datetime.date.today().isoformat()
     commit = a.commit
