@@ -58,9 +58,35 @@ int print(const std::string& text) {
   return (written == text.size() && std::fflush(stdout) == 0) ? 0 : kExitError;
 }
 
+/// Writes a file in one go and gives it `mode`; when it can't, throws "WHAT PATH: expected EXPECTED,
+/// found it unwritable." (`what` names the option the path came from).
+void write_file(const std::string& path, const std::string& text, const std::string& what, mode_t mode = 0644,
+                const std::string& expected = "a file to write") {
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  file << text;
+  file.close();
+  if (!file || ::chmod(path.c_str(), mode) != 0) {
+    throw train::ConfigError(what + " " + path + ": expected " + expected + ", found it unwritable.",
+                             "check that its folder exists and is writable.");
+  }
+}
+
+/// Adds subcommand `name`: `description` is its line in trainctl --help, `footer` ends its own --help.
+CLI::App* add_command(CLI::App& app, const std::string& name, const std::string& description,
+                      const std::string& footer) {
+  auto* cmd = app.add_subcommand(name, description);
+  cmd->footer(footer);
+  return cmd;
+}
+
+/// Throws, for a required argument left out, "NAME: expected WHAT, found none given." with `hint`.
+/// Checked in the actions rather than with CLI11's required(), so that a mistyped flag is reported as such.
+void require_given(bool given, const std::string& name, const std::string& what, const std::string& hint) {
+  if (!given) throw train::ConfigError(name + ": expected " + what + ", found none given.", hint);
+}
+
 Command add_hostnames(CLI::App& app) {
-  auto* cmd = app.add_subcommand("hostnames", "Expand a SLURM hostlist expression, one host per line");
-  cmd->footer(
+  auto* cmd = add_command(app, "hostnames", "Expand a SLURM hostlist expression, one host per line",
       "Prints exactly what `scontrol show hostnames EXPR` prints, without needing SLURM.\n"
       "Invalid expressions are an error (exit 1). Example:\n"
       "  trainctl hostnames 'node[01-03],gpu[1-2]-ib[3-4]'\n");
@@ -88,8 +114,7 @@ Command add_hostnames(CLI::App& app) {
 }
 
 Command add_hostlist(CLI::App& app) {
-  auto* cmd = app.add_subcommand("hostlist", "Compress host names into one SLURM hostlist expression");
-  cmd->footer(
+  auto* cmd = add_command(app, "hostlist", "Compress host names into one SLURM hostlist expression",
       "The inverse of hostnames; order and duplicates are kept. Example:\n"
       "  trainctl hostlist n1 n2 n3 n5 m1    prints n[1-3,5],m1\n");
   auto hosts = std::make_shared<std::vector<std::string>>();
@@ -108,8 +133,7 @@ Command add_hostlist(CLI::App& app) {
 }
 
 Command add_env(CLI::App& app) {
-  auto* cmd = app.add_subcommand("env", "Print the distributed environment this process resolves, as JSON");
-  cmd->footer(
+  auto* cmd = add_command(app, "env", "Print the distributed environment this process resolves, as JSON",
       "Prints one JSON object: rank, world_size, local_rank, local_world_size, node_rank,\n"
       "num_nodes, master_addr, master_port, backend, device, source, job_id, nodes (and host,\n"
       "visible_gpus, device_reason). Run it the way the trainer runs to check a job's layout:\n"
@@ -152,8 +176,7 @@ Command add_env(CLI::App& app) {
 /// arguments), which main() keeps away from CLI11 so that a mistyped flag before it is reported
 /// by name rather than as a stray program argument.
 Command add_local(CLI::App& app, const std::vector<std::string>& after_dashes) {
-  auto* cmd = app.add_subcommand("local", "Start N ranks of a program on this machine, like torchrun --standalone");
-  cmd->footer(
+  auto* cmd = add_command(app, "local", "Start N ranks of a program on this machine, like torchrun --standalone",
       "Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK=0,\n"
       "GROUP_WORLD_SIZE=1, MASTER_ADDR=127.0.0.1 and MASTER_PORT, and stdin from /dev/null.\n"
       "Each line of rank N's stdout/stderr is prefixed with '[rN] ' (unless --no-prefix).\n"
@@ -175,11 +198,8 @@ Command add_local(CLI::App& app, const std::vector<std::string>& after_dashes) {
   cmd->add_option("PROGRAM", options->command, "the program and its arguments, after '--'; required");
   return {cmd, [options, cmd, &after_dashes]() {
     options->command.insert(options->command.end(), after_dashes.begin(), after_dashes.end());
-    // Checked here rather than with required(), so that a mistyped flag is reported as such.
-    if (cmd->count("--nproc") == 0) {
-      throw train::ConfigError("--nproc: expected the number of ranks to start, found none given.",
-                               "e.g. trainctl local --nproc 2 -- ./build/bin/train.");
-    }
+    require_given(cmd->count("--nproc") > 0, "--nproc", "the number of ranks to start",
+                  "e.g. trainctl local --nproc 2 -- ./build/bin/train.");
     if (options->command.empty()) {
       throw train::ConfigError("PROGRAM: expected a program to run after '--', found none.",
                                "e.g. trainctl local --nproc 2 -- ./build/bin/train --epochs 1.");
@@ -204,60 +224,65 @@ long seconds_until(const std::string& when) {
   return diff > 0 ? static_cast<long>(diff) : 0;
 }
 
+/// A text option of a job request: its flag, the field of SbatchOptions it sets, its --help line and
+/// the name its value gets there.
+struct JobOption {
+  const char* flag;
+  std::string train::SbatchOptions::*field;
+  std::string help;
+  const char* type_name;
+};
+
+/// Adds the options of `table` to `cmd` in order, each setting its field of `o`.
+void add_job_options(CLI::App* cmd, train::SbatchOptions& o, const std::vector<JobOption>& table) {
+  for (const JobOption& opt : table) cmd->add_option(opt.flag, o.*opt.field, opt.help)->type_name(opt.type_name);
+}
+
 /// The options that give a job its shape (nodes, tasks, CPUs, memory, GPUs, time, where), shared by
 /// sbatch, sweep, interactive and resources.
 void add_shape_options(CLI::App* cmd, train::SbatchOptions& o) {
-  cmd->add_option("--nodes", o.nodes, "nodes (default 1)")
-      ->type_name("N");
-  cmd->add_option("--ntasks-per-node", o.ntasks_per_node, "ranks per node (default: the GPUs per node, else 1)")
-      ->type_name("N");
-  cmd->add_option("--ntasks", o.ntasks, "ranks in all, spread over the nodes (instead of --ntasks-per-node)")
-      ->type_name("N");
-  cmd->add_option("--gpus-per-node", o.gpus_per_node, "GPUs per node, [TYPE:]N; one rank per GPU")
-      ->type_name("[TYPE:]N");
-  cmd->add_option("--cpus-per-task", o.cpus_per_task, "CPU cores per rank")
-      ->type_name("N");
-  cmd->add_option("--mem", o.mem, "memory per node, N[K|M|G|T]")
-      ->type_name("SIZE");
-  cmd->add_option("--time", o.time, "time limit: minutes, m:s, h:m:s, d-h, d-h:m, d-h:m:s or INFINITE")
-      ->type_name("LIMIT");
-  cmd->add_option("--partition", o.partition, "partition (default: the cluster's default)")
-      ->type_name("NAME");
-  cmd->add_option("--account", o.account, "account to charge")
-      ->type_name("NAME");
-  cmd->add_option("--qos", o.qos, "quality of service")
-      ->type_name("NAME");
-  cmd->add_option("--gres", o.gres, "generic resources per node: gpu:N, gpu:TYPE:N, shard:N")
-      ->type_name("SPEC");
-  cmd->add_option("--constraint", o.constraint, "node features, e.g. v100")
-      ->type_name("FEATURES");
-  cmd->add_option("--job-name", o.job_name, std::string("job name (default ") + train::kDefaultJobName + ")")
-      ->type_name("NAME");
+  using O = train::SbatchOptions;
+  add_job_options(cmd, o, {
+      {"--nodes", &O::nodes, "nodes (default 1)", "N"},
+      {"--ntasks-per-node", &O::ntasks_per_node, "ranks per node (default: the GPUs per node, else 1)", "N"},
+      {"--ntasks", &O::ntasks, "ranks in all, spread over the nodes (instead of --ntasks-per-node)", "N"},
+      {"--gpus-per-node", &O::gpus_per_node, "GPUs per node, [TYPE:]N; one rank per GPU", "[TYPE:]N"},
+      {"--cpus-per-task", &O::cpus_per_task, "CPU cores per rank", "N"},
+      {"--mem", &O::mem, "memory per node, N[K|M|G|T]", "SIZE"},
+      {"--time", &O::time, "time limit: minutes, m:s, h:m:s, d-h, d-h:m, d-h:m:s or INFINITE", "LIMIT"},
+      {"--partition", &O::partition, "partition (default: the cluster's default)", "NAME"},
+      {"--account", &O::account, "account to charge", "NAME"},
+      {"--qos", &O::qos, "quality of service", "NAME"},
+      {"--gres", &O::gres, "generic resources per node: gpu:N, gpu:TYPE:N, shard:N", "SPEC"},
+      {"--constraint", &O::constraint, "node features, e.g. v100", "FEATURES"},
+      {"--job-name", &O::job_name, std::string("job name (default ") + train::kDefaultJobName + ")", "NAME"},
+  });
 }
 
 /// The options of a generated batch script beyond its shape (logs, signal, environment, data, what
 /// runs), shared by sbatch and sweep.
 void add_batch_options(CLI::App* cmd, train::SbatchOptions& o) {
-  cmd->add_option("--output", o.output, std::string("log file pattern (default ") + train::kDefaultOutput + ")")
-      ->type_name("PATTERN");
-  cmd->add_option("--error", o.error, "stderr's own file pattern, e.g. logs/err%j.log (default: in the --output log)")
-      ->type_name("PATTERN");
+  using O = train::SbatchOptions;
+  add_job_options(cmd, o, {
+      {"--output", &O::output, std::string("log file pattern (default ") + train::kDefaultOutput + ")", "PATTERN"},
+      {"--error", &O::error, "stderr's own file pattern, e.g. logs/err%j.log (default: in the --output log)", "PATTERN"},
+  });
   cmd->add_flag("--per-rank-logs", o.per_rank_logs,
                 "one log per rank: srun --output=LOG-%t.EXT (and --error), next to the job's log");
-  cmd->add_option("--signal", o.signal, std::string("[R:]SIG[@SECONDS] sent to the tasks before the time limit, or none (default ") +
-                                            train::kDefaultSignal + ")")
-      ->type_name("SPEC");
+  add_job_options(cmd, o, {
+      {"--signal", &O::signal, std::string("[R:]SIG[@SECONDS] sent to the tasks before the time limit, or none (default ") +
+                                   train::kDefaultSignal + ")", "SPEC"},
+  });
   cmd->add_option("--setup", o.setup, "a shell line run before srun, e.g. 'module load cuda' (repeatable)")
       ->allow_extra_args(false)
       ->type_name("LINE");
-  cmd->add_option("--container", o.container, "run the tasks in `apptainer exec --nv IMAGE`")
-      ->type_name("IMAGE");
-  cmd->add_option("--stage-data", o.stage_data, "tar archive extracted onto every node ($SLURM_TMPDIR) and given to train as --data")
-      ->type_name("ARCHIVE");
-  cmd->add_option("--stage-subdir", o.stage_subdir, "the folder inside the --stage-data archive that holds the data files")
-      ->type_name("DIR");
-  cmd->add_option("--program", o.program, "run PATH in the tasks instead of train (default: $TRAIN_BIN, else build/bin/train)")
-      ->type_name("PATH");
+  add_job_options(cmd, o, {
+      {"--container", &O::container, "run the tasks in `apptainer exec --nv IMAGE`", "IMAGE"},
+      {"--stage-data", &O::stage_data, "tar archive extracted onto every node ($SLURM_TMPDIR) and given to train as --data",
+       "ARCHIVE"},
+      {"--stage-subdir", &O::stage_subdir, "the folder inside the --stage-data archive that holds the data files", "DIR"},
+      {"--program", &O::program, "run PATH in the tasks instead of train (default: $TRAIN_BIN, else build/bin/train)", "PATH"},
+  });
   cmd->add_flag("!--no-preflight", o.preflight, "skip the `trainctl preflight` step before training");
 }
 
@@ -282,16 +307,28 @@ std::vector<std::string> recorded_command(const std::vector<std::string>& before
   return command;
 }
 
-/// The plan's warnings, then the partition checks' (unless --no-cluster-checks or sinfo doesn't answer).
-std::vector<std::string> plan_warnings(const train::SbatchOptions& o, const train::SbatchPlan& plan,
-                                       bool cluster_checks) {
-  std::vector<std::string> warnings = plan.warnings;
-  if (cluster_checks) {
+/// The flag that turns plan_job()'s partition checks off.
+constexpr char kNoClusterChecks[] = "--no-cluster-checks";
+
+/// Adds --no-cluster-checks to a subcommand whose action calls plan_job().
+void add_no_cluster_checks_flag(CLI::App* cmd) {
+  cmd->add_flag(kNoClusterChecks, "don't compare the request with the partitions sinfo reports");
+}
+
+/// Plans the job `cmd` (sbatch, sweep or interactive) asks for and prints its warnings on stderr as
+/// "trainctl SUB: warning: ...": the plan's own when `with_plan_warnings`, then the partition
+/// checks' (unless --no-cluster-checks, or sinfo doesn't answer).
+train::SbatchPlan plan_job(const train::SbatchOptions& o, const CLI::App& cmd, bool with_plan_warnings) {
+  const train::SbatchPlan plan = train::plan_sbatch(o);
+  std::vector<std::string> warnings;
+  if (with_plan_warnings) warnings = plan.warnings;
+  if (cmd.count(kNoClusterChecks) == 0) {
     if (const auto partitions = train::query_partitions()) {
       for (std::string& w : train::check_against_partitions(o, plan, *partitions)) warnings.push_back(std::move(w));
     }
   }
-  return warnings;
+  for (const std::string& w : warnings) std::cerr << "trainctl " << cmd.get_name() << ": warning: " << w << std::endl;
+  return plan;
 }
 
 /// `trainctl sbatch --test-only`: asks sbatch when the script's job would start, and prints it with
@@ -315,8 +352,7 @@ int print_test_only(const std::string& script) {
 /// "--" (the train arguments come after it), kept by main() so the script can record its command.
 Command add_sbatch(CLI::App& app, const std::vector<std::string>& before_dashes,
                    const std::vector<std::string>& after_dashes) {
-  auto* cmd = app.add_subcommand("sbatch", "Generate a batch script that trains with srun on a SLURM allocation");
-  cmd->footer(
+  auto* cmd = add_command(app, "sbatch", "Generate a batch script that trains with srun on a SLURM allocation",
       "Prints the script (or writes --out FILE); --test-only asks sbatch when the job would start,\n"
       "--submit submits it and prints the job id. Arguments after '--' go to train, and so do the\n"
       "script's own arguments at submission (sbatch SCRIPT --epochs 1; train keeps the last copy).\n"
@@ -338,7 +374,7 @@ Command add_sbatch(CLI::App& app, const std::vector<std::string>& before_dashes,
       ->type_name("FILE");
   cmd->add_flag("--submit", "submit the script with sbatch and print the job id");
   cmd->add_flag("--test-only", "ask sbatch --test-only when the job would start (nothing is submitted)");
-  cmd->add_flag("--no-cluster-checks", "don't compare the request with the partitions sinfo reports");
+  add_no_cluster_checks_flag(cmd);
   cmd->add_option("TRAIN_ARGS", o->train_args, "arguments for train, after '--'");
   return {cmd, [o, out, cmd, &before_dashes, &after_dashes]() {
     o->train_args.insert(o->train_args.end(), after_dashes.begin(), after_dashes.end());
@@ -349,19 +385,10 @@ Command add_sbatch(CLI::App& app, const std::vector<std::string>& before_dashes,
                                "use --test-only to see when the job would start, then --submit.");
     }
     o->command = recorded_command(before_dashes, o->train_args);
-    const train::SbatchPlan plan = train::plan_sbatch(*o);
-    for (const std::string& w : plan_warnings(*o, plan, cmd->count("--no-cluster-checks") == 0)) {
-      std::cerr << "trainctl sbatch: warning: " << w << std::endl;
-    }
+    const train::SbatchPlan plan = plan_job(*o, *cmd, /*with_plan_warnings=*/true);
     const std::string script = train::render_sbatch_script(*o, plan);
     if (!out->empty()) {
-      std::ofstream file(*out, std::ios::binary | std::ios::trunc);
-      file << script;
-      file.close();
-      if (!file || ::chmod(out->c_str(), 0755) != 0) {
-        throw train::ConfigError("--out " + *out + ": expected a file to write the script to, found it unwritable.",
-                                 "check that its folder exists and is writable.");
-      }
+      write_file(*out, script, "--out", 0755, "a file to write the script to");
     } else if (!submit && !test_only) {
       return print(script);
     }
@@ -385,8 +412,7 @@ Command add_sbatch(CLI::App& app, const std::vector<std::string>& before_dashes,
 
 /// `trainctl preflight`; `after_dashes` holds train's arguments (after the first "--").
 Command add_preflight(CLI::App& app, const std::vector<std::string>& after_dashes) {
-  auto* cmd = app.add_subcommand("preflight", "Check this node before training: data, GPUs, tasks per GPU");
-  cmd->footer(
+  auto* cmd = add_command(app, "preflight", "Check this node before training: data, GPUs, tasks per GPU",
       "Run as one task per node before the training step (the generated sbatch scripts do):\n"
       "  srun --ntasks=$SLURM_JOB_NUM_NODES --ntasks-per-node=1 trainctl preflight \\\n"
       "       --tasks-per-node \"$SLURM_TASKS_PER_NODE\" -- TRAIN ARGS\n"
@@ -416,7 +442,6 @@ Command add_preflight(CLI::App& app, const std::vector<std::string>& after_dashe
   }};
 }
 
-
 /// The folder trainctl runs in.
 std::string current_folder() {
   char buf[4096];
@@ -445,17 +470,6 @@ std::string absolute(const std::string& path) {
 std::string user_name() {
   const passwd* pw = ::getpwuid(::getuid());
   return pw != nullptr ? pw->pw_name : "";
-}
-
-/// Writes a file in one go; throws naming `what` when it can't.
-void write_file(const std::string& path, const std::string& text, const std::string& what, mode_t mode = 0644) {
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  file << text;
-  file.close();
-  if (!file || ::chmod(path.c_str(), mode) != 0) {
-    throw train::ConfigError(what + " " + path + ": expected a file to write, found it unwritable.",
-                             "check that its folder exists and is writable.");
-  }
 }
 
 /// Each swept parameter comes from the grid only: a copy after '--' would fight the task's own value.
@@ -491,11 +505,8 @@ int run_sweep(train::SbatchOptions& o, const std::vector<std::string>& params, c
   std::vector<train::SweepParam> parsed;
   for (const std::string& p : params) parsed.push_back(train::parse_sweep_param(p));
   const std::vector<train::SweepPoint> grid = train::sweep_grid(parsed);
-  if (dir.empty()) {
-    throw train::ConfigError("--output-dir: expected the folder that will hold the sweep, found none given.",
-                             "e.g. --output-dir sweeps/lr-bs: each task gets its run folder there, and sweep-report "
-                             "reads it.");
-  }
+  require_given(!dir.empty(), "--output-dir", "the folder that will hold the sweep",
+                "e.g. --output-dir sweeps/lr-bs: each task gets its run folder there, and sweep-report reads it.");
   check_params_not_in_train_args(parsed, o.train_args);
   if (o.job_name.empty()) o.job_name = "sweep";
   const std::string root = absolute(dir);
@@ -512,10 +523,7 @@ int run_sweep(train::SbatchOptions& o, const std::vector<std::string>& params, c
   for (const train::SweepPoint& point : grid) tasks.task_args.push_back(train::sweep_point_args(point));
   o.array_tasks = tasks;
   o.command = recorded_command(before_dashes, o.train_args);
-  const train::SbatchPlan plan = train::plan_sbatch(o);
-  for (const std::string& w : plan_warnings(o, plan, cmd.count("--no-cluster-checks") == 0)) {
-    std::cerr << "trainctl sweep: warning: " << w << std::endl;
-  }
+  const train::SbatchPlan plan = plan_job(o, cmd, /*with_plan_warnings=*/true);
   const std::string script = train::render_sbatch_script(o, plan);
 
   make_sweep_task_dirs(root, dir, grid.size());
@@ -547,8 +555,7 @@ int run_sweep(train::SbatchOptions& o, const std::vector<std::string>& params, c
 /// `trainctl sweep`; `before_dashes` and `after_dashes` as for sbatch.
 Command add_sweep(CLI::App& app, const std::vector<std::string>& before_dashes,
                   const std::vector<std::string>& after_dashes) {
-  auto* cmd = app.add_subcommand("sweep", "Run a hyperparameter grid as one SLURM job array, one task per combination");
-  cmd->footer(
+  auto* cmd = add_command(app, "sweep", "Run a hyperparameter grid as one SLURM job array, one task per combination",
       "Writes DIR/sweep.sh (the batch script, as trainctl sbatch makes it, with #SBATCH --array=0-N%T),\n"
       "DIR/sweep.json (the index: task id -> parameters) and one run folder DIR/task-ID per task, which\n"
       "gets the task's log (train.out), checkpoints and metrics.jsonl. Task ID trains with its\n"
@@ -572,7 +579,7 @@ Command add_sweep(CLI::App& app, const std::vector<std::string>& before_dashes,
   add_shape_options(cmd, *o);
   add_batch_options(cmd, *o);
   cmd->add_flag("--submit", "submit the array with sbatch and print its job id");
-  cmd->add_flag("--no-cluster-checks", "don't compare the request with the partitions sinfo reports");
+  add_no_cluster_checks_flag(cmd);
   cmd->add_option("TRAIN_ARGS", o->train_args, "arguments every task gives train, after '--'");
   return {cmd, [o, params, dir, throttle, cmd, &before_dashes, &after_dashes]() {
     o->train_args.insert(o->train_args.end(), after_dashes.begin(), after_dashes.end());
@@ -652,8 +659,7 @@ std::string draw_sweep_png(const std::string& csv, const std::string& png, const
 }
 
 Command add_sweep_report(CLI::App& app) {
-  auto* cmd = app.add_subcommand("sweep-report", "Print a table (and a PNG) of a sweep's final metrics per combination");
-  cmd->footer(
+  auto* cmd = add_command(app, "sweep-report", "Print a table (and a PNG) of a sweep's final metrics per combination",
       "Reads DIR/sweep.json and each task's DIR/task-ID/metrics.jsonl, prints one row per task: its\n"
       "parameters, status (done, epoch N while running, no metrics) and the final test_accuracy,\n"
       "test_loss, train_loss, epochs and images_per_sec. Writes DIR/sweep-report.csv, and\n"
@@ -666,10 +672,7 @@ Command add_sweep_report(CLI::App& app) {
   cmd->add_option("--metric", *metric, "the metric the PNG plots")->capture_default_str();
   cmd->add_flag("--no-png", *no_png, "print the table only");
   return {cmd, [dir, metric, no_png]() {
-    if (dir->empty()) {
-      throw train::ConfigError("DIR: expected a sweep's --output-dir, found none given.",
-                               "e.g. trainctl sweep-report sweeps/lr-bs.");
-    }
+    require_given(!dir->empty(), "DIR", "a sweep's --output-dir", "e.g. trainctl sweep-report sweeps/lr-bs.");
     const auto [index, results] = train::read_sweep(*dir);
     int rc = print(train::render_sweep_table(index, results));
     if (rc != 0) return rc;
@@ -685,8 +688,7 @@ Command add_sweep_report(CLI::App& app) {
 }
 
 Command add_plot(CLI::App& app) {
-  auto* cmd = app.add_subcommand("plot", "Draw training curves from train --metrics files into a PNG, one line per file");
-  cmd->footer(
+  auto* cmd = add_command(app, "plot", "Draw training curves from train --metrics files into a PNG, one line per file",
       "Reads the JSON lines `train --metrics FILE` writes and draws three panels: loss per epoch (train\n"
       "and test), test accuracy per epoch, and images/s per logged step, one line per file so runs\n"
       "compare. Needs Python with matplotlib (TRAIN_PYTHON, else the repository's .venv, then python3).\n"
@@ -701,13 +703,9 @@ Command add_plot(CLI::App& app) {
   cmd->add_option("--width", *width, "width in pixels")->check(CLI::Range(200, 8000))->capture_default_str();
   cmd->add_option("--height", *height, "height in pixels")->check(CLI::Range(150, 8000))->capture_default_str();
   return {cmd, [inputs, out, width, height]() {
-    if (inputs->empty()) {
-      throw train::ConfigError("METRICS: expected one or more files written by train --metrics, found none given.",
-                               "e.g. trainctl plot metrics.jsonl -o curves.png.");
-    }
-    if (out->empty()) {
-      throw train::ConfigError("-o: expected the PNG to write, found none given.", "e.g. trainctl plot metrics.jsonl -o curves.png.");
-    }
+    const std::string example = "e.g. trainctl plot metrics.jsonl -o curves.png.";
+    require_given(!inputs->empty(), "METRICS", "one or more files written by train --metrics", example);
+    require_given(!out->empty(), "-o", "the PNG to write", example);
     for (const std::string& in : *inputs) {
       if (!train::files::is_regular_file(in)) {
         throw train::ConfigError(in + ": expected a metrics file written by train --metrics, found " +
@@ -743,8 +741,7 @@ Command add_plot(CLI::App& app) {
 }
 
 Command add_resources(CLI::App& app) {
-  auto* cmd = app.add_subcommand("resources", "Summarise the cluster: partitions, nodes, CPUs, memory, GPUs, shards, time limits");
-  cmd->footer(
+  auto* cmd = add_command(app, "resources", "Summarise the cluster: partitions, nodes, CPUs, memory, GPUs, shards, time limits",
       "Asks sinfo (partitions, time limits) and scontrol show node (CPUs, memory, Gres, GresUsed),\n"
       "then sbatch --test-only in each partition for a job of the shape given (default 1 node x 1\n"
       "task) and points out where it could start soonest. Examples:\n"
@@ -769,8 +766,7 @@ Command add_resources(CLI::App& app) {
 }
 
 Command add_interactive(CLI::App& app) {
-  auto* cmd = app.add_subcommand("interactive", "Print (or --run) the salloc command for an interactive session shaped like a batch job");
-  cmd->footer(
+  auto* cmd = add_command(app, "interactive", "Print (or --run) the salloc command for an interactive session shaped like a batch job",
       "The same shape options and --setup lines as trainctl sbatch. Prints one command line:\n"
       "  salloc SHAPE bash -c 'SETUP; exec bash -i'\n"
       "a shell that holds the allocation, with the batch script's environment; `srun PROGRAM` there\n"
@@ -787,18 +783,11 @@ Command add_interactive(CLI::App& app) {
       ->type_name("LINE");
   cmd->add_flag("--pty", *pty, "open the shell on the allocation's first node (srun --pty)");
   cmd->add_flag("--run", *run, "execute the command instead of printing it");
-  cmd->add_flag("--no-cluster-checks", "don't compare the request with the partitions sinfo reports");
+  add_no_cluster_checks_flag(cmd);
   return {cmd, [o, run, pty, cmd]() {
     o->signal = "none";
     if (o->job_name.empty()) o->job_name = "interactive";
-    const train::SbatchPlan plan = train::plan_sbatch(*o);
-    if (cmd->count("--no-cluster-checks") == 0) {
-      if (const auto partitions = train::query_partitions()) {
-        for (const std::string& w : train::check_against_partitions(*o, plan, *partitions)) {
-          std::cerr << "trainctl interactive: warning: " << w << std::endl;
-        }
-      }
-    }
+    const train::SbatchPlan plan = plan_job(*o, *cmd, /*with_plan_warnings=*/false);
     std::vector<std::string> argv = {"salloc", "--job-name=" + plan.job_name, "--nodes=" + std::to_string(plan.nodes)};
     if (plan.ntasks > 0) argv.push_back("--ntasks=" + std::to_string(plan.ntasks));
     if (plan.ntasks == 0 || !o->ntasks_per_node.empty()) {
@@ -845,8 +834,7 @@ Command add_interactive(CLI::App& app) {
 }
 
 Command add_status(CLI::App& app) {
-  auto* cmd = app.add_subcommand("status", "Show your jobs of this project: state, reason, elapsed, nodes, restarts, checkpoint, metrics");
-  cmd->footer(
+  auto* cmd = add_command(app, "status", "Show your jobs of this project: state, reason, elapsed, nodes, restarts, checkpoint, metrics",
       "Without JOBID: your jobs that the controller knows (pending, running, or ended within\n"
       "MinJobAge) submitted from this folder or below it; --all shows all your jobs. With JOBID\n"
       "(an array's id shows all its tasks): that job, also from the job completion log once the\n"
@@ -872,8 +860,7 @@ Command add_status(CLI::App& app) {
 }
 
 Command add_logs(CLI::App& app) {
-  auto* cmd = app.add_subcommand("logs", "Print (or -f follow) a job's log, per rank where it is split");
-  cmd->footer(
+  auto* cmd = add_command(app, "logs", "Print (or -f follow) a job's log, per rank where it is split",
       "Prints the job's log (StdOut in scontrol show job); where srun wrote one file per rank\n"
       "(trainctl sbatch --per-rank-logs: LOG-R.EXT), their lines follow with an '[rR] ' prefix.\n"
       "--rank R prints rank R's own file, else the log's lines with train's '[rank R/' prefix (train\n"
@@ -887,17 +874,14 @@ Command add_logs(CLI::App& app) {
   cmd->add_option("--rank", r->rank, "only this rank's lines")->check(CLI::Range(0, 1 << 20))->type_name("R");
   cmd->add_flag("--err", r->errors, "the job's --error file instead of its log");
   return {cmd, [r]() {
-    if (r->job_id.empty()) {
-      throw train::ConfigError("JOBID: expected the job whose log to show, found none given.",
-                               "e.g. trainctl logs 1234; trainctl status lists your jobs.");
-    }
+    require_given(!r->job_id.empty(), "JOBID", "the job whose log to show",
+                  "e.g. trainctl logs 1234; trainctl status lists your jobs.");
     return train::show_logs(*r, [](const std::string& text) { return print(text) == 0; });
   }};
 }
 
 Command add_cancel(CLI::App& app) {
-  auto* cmd = app.add_subcommand("cancel", "Cancel a job, with --signal SIG to let train checkpoint first");
-  cmd->footer(
+  auto* cmd = add_command(app, "cancel", "Cancel a job, with --signal SIG to let train checkpoint first",
       "Without --signal: scancel JOBID. With --signal SIG (USR2 for the generated scripts): sends SIG\n"
       "to the job's tasks (scancel --signal, not the batch shell), waits up to --grace seconds until\n"
       "they stop (train saves a checkpoint and exits), then cancels what is left, and prints the\n"
@@ -911,10 +895,8 @@ Command add_cancel(CLI::App& app) {
       ->check(CLI::Range(1.0, 86400.0))
       ->capture_default_str();
   return {cmd, [r]() {
-    if (r->job_id.empty()) {
-      throw train::ConfigError("JOBID: expected the job to cancel, found none given.",
-                               "e.g. trainctl cancel 1234 --signal USR2; trainctl status lists your jobs.");
-    }
+    require_given(!r->job_id.empty(), "JOBID", "the job to cancel",
+                  "e.g. trainctl cancel 1234 --signal USR2; trainctl status lists your jobs.");
     return print(train::cancel_job(*r));
   }};
 }
