@@ -4,10 +4,18 @@ For the Python references (reference_mnist.py, reference_cifar.py): their common
 torchrun/DDP set-up, the two loaders (resident tensor or per-sample Dataset + DataLoader, both under
 a DistributedSampler), the timed training epoch, evaluation, the parameters' hash and the JSON
 'done' line. Each reference keeps its own model, data reading, loss, optimizer and defaults.
+
+For the harnesses (compare.py, compare_cifar.py): their common flags, the `train` and reference
+command lines (trainctl local / torchrun for world > 1), running them for peak RSS, best of the
+repeats, and the results table.
 """
 import hashlib
 import json
 import os
+import platform
+import subprocess
+import sys
+import tempfile
 import time
 
 import numpy as np
@@ -15,6 +23,9 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 # ---- the Python references ----
 
@@ -169,3 +180,99 @@ def print_done(rank, a, steps, train_loss, test_loss, acc, images_per_sec, world
         done.update(extra)
         done.update(world_size=world, params_sha256=sha, loader=a.loader)
         print(json.dumps(done), flush=True)
+
+
+# ---- the harnesses ----
+
+def add_harness_args(p, batch_size):
+    """--world, --threads, --limit-train-samples, --limit-test-samples, --epochs, --batch-size."""
+    p.add_argument("--world", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads per rank, both sides")
+    p.add_argument("--limit-train-samples", type=int, default=10000)
+    p.add_argument("--limit-test-samples", type=int, default=2000)
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=batch_size)
+
+
+def add_harness_run_args(p):
+    """--loaders, --repeat, --build, --device."""
+    p.add_argument("--loaders", default="dataloader,resident")
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--build", default=os.path.join(REPO, "build"))
+    p.add_argument("--device", default="cpu", help="cpu or cuda (one GPU per rank)")
+
+
+def commands(a, data, model_args, reference):
+    """(libtrain's command, the Python reference's command, their environment) for the same data,
+    epochs, batch, samples and threads; world > 1: `trainctl local` against torchrun."""
+    common = ["--data", data, "--epochs", str(a.epochs), "--batch-size", str(a.batch_size),
+              "--limit-train-samples", str(a.limit_train_samples),
+              "--limit-test-samples", str(a.limit_test_samples), "--threads", str(a.threads)]
+    train = os.path.join(a.build, "bin", "train")
+    trainctl = os.path.join(a.build, "bin", "trainctl")
+    cpp = [train] + model_args + ["--device", a.device, "--log-interval", "1000000"] + common
+    py = [sys.executable, os.path.join(REPO, "scripts", "bench", reference), "--device", a.device] + common
+    if a.world > 1:
+        cpp = [trainctl, "local", "--nproc", str(a.world), "--no-prefix", "--"] + cpp
+        py = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={a.world}"] + py[1:]
+    return cpp, py, dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+
+
+def peak_rss_mb(cmd, env=None):
+    """Runs cmd and returns (done, wall, peak RSS of its largest process in MB)."""
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile() as errf:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, env=env)
+        # communicate() would reap the child itself; read stdout, then wait4 for the rusage.
+        out = proc.stdout.read()
+        _, status, rusage = os.wait4(proc.pid, 0)
+        errf.seek(0)
+        err = errf.read()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.stderr.write(err.decode(errors="replace")[-4000:])
+        raise SystemExit(f"benchmark command failed ({proc.returncode}): {' '.join(cmd)}")
+    lines = [l for l in out.decode().splitlines() if l.strip()]
+    done = json.loads(lines[-1].split("] ", 1)[-1] if lines[-1].startswith("[r") else lines[-1])
+    return done, wall, rusage.ru_maxrss / 1024.0
+
+
+def best_of(runs, repeat, rss_of_all_repeats=True):
+    """Runs each (name, cmd, env) repeat times; per name the fastest run's numbers. The peak RSS is
+    the largest over all repeats with rss_of_all_repeats, else the fastest run's."""
+    results = {}
+    for _ in range(repeat):
+        for name, cmd, run_env in runs:
+            done, wall, rss = peak_rss_mb(cmd, run_env)
+            best = results.get(name)
+            if best is None or done["images_per_sec"] > best["images_per_sec"]:
+                results[name] = dict(images_per_sec=done["images_per_sec"], peak_rss_mb=rss, wall_s=wall,
+                                     test_accuracy=done["test_accuracy"], steps=done["steps"])
+            elif rss_of_all_repeats:
+                best["peak_rss_mb"] = max(best["peak_rss_mb"], rss)
+    return results
+
+
+def machine(device):
+    """'machine: HOST CPU, N cores[, GPU NAME]' for the table's first line."""
+    gpu = ""
+    if device == "cuda":
+        gpu = f", GPU {torch.cuda.get_device_name(0)}"
+    return f"machine: {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cores{gpu}"
+
+
+def print_table(results, ours_name="libtrain train (C++)"):
+    """Images/s, peak RSS, test accuracy and libtrain's ratios to each run."""
+    ours = results[ours_name]
+    print(f"{'run':36} {'images/s':>10} {'peak RSS MB':>12} {'test acc':>9} {'speed ratio':>12} {'RSS ratio':>10}")
+    for name, r in results.items():
+        print(f"{name:36} {r['images_per_sec']:10.1f} {r['peak_rss_mb']:12.0f} {r['test_accuracy']:9.4f} "
+              f"{ours['images_per_sec'] / r['images_per_sec']:11.2f}x {ours['peak_rss_mb'] / r['peak_rss_mb']:9.2f}x")
+    print("speed ratio = libtrain images/s / that run's; RSS ratio = libtrain peak RSS / that run's")
+
+
+def write_json(path, a, results):
+    if path:
+        with open(path, "w") as f:
+            json.dump(dict(args=vars(a), results=results), f, indent=1)
