@@ -145,8 +145,9 @@ bool Adadelta::fused_step(size_t group_index, torch::optim::OptimizerParamGroup&
   for (auto& p : params) {
     auto& st = state_for(p);
     if (st.square_avg().strides() != p.strides() || st.acc_delta().strides() != p.strides() ||
-        st.square_avg().scalar_type() != at::kFloat || st.acc_delta().scalar_type() != at::kFloat) {
-      return false;  // e.g. state loaded from a checkpoint in another layout: the foreach path copes
+        st.square_avg().scalar_type() != at::kFloat || st.acc_delta().scalar_type() != at::kFloat ||
+        st.square_avg().device() != p.device() || st.acc_delta().device() != p.device()) {
+      return false;  // e.g. state loaded in another layout or place: the foreach path copes (or says why)
     }
     tensors.push_back({p.data_ptr<float>(), p.grad().const_data_ptr<float>(), st.square_avg().data_ptr<float>(),
                        st.acc_delta().data_ptr<float>(), p.numel()});
