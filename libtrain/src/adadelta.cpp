@@ -100,7 +100,12 @@ torch::Tensor Adadelta::step(LossClosure closure) {
 void Adadelta::sync_lr_to_device() {
   torch::NoGradGuard no_grad;
   for (size_t gi = 0; gi < device_lr_.size() && gi < param_groups_.size(); ++gi) {
-    if (device_lr_[gi].defined()) device_lr_[gi].fill_(param_groups_[gi].options().get_lr());
+    DeviceLr& lr = device_lr_[gi];
+    const double now = param_groups_[gi].options().get_lr();
+    if (lr.tensor.defined() && lr.value != now) {
+      lr.tensor.fill_(now);
+      lr.value = now;
+    }
   }
 }
 
@@ -136,14 +141,17 @@ bool Adadelta::fused_step(size_t group_index, torch::optim::OptimizerParamGroup&
   // whose rate the graph bakes in.)
   const bool capturing = c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
   if (device_lr_.size() <= group_index) device_lr_.resize(group_index + 1);
-  at::Tensor& lr = device_lr_[group_index];
-  if (!lr.defined()) {
+  DeviceLr& lr = device_lr_[group_index];
+  if (!lr.tensor.defined()) {
     if (capturing) return false;
-    lr = at::full({1}, o.lr(), params.front().options().dtype(at::kFloat));
+    lr.tensor = at::full({1}, o.lr(), params.front().options().dtype(at::kFloat));
+    lr.value = o.lr();
   }
   std::vector<detail::AdadeltaFusedTensor> tensors;
+  std::vector<AdadeltaParamState*> states;
   for (auto& p : params) {
     auto& st = state_for(p);
+    states.push_back(&st);
     if (st.square_avg().strides() != p.strides() || st.acc_delta().strides() != p.strides() ||
         st.square_avg().scalar_type() != at::kFloat || st.acc_delta().scalar_type() != at::kFloat ||
         st.square_avg().device() != p.device() || st.acc_delta().device() != p.device()) {
@@ -152,18 +160,18 @@ bool Adadelta::fused_step(size_t group_index, torch::optim::OptimizerParamGroup&
     tensors.push_back({p.data_ptr<float>(), p.grad().const_data_ptr<float>(), st.square_avg().data_ptr<float>(),
                        st.acc_delta().data_ptr<float>(), p.numel()});
   }
-  for (auto& p : params) {
-    auto& st = state_for(p);
-    st.step(st.step() + 1);  // bookkeeping only: Adadelta's update does not use it
-  }
+  for (AdadeltaParamState* st : states) st->step(st->step() + 1);  // bookkeeping only: unused by the update
   detail::AdadeltaFusedOptions fo;
   fo.lr = static_cast<float>(o.lr());
   fo.rho = static_cast<float>(o.rho());
   fo.eps = static_cast<float>(o.eps());
   fo.weight_decay = static_cast<float>(o.weight_decay());
   fo.maximize = o.maximize();
-  if (!capturing) lr.fill_(o.lr());
-  fo.lr_device = lr.const_data_ptr<float>();
+  if (!capturing && lr.value != o.lr()) {  // an eager step with a new rate: one small copy
+    lr.tensor.fill_(o.lr());
+    lr.value = o.lr();
+  }
+  fo.lr_device = lr.tensor.const_data_ptr<float>();
   const auto stream = c10::cuda::getCurrentCUDAStream(params.front().device().index());
   const int rc = detail::adadelta_fused_launch(tensors.data(), static_cast<int>(tensors.size()), fo, stream.stream());
   TORCH_CHECK(rc == 0, "the fused Adadelta kernel failed to launch (CUDA error ", rc, ")");

@@ -330,12 +330,16 @@ class CudaGraphStep : public TrainStep {
   }
 
   // The trainable parameters, last layer first: the order their gradients are done in.
-  std::vector<at::Tensor> flat_order() const {
+  // (DDP's bucket order too.) With `names`, also their names.
+  std::vector<at::Tensor> flat_order(std::vector<std::string>* names = nullptr) const {
     std::vector<at::Tensor> params;
-    for (auto& q : parts_.model->module->parameters()) {
-      if (q.requires_grad()) params.push_back(q);
+    for (auto& item : parts_.model->module->named_parameters()) {
+      if (!item.value().requires_grad()) continue;
+      params.push_back(item.value());
+      if (names != nullptr) names->push_back(item.key());
     }
     std::reverse(params.begin(), params.end());
+    if (names != nullptr) std::reverse(names->begin(), names->end());
     return params;
   }
 
@@ -375,8 +379,8 @@ class CudaGraphStep : public TrainStep {
     return reducer_ != nullptr;
   }
 
-  // The buckets (DDP's rule: last layer first, the first closes at first_bucket_cap_mb, later ones
-  // at bucket_cap_mb), hooks on the parameters' gradient accumulators, the side stream and events.
+  // DDP's buckets (the same parameters in the same order, so each is a slice of the flat buffer),
+  // hooks on the parameters' gradient accumulators, the side stream and events.
   // Null, with the reason logged, where NCCL's communicator or calls can't be reached.
   std::shared_ptr<GraphReducer> make_reducer() {
     auto r = std::make_shared<GraphReducer>();
@@ -396,35 +400,33 @@ class CudaGraphStep : public TrainStep {
       return nullptr;
     }
     r->flat = flat_grads_;
-    std::vector<at::Tensor> params = flat_order();
     std::vector<std::string> names;
-    for (auto& item : parts_.model->module->named_parameters()) {
-      if (item.value().requires_grad()) names.push_back(item.key());
-    }
-    std::reverse(names.begin(), names.end());
+    std::vector<at::Tensor> params = flat_order(&names);
+    const std::vector<size_t> counts = parts_.ddp->bucket_param_counts();
+    size_t covered = 0;
+    for (const size_t count : counts) covered += count;
+    TORCH_CHECK(covered == params.size(), "DDP's buckets hold ", covered, " parameters, the model trains ",
+                params.size());
     int64_t offset = 0;
-    double bytes = 0;
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (r->buckets.empty() || bytes >= (r->buckets.size() == 1 ? parts_.first_bucket_cap_mb : parts_.bucket_cap_mb) * 1048576.0) {
-        r->buckets.push_back({offset, 0, 0, 0});
-        bytes = 0;
+    for (const size_t count : counts) {
+      GraphReducer::Bucket b{offset, 0, count, 0};
+      for (size_t j = 0; j < count; ++j) {
+        const size_t k = r->bucket_of.size();
+        b.numel += params[k].numel();
+        r->bucket_of.push_back(r->buckets.size());
+        r->names.push_back(names[k]);
       }
-      GraphReducer::Bucket& b = r->buckets.back();
-      b.numel += params[i].numel();
-      ++b.params;
-      bytes += static_cast<double>(params[i].numel() * params[i].element_size());
-      offset += params[i].numel();
-      r->bucket_of.push_back(r->buckets.size() - 1);
-      r->names.push_back(i < names.size() ? names[i] : std::to_string(i));
+      offset += b.numel;
+      r->buckets.push_back(b);
     }
     r->comm_stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, params.front().device().index());
     r->forks.resize(r->buckets.size(), nullptr);
     for (cudaEvent_t& e : r->forks) C10_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     C10_CUDA_CHECK(cudaEventCreateWithFlags(&r->join, cudaEventDisableTiming));
     std::weak_ptr<GraphReducer> weak = r;
-    for (size_t i = 0; i < params.size(); ++i) {
-      auto acc = torch::autograd::impl::grad_accumulator(params[i]);
-      acc->add_post_hook(std::make_unique<ReducerHook>(weak, i));
+    for (size_t k = 0; k < params.size(); ++k) {
+      auto acc = torch::autograd::impl::grad_accumulator(params[k]);
+      acc->add_post_hook(std::make_unique<ReducerHook>(weak, k));
       r->accumulators.push_back(std::move(acc));
     }
     log::debug("--graph-allreduce in-graph: " + std::to_string(r->buckets.size()) + " gradient buckets");

@@ -29,8 +29,6 @@ struct StepParts {
   /// the step's graph, bucket by bucket while the backward runs; "between" runs one eager NCCL
   /// all-reduce between two graphs (forward + backward, then the update).
   std::string graph_allreduce = "in-graph";
-  double first_bucket_cap_mb = 1.0;  ///< in-graph buckets: the first (last layers) closes early
-  double bucket_cap_mb = 25.0;
 };
 
 class TrainStep {

@@ -67,7 +67,11 @@ class Adadelta : public torch::optim::Optimizer {
   // The update of a group of CUDA parameters with torch's foreach ops; false when it doesn't apply.
   bool fused_step(size_t group_index, torch::optim::OptimizerParamGroup& group, const AdadeltaOptions& options);
   bool foreach_step(torch::optim::OptimizerParamGroup& group, const AdadeltaOptions& options);
-  std::vector<torch::Tensor> device_lr_;  // per group: float32 [1] on the group's device
+  struct DeviceLr {
+    torch::Tensor tensor;  // float32 [1] on the group's device, read by the fused kernel
+    double value = 0;      // what it holds
+  };
+  std::vector<DeviceLr> device_lr_;  // per group
   bool last_step_fused_ = false;
 };
 
