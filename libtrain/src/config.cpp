@@ -57,8 +57,8 @@ void validate(const TrainConfig& c) {
   if (c.lr != -1 && !(c.lr > 0)) bad("--lr", "a positive learning rate", fmt("%g", c.lr), "the recipe's default is 1.0 (Adadelta) or 0.1 (SGD)");
   if (c.gamma != -1 && !(c.gamma > 0 && c.gamma <= 1)) bad("--gamma", "a factor in (0, 1]", fmt("%g", c.gamma), "the MNIST recipe uses 0.7");
   if (c.cuda_graph != "auto" && c.cuda_graph != "on" && c.cuda_graph != "off") bad("--cuda-graph", "auto, on or off", "'" + c.cuda_graph + "'", "");
-  if (c.graph_allreduce != "in-graph" && c.graph_allreduce != "between") bad("--graph-allreduce", "in-graph or between", "'" + c.graph_allreduce + "'", "");
-  if (c.channels_last != "on" && c.channels_last != "off") bad("--channels-last", "on or off", "'" + c.channels_last + "'", "");
+  if (c.graph_allreduce != "in-graph" && c.graph_allreduce != "between") bad("--graph-allreduce", "in-graph or between", "'" + c.graph_allreduce + "'", "in-graph is the default; between is the fallback");
+  if (c.channels_last != "on" && c.channels_last != "off") bad("--channels-last", "on or off", "'" + c.channels_last + "'", "off is the default");
   if (c.device == "cpu" && c.channels_last == "on") bad("--channels-last on", "a CUDA device", "--device cpu", "the CPU runs keep the contiguous layout");
   if (c.precision != "fp32" && c.precision != "tf32" && c.precision != "bf16") bad("--precision", "fp32, tf32 or bf16", "'" + c.precision + "'", "");
   if (c.device == "cpu" && c.cuda_graph == "on") bad("--cuda-graph on", "a CUDA device", "--device cpu", "CUDA graphs need a GPU; use --cuda-graph auto or off on the CPU");
