@@ -123,33 +123,65 @@ AdadeltaParamState& Adadelta::state_for(const torch::Tensor& p) {
 // On CUDA, where the build compiled it: the whole update in one kernel for the whole group, when
 // every parameter, gradient and state tensor is float32 with the parameter's dense strides.
 bool Adadelta::fused_step(size_t group_index, torch::optim::OptimizerParamGroup& group, const AdadeltaOptions& o) {
-#ifdef TRAIN_HAVE_FUSED_CUDA
   std::vector<torch::Tensor> params;
   for (auto& p : group.params()) {
-    if (!p.grad().defined()) continue;
+    if (p.grad().defined()) params.push_back(p);
+  }
+  return !params.empty() && fused_update(group_index, params, o, /*launch=*/true);
+}
+
+bool Adadelta::step_fused(const std::vector<torch::Tensor>& subset) {
+  torch::NoGradGuard no_grad;
+  std::vector<std::vector<torch::Tensor>> per_group(param_groups_.size());
+  for (const auto& p : subset) {
+    bool found = false;
+    for (size_t gi = 0; gi < param_groups_.size() && !found; ++gi) {
+      for (const auto& q : param_groups_[gi].params()) {
+        if (q.is_same(p)) {
+          found = q.grad().defined();
+          if (found) per_group[gi].push_back(q);
+          break;
+        }
+      }
+    }
+    if (!found) return false;
+  }
+  auto options = [&](size_t gi) -> const AdadeltaOptions& {
+    return static_cast<const AdadeltaOptions&>(param_groups_[gi].options());
+  };
+  for (size_t gi = 0; gi < per_group.size(); ++gi) {
+    if (!per_group[gi].empty() && !fused_update(gi, per_group[gi], options(gi), /*launch=*/false)) return false;
+  }
+  for (size_t gi = 0; gi < per_group.size(); ++gi) {
+    if (per_group[gi].empty()) continue;
+    fused_update(gi, per_group[gi], options(gi), /*launch=*/true);
+    for (auto& p : per_group[gi]) p.unsafeGetTensorImpl()->bump_version();
+  }
+  last_step_fused_ = true;
+  return true;
+}
+
+bool Adadelta::fused_update(size_t group_index, const std::vector<torch::Tensor>& params, const AdadeltaOptions& o,
+                            bool launch) {
+#ifdef TRAIN_HAVE_FUSED_CUDA
+  for (const auto& p : params) {
     const torch::Tensor& g = p.grad();
     if (!p.is_cuda() || g.is_sparse() || p.scalar_type() != at::kFloat || g.scalar_type() != at::kFloat ||
-        !p.is_non_overlapping_and_dense() || g.strides() != p.strides() || g.device() != p.device()) {
+        !p.is_non_overlapping_and_dense() || g.strides() != p.strides() || g.device() != p.device() ||
+        p.device() != params.front().device()) {
       return false;
     }
-    if (!params.empty() && p.device() != params.front().device()) return false;
-    params.push_back(p);
   }
-  if (params.empty()) return false;
   // The rate lives on the device: eager steps refresh it, a captured step reads whatever
   // sync_lr_to_device() last wrote. (A first update inside a capture keeps the foreach path,
   // whose rate the graph bakes in.)
   const bool capturing = c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
   if (device_lr_.size() <= group_index) device_lr_.resize(group_index + 1);
   DeviceLr& lr = device_lr_[group_index];
-  if (!lr.tensor.defined()) {
-    if (capturing) return false;
-    lr.tensor = at::full({1}, o.lr(), params.front().options().dtype(at::kFloat));
-    lr.value = o.lr();
-  }
+  if (!lr.tensor.defined() && capturing) return false;
   std::vector<detail::AdadeltaFusedTensor> tensors;
   std::vector<AdadeltaParamState*> states;
-  for (auto& p : params) {
+  for (const auto& p : params) {
     auto& st = state_for(p);
     states.push_back(&st);
     if (st.square_avg().strides() != p.strides() || st.acc_delta().strides() != p.strides() ||
@@ -159,6 +191,11 @@ bool Adadelta::fused_step(size_t group_index, torch::optim::OptimizerParamGroup&
     }
     tensors.push_back({p.data_ptr<float>(), p.grad().const_data_ptr<float>(), st.square_avg().data_ptr<float>(),
                        st.acc_delta().data_ptr<float>(), p.numel()});
+  }
+  if (!launch) return true;
+  if (!lr.tensor.defined()) {
+    lr.tensor = at::full({1}, o.lr(), params.front().options().dtype(at::kFloat));
+    lr.value = o.lr();
   }
   for (AdadeltaParamState* st : states) st->step(st->step() + 1);  // bookkeeping only: unused by the update
   detail::AdadeltaFusedOptions fo;
@@ -177,7 +214,7 @@ bool Adadelta::fused_step(size_t group_index, torch::optim::OptimizerParamGroup&
   TORCH_CHECK(rc == 0, "the fused Adadelta kernel failed to launch (CUDA error ", rc, ")");
   return true;
 #else
-  (void)group_index, (void)group, (void)o;
+  (void)group_index, (void)params, (void)o, (void)launch;
   return false;
 #endif
 }

@@ -60,9 +60,9 @@ void validate(const TrainConfig& c) {
   if (c.graph_allreduce != "in-graph" && c.graph_allreduce != "between") bad("--graph-allreduce", "in-graph or between", "'" + c.graph_allreduce + "'", "in-graph is the default; between is the fallback");
   if (c.channels_last != "on" && c.channels_last != "off") bad("--channels-last", "on or off", "'" + c.channels_last + "'", "off is the default");
   if (c.device == "cpu" && c.channels_last == "on") bad("--channels-last on", "a CUDA device", "--device cpu", "the CPU runs keep the contiguous layout");
-  if (c.precision != "fp32" && c.precision != "tf32" && c.precision != "bf16") bad("--precision", "fp32, tf32 or bf16", "'" + c.precision + "'", "");
+  if (c.precision != "auto" && c.precision != "fp32" && c.precision != "tf32" && c.precision != "bf16") bad("--precision", "auto, fp32, tf32 or bf16", "'" + c.precision + "'", "auto is the default");
   if (c.device == "cpu" && c.cuda_graph == "on") bad("--cuda-graph on", "a CUDA device", "--device cpu", "CUDA graphs need a GPU; use --cuda-graph auto or off on the CPU");
-  if (c.device == "cpu" && c.precision != "fp32") bad("--precision " + c.precision, "a CUDA device", "--device cpu", "on the CPU libtrain trains in fp32");
+  if (c.device == "cpu" && c.precision != "fp32" && c.precision != "auto") bad("--precision " + c.precision, "a CUDA device", "--device cpu", "on the CPU libtrain trains in fp32");
   parse_signal_list(c.preempt_signals);  // throws naming the unknown signal
   parse_augment(c.augment);               // throws naming the unknown word
   if (c.device == "cpu" && c.backend == "nccl") bad("--backend nccl", "a CUDA device", "--device cpu", "use --backend gloo on CPU");

@@ -8,6 +8,8 @@
 #include "train/log.h"
 
 #include <ATen/autocast_mode.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
 #include <torch/autograd.h>
 
@@ -26,6 +28,7 @@
 #endif
 #ifdef TRAIN_HAVE_NCCL
 #include "process_group_impl.h"
+#include "train/adadelta.h"
 
 #include <nccl.h>
 
@@ -82,12 +85,15 @@ class EagerStep : public TrainStep {
 
 #ifdef TRAIN_HAVE_CUDA
 #ifdef TRAIN_HAVE_NCCL
-// The two NCCL calls the captured step makes, from the libnccl that torch already loaded
-// (libtrain links no NCCL of its own, so the two can never differ).
+// The NCCL calls the captured step makes, from the libnccl that torch already loaded (libtrain
+// links no NCCL of its own, so the two can never differ).
 struct NcclCalls {
   using AllReduce = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
+  using Group = ncclResult_t (*)();
   using ErrorString = const char* (*)(ncclResult_t);
   AllReduce all_reduce = nullptr;
+  Group group_start = nullptr;
+  Group group_end = nullptr;
   ErrorString error_string = nullptr;
 };
 
@@ -97,37 +103,48 @@ const NcclCalls* nccl_calls() {
     void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD);
     void* where = lib != nullptr ? lib : RTLD_DEFAULT;
     c.all_reduce = reinterpret_cast<NcclCalls::AllReduce>(dlsym(where, "ncclAllReduce"));
+    c.group_start = reinterpret_cast<NcclCalls::Group>(dlsym(where, "ncclGroupStart"));
+    c.group_end = reinterpret_cast<NcclCalls::Group>(dlsym(where, "ncclGroupEnd"));
     c.error_string = reinterpret_cast<NcclCalls::ErrorString>(dlsym(where, "ncclGetErrorString"));
     return c;
   }();
-  return calls.all_reduce != nullptr && calls.error_string != nullptr ? &calls : nullptr;
+  const bool all = calls.all_reduce != nullptr && calls.group_start != nullptr && calls.group_end != nullptr &&
+                   calls.error_string != nullptr;
+  return all ? &calls : nullptr;
 }
 
-// Averages the gradients inside the captured backward. AccumulateGrad post-hooks mark each
+// Averages the gradients inside the captured backward, each where autograd left it (no copy into
+// a flat buffer, no accumulation into zeroed memory). AccumulateGrad post-hooks mark each
 // parameter done; a bucket whose gradients are all done (and whose predecessors were launched:
-// every rank launches in bucket order) gets one ncclAllReduce(avg) on a side stream that forked
-// from the capture stream at that point. finish() joins the side stream back before the update.
+// every rank launches in bucket order) gets one grouped ncclAllReduce(avg) of its gradients on a
+// side stream that forked from the capture stream at that point. With the fused Adadelta the
+// bucket's update follows on the side stream, overlapping the rest of the backward; otherwise the
+// optimizer steps after the join. finish() joins the side stream back.
 struct GraphReducer {
   struct Bucket {
-    int64_t offset = 0;  // elements into the flat buffer
-    int64_t numel = 0;
-    size_t params = 0;
+    std::vector<size_t> params;  // indices into GraphReducer::params
     size_t pending = 0;
+    // A small bucket of several gradients goes as one message: NCCL's latency, not its
+    // bandwidth, is what a small all-reduce costs, and a grouped call pays it per tensor.
+    at::Tensor flat;
   };
+  static constexpr int64_t kFlatBucketBytes = int64_t{1} << 20;
   const NcclCalls* nccl = nullptr;
   ncclComm_t comm = nullptr;
-  int world = 1;  // one rank (--ddp-single-rank): the average is the gradient itself, no NCCL call
-  at::Tensor flat;
+  std::vector<at::Tensor> params;  // last layer first
+  std::vector<std::string> names;
   std::vector<Bucket> buckets;
   std::vector<size_t> bucket_of;  // per parameter
-  std::vector<std::string> names;
   std::vector<bool> ready;
   size_t next_launch = 0;
   bool armed = false;  // only while the step is being captured
+  optim::Adadelta* adadelta = nullptr;  // set: try updating each bucket after its average
+  bool updated_in_buckets = false;      // this capture updated every bucket on the side stream
   std::optional<c10::cuda::CUDAStream> capture_stream, comm_stream;
   std::vector<cudaEvent_t> forks;
   cudaEvent_t join = nullptr;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // keep the hooks alive
+  std::vector<at::Tensor> copied;  // gradients copied into a flat bucket: the graph still writes them
 
   ~GraphReducer() {
     for (cudaEvent_t e : forks) (void)cudaEventDestroy(e);
@@ -136,9 +153,11 @@ struct GraphReducer {
 
   void arm(const c10::cuda::CUDAStream& stream) {
     capture_stream = stream;
-    for (Bucket& b : buckets) b.pending = b.params;
-    ready.assign(bucket_of.size(), false);
+    for (Bucket& b : buckets) b.pending = b.params.size();
+    ready.assign(params.size(), false);
     next_launch = 0;
+    copied.clear();
+    updated_in_buckets = adadelta != nullptr;
     armed = true;
   }
 
@@ -149,15 +168,59 @@ struct GraphReducer {
     while (next_launch < buckets.size() && buckets[next_launch].pending == 0) launch(next_launch++);
   }
 
+  void check(ncclResult_t r, size_t k) const {
+    TORCH_CHECK(r == ncclSuccess, "NCCL all-reduce of gradient bucket ", k, " failed: ", nccl->error_string(r));
+  }
+
   void launch(size_t k) {
-    if (world == 1) return;
     const Bucket& b = buckets[k];
+    std::vector<at::Tensor> grads;
+    for (size_t i : b.params) {
+      const at::Tensor& g = params[i].grad();
+      TORCH_CHECK(g.defined() && g.scalar_type() == at::kFloat && g.is_non_overlapping_and_dense() &&
+                      g.device() == params[i].device(),
+                  "the gradient of ", names[i], " is not a dense float32 tensor on its parameter's device");
+      grads.push_back(g);
+    }
     C10_CUDA_CHECK(cudaEventRecord(forks[k], capture_stream->stream()));
     C10_CUDA_CHECK(cudaStreamWaitEvent(comm_stream->stream(), forks[k], 0));
-    float* data = flat.data_ptr<float>() + b.offset;
-    const ncclResult_t r = nccl->all_reduce(data, data, static_cast<size_t>(b.numel), ncclFloat32, ncclAvg, comm,
-                                            comm_stream->stream());
-    TORCH_CHECK(r == ncclSuccess, "ncclAllReduce of gradient bucket ", k, " failed: ", nccl->error_string(r));
+    c10::cuda::CUDAStreamGuard on_side(*comm_stream);
+    if (b.flat.defined()) {
+      // One copy kernel in, one message; the gradients become views of the averaged buffer
+      // (laid out like their parameters), which the update and later replays read.
+      std::vector<at::Tensor> pieces;
+      for (const at::Tensor& g : grads) pieces.push_back(g.as_strided({g.numel()}, {1}));
+      at::Tensor flat = b.flat;
+      at::cat_out(flat, pieces);
+      check(nccl->all_reduce(b.flat.data_ptr<float>(), b.flat.data_ptr<float>(), static_cast<size_t>(b.flat.numel()),
+                             ncclFloat32, ncclAvg, comm, comm_stream->stream()),
+            k);
+      int64_t offset = 0;
+      for (size_t j = 0; j < b.params.size(); ++j) {
+        at::Tensor& q = params[b.params[j]];
+        copied.push_back(grads[j]);
+        q.mutable_grad() = b.flat.narrow(0, offset, grads[j].numel()).as_strided(grads[j].sizes(), grads[j].strides());
+        offset += grads[j].numel();
+      }
+      grads.clear();
+    }
+    if (!grads.empty()) check(nccl->group_start(), k);
+    for (at::Tensor& g : grads) {
+      const ncclResult_t r = nccl->all_reduce(g.data_ptr<float>(), g.data_ptr<float>(), static_cast<size_t>(g.numel()),
+                                              ncclFloat32, ncclAvg, comm, comm_stream->stream());
+      if (r != ncclSuccess) {
+        (void)nccl->group_end();
+        check(r, k);
+      }
+    }
+    if (!grads.empty()) check(nccl->group_end(), k);
+    if (!updated_in_buckets) return;
+    std::vector<at::Tensor> updated;
+    for (size_t i : b.params) updated.push_back(params[i]);
+    if (adadelta->step_fused(updated)) return;
+    // The first bucket decides; a later one can't: earlier buckets are already updated.
+    TORCH_CHECK(k == 0, "the fused Adadelta update of gradient bucket ", k, " could not run");
+    updated_in_buckets = false;
   }
 
   // After the captured backward: every bucket launched, the side stream joined.
@@ -170,7 +233,6 @@ struct GraphReducer {
       }
       TORCH_CHECK(false, "no gradient for ", missing, " in the captured backward");
     }
-    if (world == 1) return;
     C10_CUDA_CHECK(cudaEventRecord(join, comm_stream->stream()));
     C10_CUDA_CHECK(cudaStreamWaitEvent(capture_stream->stream(), join, 0));
   }
@@ -198,9 +260,8 @@ class CudaGraphStep : public TrainStep {
 
   at::Tensor run(const at::Tensor& order, int64_t start, int64_t len) override {
     if (len != batch_ || failed_) {
-      // The epoch's last, smaller batch runs eagerly. Gradients that are views of the flat buffer
-      // (several ranks) can't be zeroed the eager way: let that step allocate its own; the
-      // graphs keep using the buffer's memory.
+      // The epoch's last, smaller batch runs eagerly, in gradients of its own; the graphs keep
+      // using theirs.
       release_grads();
       return eager_.run(order, start, len);
     }
@@ -331,7 +392,7 @@ class CudaGraphStep : public TrainStep {
 
   // The trainable parameters, last layer first: the order their gradients are done in.
   // (DDP's bucket order too.) With `names`, also their names.
-  std::vector<at::Tensor> flat_order(std::vector<std::string>* names = nullptr) const {
+  std::vector<at::Tensor> params_last_first(std::vector<std::string>* names = nullptr) const {
     std::vector<at::Tensor> params;
     for (auto& item : parts_.model->module->named_parameters()) {
       if (!item.value().requires_grad()) continue;
@@ -346,7 +407,7 @@ class CudaGraphStep : public TrainStep {
   // Every gradient becomes a view of one flat buffer (again at every capture: an eager step in
   // between replaced them).
   void bind_flat_grads() {
-    std::vector<at::Tensor> params = flat_order();
+    std::vector<at::Tensor> params = params_last_first();
     TORCH_CHECK(!params.empty(), "the model has no trainable parameters");
     if (!flat_grads_.defined()) {
       int64_t total = 0;
@@ -367,8 +428,10 @@ class CudaGraphStep : public TrainStep {
     }
   }
 
+  // Before an eager step: gradients that are views of a buffer (the flat one of "between", a
+  // small bucket's of "in-graph") can't take the optimizer's zero_grad (it detaches them in
+  // place); the eager step makes its own.
   void release_grads() {
-    if (!flat_grads_.defined()) return;
     for (auto& q : parts_.model->module->parameters()) q.mutable_grad() = at::Tensor();
   }
 
@@ -379,53 +442,47 @@ class CudaGraphStep : public TrainStep {
     return reducer_ != nullptr;
   }
 
-  // DDP's buckets (the same parameters in the same order, so each is a slice of the flat buffer),
-  // hooks on the parameters' gradient accumulators, the side stream and events.
-  // Null, with the reason logged, where NCCL's communicator or calls can't be reached.
+  // DDP's buckets (the same parameters in the same order), hooks on the parameters' gradient
+  // accumulators, the side stream and events. Null, with the reason logged, where NCCL's
+  // communicator or calls can't be reached.
   std::shared_ptr<GraphReducer> make_reducer() {
     auto r = std::make_shared<GraphReducer>();
     r->nccl = nccl_calls();
     r->comm = static_cast<ncclComm_t>(parts_.process_group->impl().nccl_comm());
-    r->world = parts_.world_size;
     if (r->nccl == nullptr || r->comm == nullptr) {
       log::warn(std::string("--graph-allreduce in-graph: ") +
-                (r->nccl == nullptr ? "ncclAllReduce isn't loaded" : "no NCCL communicator (backend isn't NCCL)") +
+                (r->nccl == nullptr ? "NCCL's calls aren't loaded" : "no NCCL communicator (backend isn't NCCL)") +
                 "; falling back to one eager all-reduce between two graphs");
       return nullptr;
     }
-    bind_flat_grads();
-    if (flat_grads_.scalar_type() != at::kFloat) {
-      log::warn("--graph-allreduce in-graph: the gradients are " + std::string(c10::toString(flat_grads_.scalar_type())) +
-                ", the captured average handles float32; falling back to one eager all-reduce between two graphs");
-      return nullptr;
-    }
-    r->flat = flat_grads_;
-    std::vector<std::string> names;
-    std::vector<at::Tensor> params = flat_order(&names);
+    r->params = params_last_first(&r->names);
+    TORCH_CHECK(!r->params.empty(), "the model has no trainable parameters");
     const std::vector<size_t> counts = parts_.ddp->bucket_param_counts();
     size_t covered = 0;
     for (const size_t count : counts) covered += count;
-    TORCH_CHECK(covered == params.size(), "DDP's buckets hold ", covered, " parameters, the model trains ",
-                params.size());
-    int64_t offset = 0;
+    TORCH_CHECK(covered == r->params.size(), "DDP's buckets hold ", covered, " parameters, the model trains ",
+                r->params.size());
     for (const size_t count : counts) {
-      GraphReducer::Bucket b{offset, 0, count, 0};
+      GraphReducer::Bucket b;
+      int64_t numel = 0;
       for (size_t j = 0; j < count; ++j) {
-        const size_t k = r->bucket_of.size();
-        b.numel += params[k].numel();
+        numel += r->params[r->bucket_of.size()].numel();
+        b.params.push_back(r->bucket_of.size());
         r->bucket_of.push_back(r->buckets.size());
-        r->names.push_back(names[k]);
       }
-      offset += b.numel;
-      r->buckets.push_back(b);
+      if (count > 1 && numel * 4 <= GraphReducer::kFlatBucketBytes) {
+        b.flat = at::empty({numel}, r->params.front().options().dtype(at::kFloat).requires_grad(false));
+      }
+      r->buckets.push_back(std::move(b));
     }
-    r->comm_stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, params.front().device().index());
+    r->adadelta = dynamic_cast<optim::Adadelta*>(parts_.optimizer);
+    r->comm_stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, r->params.front().device().index());
     r->forks.resize(r->buckets.size(), nullptr);
     for (cudaEvent_t& e : r->forks) C10_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     C10_CUDA_CHECK(cudaEventCreateWithFlags(&r->join, cudaEventDisableTiming));
     std::weak_ptr<GraphReducer> weak = r;
-    for (size_t k = 0; k < params.size(); ++k) {
-      auto acc = torch::autograd::impl::grad_accumulator(params[k]);
+    for (size_t k = 0; k < r->params.size(); ++k) {
+      auto acc = torch::autograd::impl::grad_accumulator(r->params[k]);
       acc->add_post_hook(std::make_unique<ReducerHook>(weak, k));
       r->accumulators.push_back(std::move(acc));
     }
@@ -433,21 +490,22 @@ class CudaGraphStep : public TrainStep {
     return r;
   }
 
-  // Several ranks, one graph: zero the flat gradients, forward and backward with the buckets'
-  // NCCL averages launched from the hooks, join, update.
+  // Several ranks, one graph: forward and backward into fresh gradients (autograd's own, in the
+  // graph's pool), the buckets' NCCL averages (and updates) launched from the hooks, join, and
+  // the update where the buckets didn't do it.
   void capture_in_graph() {
-    bind_flat_grads();
+    release_grads();
+    parts_.optimizer->zero_grad();
     c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream();
     graph_ = std::make_unique<at::cuda::CUDAGraph>();
     DistributedDataParallel::NoSync no_sync(*parts_.ddp);
     // Thread-local capture: c10d's watchdog thread keeps polling earlier collectives' events.
     graph_->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
     try {
-      flat_grads_.zero_();
       reducer_->arm(stream);
       loss_ = forward_backward(parts_, graph_batch());
       reducer_->finish();
-      parts_.optimizer->step();
+      if (!reducer_->updated_in_buckets) parts_.optimizer->step();
     } catch (...) {
       reducer_->armed = false;
       abandon_capture(*graph_);
@@ -524,6 +582,15 @@ void use_cuda_device(const at::Device& device) {
   c10::cuda::setCurrentCUDAStream(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index()));
 #else
   (void)device;
+#endif
+}
+
+bool cuda_bf16_supported(const at::Device& device) {
+#ifdef TRAIN_HAVE_CUDA
+  return device.is_cuda() && at::cuda::getDeviceProperties(device.index())->major >= 8;
+#else
+  (void)device;
+  return false;
 #endif
 }
 

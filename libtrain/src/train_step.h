@@ -48,12 +48,13 @@ std::unique_ptr<TrainStep> make_eager_step(const StepParts& parts);
 
 /// The step captured in a CUDA graph for full batches of `batch` samples (a last, smaller batch
 /// runs eagerly). The first `warmup` steps run eagerly (NCCL and cuDNN set up, optimizer state
-/// allocated); the next one is captured and every later one replays it. With several ranks every
-/// gradient is a view of one flat buffer (last layer first) and DDP's hooks are off in the graph:
-/// "in-graph" captures one NCCL average per bucket on a side stream, each launched as soon as its
-/// gradients are done, so the last layers' all-reduce overlaps the first layers' backward;
-/// "between" (or where the NCCL communicator can't be reached) replays forward + backward, runs
-/// one eager all-reduce, then replays the update. Ranks agree on whether every capture worked and
+/// allocated); the next one is captured and every later one replays it. With several ranks DDP's
+/// hooks are off in the graph: "in-graph" captures one grouped NCCL average per DDP bucket on a
+/// side stream, each launched as soon as its gradients are done, so the last layers' all-reduce
+/// overlaps the first layers' backward, and with the fused Adadelta the bucket's update follows
+/// it there; "between" (or where the NCCL communicator can't be reached) makes every gradient a
+/// view of one flat buffer, replays forward + backward, runs one eager all-reduce of the buffer,
+/// then replays the update. Ranks agree on whether every capture worked and
 /// all train eagerly if one didn't. CUDA builds only.
 /// @throws train::ConfigError on a build without CUDA.
 std::unique_ptr<TrainStep> make_cuda_graph_step(const StepParts& parts, int64_t batch, int warmup = 3);
@@ -62,6 +63,9 @@ std::unique_ptr<TrainStep> make_cuda_graph_step(const StepParts& parts, int64_t 
 /// run: work for rank r lands on cuda:r, and a step can be captured on the current stream (CUDA
 /// graphs can't capture the legacy default stream). No-op on the CPU.
 void use_cuda_device(const at::Device& device);
+
+/// Whether `device` is a CUDA GPU with bfloat16 arithmetic (compute capability 8.0 or newer).
+bool cuda_bf16_supported(const at::Device& device);
 
 /// Peak memory the CUDA caching allocator handed out on `device` so far, in MB (0 on the CPU).
 double peak_gpu_memory_mb(const at::Device& device);

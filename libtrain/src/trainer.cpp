@@ -215,6 +215,7 @@ std::string to_json(const TrainResult& r) {
   j["eval_seconds"] = r.eval_seconds;
   j["checkpoint_seconds"] = r.checkpoint_seconds;
   j["world_size"] = r.world_size;
+  if (!r.precision.empty()) j["precision"] = r.precision;
   j["params_sha256"] = r.params_sha256;
   if (r.preempted || r.cancelled) {
     j["reason"] = r.preempt_reason;
@@ -272,6 +273,7 @@ struct Trainer::Impl {
   void train();
   bool train_epoch();
   void make_step();
+  std::string resolve_precision() const;
   bool check_stop(Clock::time_point t0, double earlier_segments);
   void log_progress(int64_t b, int64_t batches, int64_t start, const at::Tensor& loss, double& t_log_images,
                     Clock::time_point& t_log);
@@ -309,10 +311,11 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : impl_(std::make_unique<Impl>
     // run never earns back, so it is opt-in (--cudnn-benchmark).
     at::globalContext().setDeterministicCuDNN(t.c.deterministic);
     at::globalContext().setBenchmarkCuDNN(t.c.cudnn_benchmark && !t.c.deterministic);
-  } else if (t.c.cuda_graph == "on" || t.c.precision != "fp32" || t.c.channels_last == "on") {
-    const std::string flag = t.c.cuda_graph == "on"      ? "--cuda-graph on"
-                             : t.c.precision != "fp32" ? "--precision " + t.c.precision
-                                                       : "--channels-last on";
+  } else if (const bool precision_set = t.c.precision != "fp32" && t.c.precision != "auto";
+             t.c.cuda_graph == "on" || precision_set || t.c.channels_last == "on") {
+    const std::string flag = t.c.cuda_graph == "on" ? "--cuda-graph on"
+                             : precision_set        ? "--precision " + t.c.precision
+                                                    : "--channels-last on";
     throw ConfigError(flag +
                           ": expected a CUDA device, found the run on " + t.device.str() + ".",
                       "these settings need a GPU; on the CPU leave them at their defaults.");
@@ -497,6 +500,20 @@ void Trainer::Impl::apply_resumed(torch::serialize::InputArchive& a, const std::
             std::to_string(prog().step) + ", " + std::to_string(prog().batches_done) + " batches into the epoch");
 }
 
+// --precision auto: bf16 autocast for large per-rank batches on a GPU that has bf16 (measured
+// within half a point of fp32's accuracy there), fp32 otherwise; on the CPU always fp32.
+std::string Trainer::Impl::resolve_precision() const {
+  if (!device.is_cuda()) return "fp32";
+  if (c.precision != "auto") return c.precision;
+  const bool bf16 = batch >= kAutoBf16Batch && detail::cuda_bf16_supported(device);
+  log::info(std::string("--precision auto: ") +
+            (bf16 ? "bf16 autocast (batch " + std::to_string(batch) + " per rank >= " + std::to_string(kAutoBf16Batch) +
+                        "); --precision fp32 keeps float32"
+                  : "fp32 (bf16 is picked for batches of " + std::to_string(kAutoBf16Batch) +
+                        " or more per rank on GPUs that have it)"));
+  return bf16 ? "bf16" : "fp32";
+}
+
 void Trainer::Impl::make_step() {
   detail::StepParts parts;
   parts.data = spec->train_data.get();
@@ -504,7 +521,8 @@ void Trainer::Impl::make_step() {
   parts.optimizer = optimizer.get();
   parts.loss = &spec->loss;
   parts.loss_sum = &state.loss_sum;
-  parts.bf16 = device.is_cuda() && c.precision == "bf16";
+  result.precision = resolve_precision();
+  parts.bf16 = result.precision == "bf16";
   parts.ddp = ddp.get();
   parts.process_group = pg.get();
   parts.world_size = env.world_size;

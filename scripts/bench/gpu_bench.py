@@ -74,9 +74,10 @@ def main():
     p.add_argument("--no-python-dataloader", action="store_true", help="skip the slow DataLoader run")
     p.add_argument("--commit", help="the commit to record in the rows (default: git's HEAD here; pass it "
                                     "where the copy's .git is not the code's, e.g. a synced copy)")
-    p.add_argument("--variants", default="graph,bf16,eager",
-                   help="libtrain runs: graph (fp32), graphbench (with cuDNN autotuning), bf16, eager, tf32, "
-                        "between (several GPUs), ddp1 (one GPU), ckpt, cl (channels-last), clbf16")
+    p.add_argument("--variants", default="graph,defaults,bf16,eager",
+                   help="libtrain runs: graph (fp32), defaults (no flags: --precision auto), graphbench (with cuDNN "
+                        "autotuning), bf16, eager, tf32, between (several GPUs), ddp1 (one GPU), ckpt, "
+                        "cl (channels-last), clbf16")
     a = p.parse_args()
 
     import torch
@@ -96,15 +97,18 @@ def main():
     train = os.path.join(a.build, "bin", "train")
     trainctl = os.path.join(a.build, "bin", "trainctl")
     ref = os.path.join(REPO, "scripts", "bench", "reference_mnist.py")
-    variants = {"graph": ["--cuda-graph", "on"], "graphbench": ["--cuda-graph", "on", "--cudnn-benchmark"], "bf16": ["--cuda-graph", "on", "--precision", "bf16"],
-                "eager": ["--cuda-graph", "off"], "tf32": ["--cuda-graph", "on", "--precision", "tf32"],
-                "between": ["--cuda-graph", "on", "--graph-allreduce", "between"],
-                "ddp1": ["--cuda-graph", "on", "--ddp-single-rank"], "ckpt": ["--cuda-graph", "on"],
-                "cl": ["--cuda-graph", "on", "--channels-last", "on"],
-                "clbf16": ["--cuda-graph", "on", "--channels-last", "on", "--precision", "bf16"]}
+    fp32 = ["--precision", "fp32"]
+    variants = {"graph": ["--cuda-graph", "on"] + fp32, "graphbench": ["--cuda-graph", "on", "--cudnn-benchmark"] + fp32,
+                "bf16": ["--cuda-graph", "on", "--precision", "bf16"],
+                "eager": ["--cuda-graph", "off"] + fp32, "tf32": ["--cuda-graph", "on", "--precision", "tf32"],
+                "between": ["--cuda-graph", "on", "--graph-allreduce", "between"] + fp32,
+                "ddp1": ["--cuda-graph", "on", "--ddp-single-rank"] + fp32, "ckpt": ["--cuda-graph", "on"] + fp32,
+                "cl": ["--cuda-graph", "on", "--channels-last", "on"] + fp32,
+                "clbf16": ["--cuda-graph", "on", "--channels-last", "on", "--precision", "bf16"],
+                "defaults": []}
     modes = {"eager": "eager", "graphbench": "cuda_graph+cudnn_benchmark", "between": "cuda_graph+allreduce_between",
              "ddp1": "cuda_graph+ddp_single_rank", "ckpt": "cuda_graph+checkpoints",
-             "cl": "cuda_graph+channels_last", "clbf16": "cuda_graph+channels_last"}
+             "cl": "cuda_graph+channels_last", "clbf16": "cuda_graph+channels_last", "defaults": "defaults"}
     work = tempfile.mkdtemp(prefix="gpu_bench_")
     rows = []
     for config in a.configs.split(","):
@@ -142,6 +146,8 @@ def main():
             else:
                 epochs = [o for o in objs if o.get("event") == "epoch"]
                 steady = done["images_per_sec_best"]
+            if impl == "cpp":
+                precision = done.get("precision", precision)  # what --precision auto resolved to
             rows.append(dict(run_id=run_id, date=date, device=card, commit=commit, world_size=world, batch_size=batch, impl=impl,
                              mode=mode, precision=precision, images_per_sec=round(steady, 1),
                              images_per_sec_whole=round(done["images_per_sec"], 1), epochs=a.epochs,
@@ -185,6 +191,12 @@ def main():
                 if py_one and py_many:
                     line += f"; Python DDP {py_many['images_per_sec'] / py_one['images_per_sec']:.2f}x"
                 print(line)
+        for r in rows:
+            py = find(r["world_size"], batch, "python", "resident")
+            if r["batch_size"] == batch and r["mode"] == "defaults" and py:
+                print(f"{r['world_size']}x{batch} with libtrain's defaults (--precision auto: {r['precision']}): "
+                      f"{r['images_per_sec']:,.0f} img/s = {r['images_per_sec'] / py['images_per_sec']:.2f}x Python DDP, "
+                      f"test accuracy {r['test_accuracy']:.4f} vs {py['test_accuracy']:.4f}")
         ddp1 = find(1, batch, mode="cuda_graph+ddp_single_rank")
         if one and ddp1:
             print(f"DDP on one GPU at batch {batch}: {ddp1['images_per_sec']:,.0f} vs {one['images_per_sec']:,.0f} img/s "

@@ -38,6 +38,7 @@ TEST(TrainCli, FashionMnist5000IsAccurateAndDeterministic) {
   EXPECT_EQ(ja["epochs"], 1);
   EXPECT_EQ(ja["steps"], 79);  // ceil(5000 / 64)
   EXPECT_EQ(ja["world_size"], 1);
+  EXPECT_EQ(ja["precision"], "fp32");  // --precision auto: always fp32 on the CPU
   EXPECT_GE(ja["test_accuracy"].get<double>(), 0.72) << a.err;
   EXPECT_GT(ja["images_per_sec"].get<double>(), 0.0);
   EXPECT_EQ(ja["params_sha256"].get<std::string>().size(), 64u);
@@ -139,6 +140,16 @@ TEST(TrainCli, BadFlagsGiveClearErrors) {
   auto shm = run_program({bin("train"), "--shm-allreduce", "sometimes", "--device", "cpu"});
   EXPECT_EQ(shm.exit_code, 2);
   EXPECT_NE(shm.err.find("--shm-allreduce: expected one of auto, off, found 'sometimes'. Hint:"), std::string::npos) << shm.err;
+
+  auto precision = run_program({bin("train"), "--precision", "fp16"});
+  EXPECT_EQ(precision.exit_code, 2);
+  EXPECT_NE(precision.err.find("--precision: expected one of auto, fp32, tf32, bf16, found 'fp16'. Hint:"),
+            std::string::npos) << precision.err;
+
+  auto bf16_on_cpu = run_program({bin("train"), "--precision", "bf16", "--device", "cpu"});
+  EXPECT_EQ(bf16_on_cpu.exit_code, 2);
+  EXPECT_NE(bf16_on_cpu.err.find("--precision bf16: expected a CUDA device, found --device cpu"), std::string::npos)
+      << bf16_on_cpu.err;
 
   auto help = run_program({bin("train"), "--help"});
   EXPECT_EQ(help.exit_code, 0);

@@ -60,12 +60,23 @@ class Adadelta : public torch::optim::Optimizer {
   bool lr_on_device() const { return last_step_fused_; }
   /// Copies each group's learning rate to its device copy (call it outside any graph capture).
   void sync_lr_to_device();
+  /// CUDA: one update of just these parameters (each one of this optimizer's, with a gradient)
+  /// as the fused kernel, on the current stream, bumping their version counters (autograd then
+  /// refuses a backward that still needs an updated value). False, with nothing changed, where
+  /// the fused kernel doesn't apply (no CUDA kernel built, a tensor it can't take, or no eager
+  /// fused step before: the rate isn't on the device yet). A captured step uses it to update each
+  /// gradient bucket as soon as its average is done.
+  bool step_fused(const std::vector<torch::Tensor>& params);
 
  private:
   // The state of `p`, created (zeros) on its first update.
   AdadeltaParamState& state_for(const torch::Tensor& p);
   // The update of a group of CUDA parameters with torch's foreach ops; false when it doesn't apply.
   bool fused_step(size_t group_index, torch::optim::OptimizerParamGroup& group, const AdadeltaOptions& options);
+  // The fused update of `params` (all of group `group_index`, all with gradients): with
+  // launch=false only whether it applies.
+  bool fused_update(size_t group_index, const std::vector<torch::Tensor>& params, const AdadeltaOptions& options,
+                    bool launch);
   bool foreach_step(torch::optim::OptimizerParamGroup& group, const AdadeltaOptions& options);
   struct DeviceLr {
     torch::Tensor tensor;  // float32 [1] on the group's device, read by the fused kernel

@@ -47,7 +47,10 @@ struct TrainConfig {
   std::string cuda_graph = "auto";  ///< auto (on for CUDA) | on | off: the training step in a CUDA graph
   std::string graph_allreduce = "in-graph";  ///< in-graph | between: where a CUDA graph step averages gradients (several ranks)
   std::string channels_last = "off";  ///< on | off: CUDA runs keep 4-d weights (and so activations) in NHWC order
-  std::string precision = "fp32";   ///< fp32 | tf32 (TF32 matmuls and convolutions) | bf16 (autocast, fp32 weights)
+  /// auto (bf16 on a CUDA GPU that has it, for per-rank batches of kAutoBf16Batch or more; fp32
+  /// otherwise and on the CPU) | fp32 | tf32 (TF32 matmuls and convolutions) | bf16 (autocast,
+  /// fp32 weights)
+  std::string precision = "auto";
   std::string init_method;      ///< "" or tcp://HOST:PORT (torch.distributed's init_method)
   int world_size = 0;           ///< 0 = from the environment; else checked against it
 
@@ -62,6 +65,10 @@ struct TrainConfig {
 };
 
 /// What a finished run reports (the `done` line).
+/// --precision auto picks bf16 on CUDA from this per-rank batch size up: measured there within
+/// 0.5 points of fp32's test accuracy (docs/gpu.md), not at batch 64.
+inline constexpr int64_t kAutoBf16Batch = 256;
+
 struct TrainResult {
   int epochs = 0;
   int64_t steps = 0;
@@ -75,6 +82,7 @@ struct TrainResult {
   double eval_seconds = 0;            ///< this process's time evaluating
   double checkpoint_seconds = 0;      ///< time training waited for checkpoints (rank 0: the state's copy; the file is written in the background)
   int world_size = 1;
+  std::string precision;              ///< what the steps computed in: fp32, tf32 or bf16 (--precision auto resolved)
   std::string params_sha256;
   bool preempted = false;        ///< stopped early by a preemption signal or the time limit
   bool cancelled = false;        ///< stopped for good by SIGTERM/SIGINT (scancel, Ctrl-C)
