@@ -145,7 +145,7 @@ void add_run_flags(CLI::App& app, TrainConfig& c) {
                  "computes in without converting: on, off")
       ->capture_default_str()->check(one_of({"on", "off"}, "on avoids cuDNN's layout conversions"));
   app.add_option("--precision", c.precision,
-                 "CUDA arithmetic: auto (bf16 for per-rank batches of 256 or more on GPUs that have it, else fp32), "
+                 "CUDA arithmetic: auto (bf16 for per-rank batches of 512 or more on GPUs that have it, else fp32), "
                  "fp32, tf32 (TF32 matmuls/convolutions), bf16 (autocast, fp32 master weights)")
       ->capture_default_str()->check(one_of({"auto", "fp32", "tf32", "bf16"}, "bf16 is fastest on Ampere and newer GPUs"));
   app.add_option("--init-method,--init_method", c.init_method,

@@ -71,7 +71,7 @@ TEST(TrainGpu, CudaGraphStepEqualsEagerStep) {
   }
 }
 
-// --precision auto picks bf16 autocast (fp32 master weights) for per-rank batches of 256 and more
+// --precision auto picks bf16 autocast (fp32 master weights) for per-rank batches of 512 and more
 // (train::kAutoBf16Batch): there it must reach fp32's test accuracy within 0.5 points, averaged
 // over 3 seeds, after the same 3 epochs of full Fashion-MNIST at batch 512. At batch 64, where bf16
 // measured 0.3-0.8 points below fp32, auto stays fp32.
