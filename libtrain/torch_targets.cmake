@@ -9,6 +9,7 @@ add_library(train STATIC
   ${CMAKE_CURRENT_LIST_DIR}/src/data.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/ddp.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/preemption.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/src/profile.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/process_group.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/sampler.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/train_step.cpp

@@ -117,6 +117,12 @@ void add_run_flags(CLI::App& app, TrainConfig& c) {
   app.add_flag("--log-all-ranks", c.log_all_ranks, "info lines from every rank (default: rank 0; warnings and errors always come from every rank)");
   app.add_option("--save-model", c.save_model, "write the trained parameters to this file (rank 0)");
   app.add_option("--metrics", c.metrics, "append JSON-lines metrics to this file (rank 0)");
+  app.add_option("--profile", c.profile,
+                 "write a torch-profiler trace of --profile-steps (CPU operators; CUDA kernels, also inside CUDA "
+                 "graphs) to this folder, one trace-rankR.json per rank (Perfetto or chrome://tracing)");
+  app.add_option("--profile-steps", c.profile_steps,
+                 "FROM:TO: the optimizer steps --profile traces, counted from 1 over the run")
+      ->capture_default_str();
   app.add_flag("--dry-run", c.dry_run, "one step per epoch and one test batch, to check a setup");
   app.add_option("--backend", c.backend, "auto | gloo | nccl")->capture_default_str()
       ->check(one_of({"auto", "gloo", "nccl"}, "nccl for GPUs, gloo for CPUs"));

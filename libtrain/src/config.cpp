@@ -5,6 +5,7 @@
 #include "train/error.h"
 #include "train/files.h"
 #include "train/preemption.h"
+#include "profile.h"
 
 #include <cstdio>
 #include <string>
@@ -63,6 +64,7 @@ void validate(const TrainConfig& c) {
   if (c.precision != "auto" && c.precision != "fp32" && c.precision != "tf32" && c.precision != "bf16") bad("--precision", "auto, fp32, tf32 or bf16", "'" + c.precision + "'", "auto is the default");
   if (c.device == "cpu" && c.cuda_graph == "on") bad("--cuda-graph on", "a CUDA device", "--device cpu", "CUDA graphs need a GPU; use --cuda-graph auto or off on the CPU");
   if (c.device == "cpu" && c.precision != "fp32" && c.precision != "auto") bad("--precision " + c.precision, "a CUDA device", "--device cpu", "on the CPU libtrain trains in fp32");
+  if (!c.profile.empty()) detail::parse_profile_steps(c.profile_steps);  // throws naming the flag
   parse_signal_list(c.preempt_signals);  // throws naming the unknown signal
   parse_augment(c.augment);               // throws naming the unknown word
   if (c.device == "cpu" && c.backend == "nccl") bad("--backend nccl", "a CUDA device", "--device cpu", "use --backend gloo on CPU");

@@ -13,6 +13,7 @@
 #include "train/sampler.h"
 #include "train/sha256.h"
 #include "train/training_state.h"
+#include "profile.h"
 #include "train_step.h"
 
 #include <ATen/Context.h>
@@ -244,6 +245,7 @@ struct Trainer::Impl {
   std::unique_ptr<DistributedDataParallel> ddp;
   std::unique_ptr<Preemption> preemption;
   std::unique_ptr<MetricsWriter> metrics;
+  std::unique_ptr<detail::StepProfiler> profiler;  // --profile
   TrainingState state;
   TrainResult result;
   std::unique_ptr<detail::TrainStep> train_step;
@@ -560,6 +562,10 @@ bool Trainer::Impl::check_stop(Clock::time_point t0, double earlier_segments) {
 
 void Trainer::Impl::train() {
   metrics = std::make_unique<MetricsWriter>(c.metrics, env.rank == 0);
+  if (!c.profile.empty()) {
+    profiler = std::make_unique<detail::StepProfiler>(c.profile, detail::parse_profile_steps(c.profile_steps), env.rank,
+                                                      device.is_cuda());
+  }
   log::info("training " + spec->model_name + " on " + spec->train_data->name() + " (" +
             std::to_string(spec->train_data->size()) + " samples) for " + std::to_string(c.epochs) + " epochs, batch " +
             std::to_string(batch) + " per rank x " + std::to_string(env.world_size) + " ranks, lr " +
@@ -571,6 +577,7 @@ void Trainer::Impl::train() {
   for (; prog().epoch <= c.epochs; ++prog().epoch) {
     if (!train_epoch()) break;
   }
+  if (profiler) profiler->finish(prog().step);
 }
 
 // One epoch: its steps, then evaluation and the epoch-end checkpoint. Returns false when the run
@@ -604,9 +611,11 @@ bool Trainer::Impl::train_epoch() {
   for (int64_t b = prog().batches_done; b < batches; ++b) {
     const int64_t start = b * batch;
     const int64_t len = std::min(batch, n_local - start);
+    if (profiler) profiler->before_step(prog().step + 1);
     at::Tensor loss = train_step->run(order, start, len);
     ++prog().epoch_steps;
     ++prog().step;
+    if (profiler) profiler->after_step(prog().step);
     if (spec->lr_schedule.every == LrSchedule::Every::step) {
       prog().lr = spec->lr_schedule.next(prog().step, prog().lr);
       set_lr(*optimizer, prog().lr);

@@ -280,3 +280,54 @@ TEST(TrainCli, Cifar10OnWrittenFiles) {
   EXPECT_GE(lines, 2);
   EXPECT_EQ(nlohmann::json::parse(last)["event"], "epoch");
 }
+
+// --profile traces the chosen optimizer steps with torch's profiler into one Chrome trace per
+// rank, and changes no numbers; a range the run never reaches is reported, not silently empty;
+// a malformed range or an unwritable folder is a clear error.
+TEST(TrainCli, ProfileTracesTheChosenStepsAndChangesNothing) {
+  const std::string dir = train::test::fashion_mnist_dir();
+  if (dir.empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  train::test::TempDir d("profile");
+  auto args = small_run(dir, "640");
+  args.insert(args.end(), {"--max-steps", "8"});
+  auto plain = run_program(args);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  auto traced_args = args;
+  traced_args.insert(traced_args.end(), {"--profile", d.file("trace"), "--profile-steps", "3:5"});
+  auto traced = run_program(traced_args);
+  ASSERT_EQ(traced.exit_code, 0) << traced.err;
+  EXPECT_NE(traced.err.find("--profile: steps 3-5 traced to " + d.file("trace") + "/trace-rank0.json"),
+            std::string::npos) << traced.err;
+  EXPECT_EQ(traced.err.find("ERROR"), std::string::npos) << traced.err;
+  EXPECT_EQ(done_line(traced)["params_sha256"], done_line(plain)["params_sha256"]);
+  std::ifstream f(d.file("trace") + "/trace-rank0.json");
+  ASSERT_TRUE(f.good());
+  const auto trace = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(trace.is_discarded());
+  size_t convolutions = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e.value("cat", "") == "cpu_op" && e.value("name", "") == "aten::convolution") ++convolutions;
+  }
+  EXPECT_EQ(convolutions, 3u * 2u) << "3 steps of a model with 2 convolutions";
+
+  auto late_args = args;
+  late_args.insert(late_args.end(), {"--profile", d.file("late"), "--profile-steps", "20:30"});
+  auto late = run_program(late_args);
+  ASSERT_EQ(late.exit_code, 0) << late.err;
+  EXPECT_NE(late.err.find("--profile-steps 20:30: the run ended after step 8, before the range began: no trace"),
+            std::string::npos) << late.err;
+
+  auto malformed = run_program({bin("train"), "--device", "cpu", "--profile", d.file("x"), "--profile-steps", "5-9"});
+  EXPECT_EQ(malformed.exit_code, 2);
+  EXPECT_NE(malformed.err.find("--profile-steps: expected FROM:TO, optimizer steps counted from 1 with FROM <= TO, "
+                               "found '5-9'. Hint:"),
+            std::string::npos) << malformed.err;
+  auto backwards = run_program({bin("train"), "--device", "cpu", "--profile", d.file("x"), "--profile-steps", "9:5"});
+  EXPECT_EQ(backwards.exit_code, 2);
+  EXPECT_NE(backwards.err.find("found '9:5'"), std::string::npos) << backwards.err;
+  auto unwritable = run_program(
+      {bin("train"), "--device", "cpu", "--data", dir, "--profile", "/proc/no-such-folder", "--max-steps", "1"});
+  EXPECT_NE(unwritable.exit_code, 0);
+  EXPECT_NE(unwritable.err.find("--profile /proc/no-such-folder: expected a folder the trace can be written to"),
+            std::string::npos) << unwritable.err;
+}
