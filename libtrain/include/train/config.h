@@ -66,12 +66,12 @@ struct TrainConfig {
   bool requeue = true;          ///< under SLURM, `scontrol requeue` the job after a preemption checkpoint
 };
 
-/// What a finished run reports (the `done` line).
 /// --precision auto picks bf16 on CUDA from this per-rank batch size up: measured there within
 /// 0.5 points of fp32's test accuracy (docs/gpu.md), not at batch 64. (CIFAR-10's recipe, batch
 /// 256, stays fp32: bf16 was not measured there.)
 inline constexpr int64_t kAutoBf16Batch = 512;
 
+/// What a finished run reports (the `done` line).
 struct TrainResult {
   int epochs = 0;
   int64_t steps = 0;
