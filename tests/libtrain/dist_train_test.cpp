@@ -4,6 +4,7 @@
 #include "train/files.h"
 
 #include <gtest/gtest.h>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 using train::test::bin;
@@ -56,6 +57,49 @@ TEST(DistTrain, TwoRanksMatchOneRankWithDoubleBatch) {
   EXPECT_LT(l1, 2.2);
   // Exactly one done line: only rank 0 prints it.
   EXPECT_EQ(two.out.find("\"event\":\"done\""), two.out.rfind("\"event\":\"done\""));
+}
+
+// The same parity at the world sizes of the 4- and 8-GPU goal, on CPU ranks: 4 x 16 (through the
+// shared-memory sum and through Gloo) and 8 x 8 take the same 4 steps as 1 x 64, and 8 ranks
+// twice give the same bits.
+TEST(DistTrain, FourAndEightRanksMatchOneRankWithTheWholeBatch) {
+  if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  auto four_steps = [](int batch, std::vector<std::string> extra = {}) {
+    auto a = train_args(batch);
+    a.insert(a.end(), {"--max-steps", "4"});
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  auto one = run_program(four_steps(64));
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const double l1 = done(one)["test_loss"];
+  EXPECT_LT(l1, 2.2);  // the 4 steps trained something (2.30 is chance)
+  struct Case {
+    int ranks;
+    std::vector<std::string> extra;
+    const char* allreduce;
+  };
+  std::string eight_sha;
+  for (const Case& c : {Case{4, {}, "shared memory"}, Case{4, {"--shm-allreduce", "off"}, "gloo"},
+                        Case{8, {}, "shared memory"}, Case{8, {}, "shared memory, again"}}) {
+    auto many = run_program(local(c.ranks, four_steps(64 / c.ranks, c.extra)));
+    ASSERT_EQ(many.exit_code, 0) << many.err;
+    const auto j = done(many);
+    EXPECT_EQ(j["world_size"], c.ranks);
+    EXPECT_EQ(j["steps"], 4);
+    const double l = j["test_loss"];
+    std::printf("[parity] %d ranks x %d (%s): test loss %.9f vs 1 rank x 64 %.9f\n", c.ranks, 64 / c.ranks,
+                c.allreduce, l, l1);
+    EXPECT_LE(std::abs(l - l1) / l1, 1e-5) << c.ranks << " ranks (" << c.allreduce << ")";
+    EXPECT_EQ(many.out.find("\"event\":\"done\""), many.out.rfind("\"event\":\"done\""));
+    if (c.ranks == 8) {
+      if (eight_sha.empty()) {
+        eight_sha = j["params_sha256"];
+      } else {
+        EXPECT_EQ(j["params_sha256"], eight_sha) << "8 ranks twice";
+      }
+    }
+  }
 }
 
 TEST(DistTrain, WorldTwoIsDeterministicOverAWholeEpoch) {
