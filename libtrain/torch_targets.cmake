@@ -51,10 +51,11 @@ if(TRAIN_HAVE_NCCL AND TRAIN_FUSED_CUDA)
     # Its own object library: the kernels include no torch header, so none of torch's CUDA flags
     # (its architecture list) reach nvcc. The CUDA runtime comes with torch (torch::cudart in
     # TORCH_LIBRARIES): link no second one.
-    add_library(train_cuda_kernels OBJECT ${CMAKE_CURRENT_LIST_DIR}/src/cuda/adadelta_fused.cu)
+    add_library(train_cuda_kernels OBJECT ${CMAKE_CURRENT_LIST_DIR}/src/cuda/adadelta_fused.cu
+                ${CMAKE_CURRENT_LIST_DIR}/src/cuda/peer_allreduce.cu)
     set_target_properties(train_cuda_kernels PROPERTIES CUDA_ARCHITECTURES "${TRAIN_CUDA_ARCHITECTURES}"
                           CUDA_RUNTIME_LIBRARY None POSITION_INDEPENDENT_CODE ON)
-    target_sources(train PRIVATE $<TARGET_OBJECTS:train_cuda_kernels>)
+    target_sources(train PRIVATE $<TARGET_OBJECTS:train_cuda_kernels> ${CMAKE_CURRENT_LIST_DIR}/src/peer_reduce.cpp)
     set_target_properties(train PROPERTIES CUDA_RUNTIME_LIBRARY None)
     target_compile_definitions(train PRIVATE TRAIN_HAVE_FUSED_CUDA)
     set(TRAIN_HAVE_FUSED_CUDA ON)

@@ -119,11 +119,7 @@ std::string ProcessGroupImpl::diagnose_peers() {
   }
 }
 
-std::unique_ptr<ShmGroup> ProcessGroupImpl::create_shm_group(size_t capacity, std::string* why_not) {
-  if (!shared_memory_allreduce || backend != Backend::gloo || env.world_size < 2 || !store) {
-    if (why_not) *why_not = "not enabled for this process group";
-    return nullptr;
-  }
+ShmGroup::Exchange ProcessGroupImpl::store_exchange() {
   ShmGroup::Exchange ex;
   ex.set = [this](const std::string& k, const std::string& v) {
     store->set(k, std::vector<uint8_t>(v.begin(), v.end()));
@@ -132,6 +128,15 @@ std::unique_ptr<ShmGroup> ProcessGroupImpl::create_shm_group(size_t capacity, st
     const auto v = store->get(k);
     return std::string(v.begin(), v.end());
   };
+  return ex;
+}
+
+std::unique_ptr<ShmGroup> ProcessGroupImpl::create_shm_group(size_t capacity, std::string* why_not) {
+  if (!shared_memory_allreduce || backend != Backend::gloo || env.world_size < 2 || !store) {
+    if (why_not) *why_not = "not enabled for this process group";
+    return nullptr;
+  }
+  const ShmGroup::Exchange ex = store_exchange();
   std::unique_ptr<ShmGroup> group;
   const std::string key = std::to_string(shm_groups_created++);
   guarded("setting up the shared-memory allreduce", [&] {

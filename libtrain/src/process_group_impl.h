@@ -38,6 +38,9 @@ struct ProcessGroupImpl {
   int device_index = 0;  // CUDA device of this rank (NCCL)
   bool shared_memory_allreduce = true;
   int shm_groups_created = 0;
+  int peer_groups_created = 0;  // GPU peer all-reduce groups (their store keys)
+  /// set/get through the rendezvous store, for the set-up of same-machine transports.
+  ShmGroup::Exchange store_exchange();
   // Small CPU allreduces (the per-step stop check, metrics) go through this when every rank is
   // on one machine: a few microseconds instead of a Gloo round trip over TCP.
   std::unique_ptr<ShmGroup> small_shm;

@@ -34,6 +34,19 @@
 
 #include <dlfcn.h>
 #endif
+#ifdef TRAIN_HAVE_FUSED_CUDA
+#include "peer_reduce.h"
+
+#include <cstdlib>
+#endif
+
+namespace train::detail {
+#ifdef TRAIN_HAVE_FUSED_CUDA
+// A bucket goes through the peer all-reduce while each rank's reads of the others' messages stay
+// under this; larger ones are NCCL's (its ring moves each byte fewer times).
+constexpr int64_t kPeerMaxBytes = int64_t{16} << 20;
+#endif
+}  // namespace train::detail
 
 namespace train::detail {
 namespace {
@@ -127,6 +140,8 @@ struct GraphReducer {
     // A small bucket of several gradients goes as one message: NCCL's latency, not its
     // bandwidth, is what a small all-reduce costs, and a grouped call pays it per tensor.
     at::Tensor flat;
+    int peer_slot = -1;      // >= 0: averaged by the peer all-reduce, in this message slot
+    size_t peer_offset = 0;  // where its message starts in the peer buffers (floats)
   };
   static constexpr int64_t kFlatBucketBytes = int64_t{1} << 20;
   const NcclCalls* nccl = nullptr;
@@ -145,6 +160,9 @@ struct GraphReducer {
   cudaEvent_t join = nullptr;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // keep the hooks alive
   std::vector<at::Tensor> copied;  // gradients copied into a flat bucket: the graph still writes them
+#ifdef TRAIN_HAVE_FUSED_CUDA
+  std::unique_ptr<PeerReduce> peer;  // buckets with a peer_slot go through it
+#endif
 
   ~GraphReducer() {
     for (cudaEvent_t e : forks) (void)cudaEventDestroy(e);
@@ -185,7 +203,10 @@ struct GraphReducer {
     C10_CUDA_CHECK(cudaEventRecord(forks[k], capture_stream->stream()));
     C10_CUDA_CHECK(cudaStreamWaitEvent(comm_stream->stream(), forks[k], 0));
     c10::cuda::CUDAStreamGuard on_side(*comm_stream);
-    if (b.flat.defined()) {
+    if (b.peer_slot >= 0) {
+      average_peer(b, grads);
+      grads.clear();
+    } else if (b.flat.defined()) {
       // One copy kernel in, one message; the gradients become views of the averaged buffer
       // (laid out like their parameters), which the update and later replays read.
       std::vector<at::Tensor> pieces;
@@ -195,13 +216,7 @@ struct GraphReducer {
       check(nccl->all_reduce(b.flat.data_ptr<float>(), b.flat.data_ptr<float>(), static_cast<size_t>(b.flat.numel()),
                              ncclFloat32, ncclAvg, comm, comm_stream->stream()),
             k);
-      int64_t offset = 0;
-      for (size_t j = 0; j < b.params.size(); ++j) {
-        at::Tensor& q = params[b.params[j]];
-        copied.push_back(grads[j]);
-        q.mutable_grad() = b.flat.narrow(0, offset, grads[j].numel()).as_strided(grads[j].sizes(), grads[j].strides());
-        offset += grads[j].numel();
-      }
+      rebind_to_flat(b, grads);
       grads.clear();
     }
     if (!grads.empty()) check(nccl->group_start(), k);
@@ -221,6 +236,42 @@ struct GraphReducer {
     // The first bucket decides; a later one can't: earlier buckets are already updated.
     TORCH_CHECK(k == 0, "the fused Adadelta update of gradient bucket ", k, " could not run");
     updated_in_buckets = false;
+  }
+
+  // The bucket's gradients become views of its averaged flat buffer (laid out like their
+  // parameters), which the update and later replays read; the graph still writes the old ones.
+  void rebind_to_flat(const Bucket& b, const std::vector<at::Tensor>& grads) {
+    int64_t offset = 0;
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      at::Tensor& q = params[b.params[j]];
+      copied.push_back(grads[j]);
+      q.mutable_grad() = b.flat.narrow(0, offset, grads[j].numel()).as_strided(grads[j].sizes(), grads[j].strides());
+      offset += grads[j].numel();
+    }
+  }
+
+  // One kernel reads the bucket's gradients, exchanges them with the other GPUs through their
+  // mapped memory and writes the average: into the gradient itself (one tensor) or the flat
+  // buffer the gradients then view.
+  void average_peer(const Bucket& b, const std::vector<at::Tensor>& grads) {
+#ifdef TRAIN_HAVE_FUSED_CUDA
+    std::vector<PeerInput> inputs;
+    if (grads.size() > static_cast<size_t>(kPeerMaxInputs)) {
+      std::vector<at::Tensor> pieces;
+      for (const at::Tensor& g : grads) pieces.push_back(g.as_strided({g.numel()}, {1}));
+      at::Tensor flat = b.flat;
+      at::cat_out(flat, pieces);
+      inputs.push_back({b.flat.data_ptr<float>(), b.flat.numel()});
+    } else {
+      for (const at::Tensor& g : grads) inputs.push_back({g.data_ptr<float>(), g.numel()});
+    }
+    float* out = b.flat.defined() ? b.flat.data_ptr<float>() : grads.front().data_ptr<float>();
+    peer->average(b.peer_slot, b.peer_offset, inputs, out, comm_stream->stream());
+    if (b.flat.defined()) rebind_to_flat(b, grads);
+#else
+    (void)b, (void)grads;
+    TORCH_CHECK(false, "no peer all-reduce in this build");
+#endif
   }
 
   // After the captured backward: every bucket launched, the side stream joined.
@@ -309,7 +360,7 @@ class CudaGraphStep : public TrainStep {
   std::string describe() const override {
     std::string ranks;
     if (parts_.world_size > 1) {
-      ranks = parts_.graph_allreduce == "in-graph" ? ", gradients averaged by NCCL inside the graph"
+      ranks = parts_.graph_allreduce == "in-graph" ? ", gradients averaged inside the graph"
                                                    : ", one eager all-reduce between two graphs";
     }
     return std::string("CUDA graph (batch ") + std::to_string(batch_) + ", " + std::to_string(warmup_) +
@@ -475,6 +526,7 @@ class CudaGraphStep : public TrainStep {
       }
       r->buckets.push_back(std::move(b));
     }
+    setup_peer(*r);
     r->adadelta = dynamic_cast<optim::Adadelta*>(parts_.optimizer);
     r->comm_stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, r->params.front().device().index());
     r->forks.resize(r->buckets.size(), nullptr);
@@ -488,6 +540,45 @@ class CudaGraphStep : public TrainStep {
     }
     log::debug("--graph-allreduce in-graph: " + std::to_string(r->buckets.size()) + " gradient buckets");
     return r;
+  }
+
+  // --peer-allreduce auto: the buckets whose one-shot exchange (each rank reads every other's
+  // message) stays small go through the GPUs' peer memory when every rank is on this machine.
+  // Collective: every rank decides the same from the same buckets.
+  void setup_peer(GraphReducer& r) {
+#ifdef TRAIN_HAVE_FUSED_CUDA
+    if (parts_.peer_allreduce != "auto" || parts_.world_size > kPeerMaxRanks) return;
+    int64_t max_bytes = kPeerMaxBytes;
+    if (const char* v = std::getenv("TRAIN_PEER_MAX_BYTES")) max_bytes = std::atoll(v);
+    size_t capacity = 0;
+    int slots = 0;
+    int64_t bytes = 0;
+    for (GraphReducer::Bucket& b : r.buckets) {
+      int64_t numel = 0;
+      for (size_t i : b.params) numel += r.params[i].numel();
+      if (numel * 4 * (parts_.world_size - 1) > max_bytes) continue;
+      b.peer_slot = slots++;
+      b.peer_offset = capacity;
+      capacity += (static_cast<size_t>(numel) + 63) / 64 * 64;
+      bytes += numel * 4;
+      if (b.params.size() > 1 && !b.flat.defined()) {
+        b.flat = at::empty({numel}, r.params.front().options().dtype(at::kFloat).requires_grad(false));
+      }
+    }
+    if (slots == 0) return;
+    std::string why;
+    r.peer = PeerReduce::create(parts_.process_group->impl(), slots, capacity, &why);
+    if (!r.peer) {
+      for (GraphReducer::Bucket& b : r.buckets) b.peer_slot = -1;
+      log::info("--peer-allreduce auto: NCCL averages every gradient bucket (" + why + ")");
+      return;
+    }
+    log::info("--peer-allreduce auto: " + std::to_string(slots) + " of " + std::to_string(r.buckets.size()) +
+              " gradient buckets (" + std::to_string(bytes) + " bytes) averaged through the GPUs' peer memory" +
+              (static_cast<size_t>(slots) < r.buckets.size() ? ", NCCL for the rest" : ""));
+#else
+    (void)r;
+#endif
   }
 
   // Several ranks, one graph: forward and backward into fresh gradients (autograd's own, in the

@@ -29,6 +29,9 @@ struct StepParts {
   /// the step's graph, bucket by bucket while the backward runs; "between" runs one eager NCCL
   /// all-reduce between two graphs (forward + backward, then the update).
   std::string graph_allreduce = "in-graph";
+  /// With "in-graph": "auto" lets ranks on one machine average buckets through each other's
+  /// GPU memory (peer_reduce.h) where that is faster than NCCL; "off" keeps NCCL.
+  std::string peer_allreduce = "auto";
 };
 
 class TrainStep {

@@ -529,6 +529,7 @@ void Trainer::Impl::make_step() {
   parts.process_group = pg.get();
   parts.world_size = env.world_size;
   parts.graph_allreduce = c.graph_allreduce;
+  parts.peer_allreduce = c.peer_allreduce;
   bool graph = device.is_cuda() && c.cuda_graph != "off";
   if (graph && spec->lr_schedule.every == LrSchedule::Every::step) {
     // The rate is baked into a captured step; one that changes every step can't be replayed.

@@ -112,10 +112,8 @@ struct ShmGroup::Header {
   std::atomic<uint32_t> arrivals[kMaxRanks];  // barriers each rank has entered
 };
 
-namespace {
-
 // 1. One machine? Every rank publishes its identity and reads everyone's.
-bool all_on_one_machine(const ShmGroup::Exchange& ex, const std::string& prefix, int rank, int world) {
+bool ShmGroup::all_on_one_machine(const ShmGroup::Exchange& ex, const std::string& prefix, int rank, int world) {
   const std::string me = machine_identity();
   ex.set(prefix + "id/" + std::to_string(rank), me.empty() ? "?" + std::to_string(rank) : me);
   bool same = !me.empty();
@@ -127,7 +125,7 @@ bool all_on_one_machine(const ShmGroup::Exchange& ex, const std::string& prefix,
 
 // 3. Everyone reports `problem` ("" when this rank has the group) and reads the others' reports:
 // the group is used only if every rank has it. Returns this rank's problem, else the first rank's.
-std::string first_problem_of_any_rank(const ShmGroup::Exchange& ex, const std::string& prefix, int rank, int world,
+std::string ShmGroup::first_problem_of_any_rank(const ShmGroup::Exchange& ex, const std::string& prefix, int rank, int world,
                                       const std::string& problem) {
   ex.set(prefix + "ok/" + std::to_string(rank), problem.empty() ? "1" : "0" + problem);
   std::string first_problem = problem;
@@ -137,8 +135,6 @@ std::string first_problem_of_any_rank(const ShmGroup::Exchange& ex, const std::s
   }
   return first_problem;
 }
-
-}  // namespace
 
 std::unique_ptr<ShmGroup> ShmGroup::create(const Exchange& ex, const std::string& key, int rank,
                                            int world, size_t capacity, std::chrono::milliseconds timeout,

@@ -27,6 +27,14 @@ class ShmGroup {
     std::function<std::string(const std::string& key)> get;  ///< waits for the key
   };
 
+  /// Collective: whether every rank runs on this machine (same boot id and host), by the keys
+  /// under `prefix`. Also used by other same-machine transports (the GPUs' peer all-reduce).
+  static bool all_on_one_machine(const Exchange& ex, const std::string& prefix, int rank, int world);
+  /// Collective: every rank reports `problem` ("" when it is fine) under `prefix`; returns this
+  /// rank's problem, else the first other rank's ("rank R: ..."), "" when no rank has one.
+  static std::string first_problem_of_any_rank(const Exchange& ex, const std::string& prefix, int rank, int world,
+                                               const std::string& problem);
+
   /// Collective: every rank calls it with the same key, capacity and world. Returns null on
   /// every rank (with the reason in *why_not) unless all ranks share one machine (boot id and
   /// PID namespace), the segment could be created with its memory reserved, and every rank

@@ -1,0 +1,204 @@
+// The one-shot peer all-reduce (peer_allreduce.h).
+//
+// A rank's buffer: [counters: slots x 64 bytes][flags: slots x kPeerMaxBlocks x kPeerMaxRanks
+// uint32][data half 0][data half 1]. Per slot, counter[0] is the epoch of the last finished call
+// and counter[1] counts the blocks of the running call that are done; flags[slot][b][r] is the
+// epoch up to which rank r's block b has packed its chunk into rank r's buffer (written by rank r
+// into every rank's buffer).
+//
+// Why it is safe: a call's epoch e is the slot's counter + 1, read by every block at its start;
+// the last block to finish stores e (every block read the counter before it counted itself
+// done). Rank r packs call e into half e % 2; a peer reads that half of r's buffer only after r
+// said so (flag >= e). r next writes that half at call e + 2, which starts after r's call e + 1
+// saw the peer's block signal e + 1, which the peer sent after its call e (stream order) had read
+// everything.
+#include "peer_allreduce.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+
+namespace train::detail {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMinFloatsPerThread = 4;
+constexpr int kDefaultMaxBlocks = 128;
+constexpr size_t kCounterBytes = 64;
+constexpr size_t kAlign = 256;
+
+constexpr size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+// Floats from one data half to the next: whole kAlign blocks, so both halves start aligned.
+__host__ __device__ size_t half_floats(size_t capacity) {
+  return (capacity * sizeof(float) + kAlign - 1) / kAlign * kAlign / sizeof(float);
+}
+
+__host__ __device__ size_t flag_area_bytes(int slots) {
+  const size_t counters = static_cast<size_t>(slots) * kCounterBytes;
+  const size_t flags = static_cast<size_t>(slots) * kPeerMaxBlocks * kPeerMaxRanks * sizeof(uint32_t);
+  return (counters + flags + kAlign - 1) / kAlign * kAlign;
+}
+
+struct Args {
+  PeerMaps maps;
+  PeerInput inputs[kPeerMaxInputs];
+  int input_count;
+  int slot;
+  size_t offset;
+  float* out;
+  int64_t n;
+  int64_t chunk;  // floats per block, a multiple of 4
+  uint64_t timeout_ns;
+};
+
+__device__ uint32_t* counters(unsigned char* base, int slot) {
+  return reinterpret_cast<uint32_t*>(base + static_cast<size_t>(slot) * kCounterBytes);
+}
+
+__device__ uint32_t* flag(unsigned char* base, int slots, int slot, int block, int rank) {
+  auto* flags = reinterpret_cast<uint32_t*>(base + static_cast<size_t>(slots) * kCounterBytes);
+  return flags + (static_cast<size_t>(slot) * kPeerMaxBlocks + block) * kPeerMaxRanks + rank;
+}
+
+__device__ float* data_half(const PeerMaps& m, int rank, uint32_t epoch) {
+  auto* data = reinterpret_cast<float*>(m.base[rank] + flag_area_bytes(m.slots));
+  return data + (epoch & 1u) * half_floats(m.capacity);
+}
+
+__device__ void store_release_sys(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ uint32_t load_acquire_sys(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// This block's part of the message: the inputs' elements [begin, end) into `dst`.
+__device__ void pack(const Args& a, int64_t begin, int64_t end, float* dst) {
+  int64_t first = 0;
+  for (int k = 0; k < a.input_count; ++k) {
+    const int64_t last = first + a.inputs[k].numel;
+    const int64_t lo = begin > first ? begin : first;
+    const int64_t hi = end < last ? end : last;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads) dst[i] = a.inputs[k].data[i - first];
+    first = last;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) peer_allreduce_kernel(const Args a) {
+  const PeerMaps& m = a.maps;
+  unsigned char* mine = m.base[m.rank];
+  __shared__ uint32_t epoch_shared;
+  if (threadIdx.x == 0) epoch_shared = *reinterpret_cast<volatile uint32_t*>(counters(mine, a.slot)) + 1u;
+  __syncthreads();
+  const uint32_t epoch = epoch_shared;
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * a.chunk;
+  const int64_t end = begin + a.chunk < a.n ? begin + a.chunk : a.n;
+
+  // 1. Pack this block's chunk into our half, then tell every other rank's same block.
+  pack(a, begin, end, data_half(m, m.rank, epoch) + a.offset);
+  __threadfence_system();
+  __syncthreads();
+  const int peer = static_cast<int>(threadIdx.x);
+  if (peer < m.world && peer != m.rank) {
+    store_release_sys(flag(m.base[peer], m.slots, a.slot, blockIdx.x, m.rank), epoch);
+    // 2. Wait for theirs (in our own memory).
+    const uint32_t* theirs = flag(mine, m.slots, a.slot, blockIdx.x, peer);
+    const uint64_t start = global_ns();
+    while (static_cast<int32_t>(load_acquire_sys(theirs) - epoch) < 0) {
+      if (a.timeout_ns != 0 && global_ns() - start > a.timeout_ns) {
+        printf("libtrain peer all-reduce: rank %d waited %llu s for rank %d (slot %d, block %d); aborting\n", m.rank,
+               static_cast<unsigned long long>(a.timeout_ns / 1000000000ull), peer, a.slot, blockIdx.x);
+        __trap();
+      }
+    }
+  }
+  __syncthreads();
+
+  // 3. Sum the chunk over the ranks in rank order; every rank computes the same bits.
+  const float inv = 1.0f / static_cast<float>(m.world);
+  const float* src[kPeerMaxRanks];
+  for (int r = 0; r < m.world; ++r) src[r] = data_half(m, r, epoch) + a.offset;
+  const bool vec = (reinterpret_cast<uintptr_t>(a.out) % 16 == 0) && (a.offset % 4 == 0);
+  int64_t tail = begin;
+  if (vec) {
+    const int64_t n4 = (end - begin) / 4;
+    for (int64_t j = threadIdx.x; j < n4; j += kThreads) {
+      const int64_t i = begin + 4 * j;
+      float4 s = __ldcg(reinterpret_cast<const float4*>(src[0] + i));
+      for (int r = 1; r < m.world; ++r) {
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(src[r] + i));
+        s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+      }
+      s.x *= inv, s.y *= inv, s.z *= inv, s.w *= inv;
+      *reinterpret_cast<float4*>(a.out + i) = s;
+    }
+    tail = begin + 4 * n4;
+  }
+  for (int64_t i = tail + threadIdx.x; i < end; i += kThreads) {
+    float s = __ldcg(src[0] + i);
+    for (int r = 1; r < m.world; ++r) s += __ldcg(src[r] + i);
+    a.out[i] = s * inv;
+  }
+
+  // 4. The last block done makes this epoch the slot's.
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t* c = counters(mine, a.slot);
+    __threadfence();
+    if (atomicAdd(c + 1, 1u) == gridDim.x - 1) {
+      c[1] = 0;
+      *reinterpret_cast<volatile uint32_t*>(c) = epoch;
+      __threadfence();
+    }
+  }
+}
+
+}  // namespace
+
+size_t peer_buffer_bytes(int slots, size_t capacity) {
+  return flag_area_bytes(slots) + 2 * half_floats(capacity) * sizeof(float);
+}
+
+bool peer_allreduce_available() { return true; }
+
+int peer_allreduce_launch(const PeerMaps& maps, const PeerCall& call, void* stream) {
+  if (call.input_count < 1 || call.input_count > kPeerMaxInputs || maps.world < 2 || maps.world > kPeerMaxRanks ||
+      call.slot < 0 || call.slot >= maps.slots || call.offset % 64 != 0) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  Args a{};
+  a.maps = maps;
+  a.n = 0;
+  for (int k = 0; k < call.input_count; ++k) {
+    a.inputs[k] = call.inputs[k];
+    a.n += call.inputs[k].numel;
+  }
+  if (a.n == 0) return 0;
+  if (call.offset + static_cast<size_t>(a.n) > maps.capacity) return static_cast<int>(cudaErrorInvalidValue);
+  a.input_count = call.input_count;
+  a.slot = call.slot;
+  a.offset = call.offset;
+  a.out = call.out;
+  a.timeout_ns = call.timeout_ns;
+  int cap = call.max_blocks > 0 ? call.max_blocks : kDefaultMaxBlocks;
+  if (cap > kPeerMaxBlocks) cap = kPeerMaxBlocks;
+  const int64_t per_block_min = int64_t{kThreads} * kMinFloatsPerThread;
+  int64_t blocks = (a.n + per_block_min - 1) / per_block_min;
+  if (blocks > cap) blocks = cap;
+  a.chunk = round_up(static_cast<size_t>((a.n + blocks - 1) / blocks), 4);
+  blocks = (a.n + a.chunk - 1) / a.chunk;
+  peer_allreduce_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace train::detail

@@ -1,0 +1,57 @@
+// A one-shot all-reduce (average) between the GPUs of one machine, through memory every rank
+// maps from every other (CUDA IPC over NVLink or PCIe peer access). One kernel per message: each
+// block copies its chunk of the inputs into this rank's buffer, tells the same block on every
+// other rank that the chunk is there, waits for theirs, and sums every rank's chunk in rank
+// order (so every rank gets the same bits). For the small messages of a small model's step this
+// is a few microseconds where NCCL's protocol costs ten or more. Captured in CUDA graphs like any
+// kernel: the epoch that pairs the ranks' calls lives in device memory.
+// Plain C++ interface: no torch or CUDA headers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace train::detail {
+
+constexpr int kPeerMaxRanks = 8;
+constexpr int kPeerMaxInputs = 24;
+constexpr int kPeerMaxBlocks = 256;
+
+/// Each rank's buffer, as this process maps it: a flag area for `slots` messages, then two data
+/// halves of `capacity` floats. Calls alternate between the halves by epoch, so a rank never
+/// overwrites what a slower peer may still be reading.
+struct PeerMaps {
+  unsigned char* base[kPeerMaxRanks] = {};
+  int rank = 0;
+  int world = 0;
+  int slots = 0;
+  size_t capacity = 0;  ///< floats per data half
+};
+
+/// Bytes one rank's buffer needs (all zero before the first call).
+size_t peer_buffer_bytes(int slots, size_t capacity);
+
+/// One input's memory (dense, read in storage order).
+struct PeerInput {
+  const float* data = nullptr;
+  int64_t numel = 0;
+};
+
+struct PeerCall {
+  int slot = 0;             ///< this message's flags: the same on every rank, one per message
+  size_t offset = 0;        ///< floats into each data half where the message starts (a multiple of 64)
+  const PeerInput* inputs = nullptr;
+  int input_count = 0;      ///< concatenated in order into the message
+  float* out = nullptr;     ///< the average, one dense message (may be an input's own memory)
+  int max_blocks = 0;       ///< 0: the default cap
+  uint64_t timeout_ns = 0;  ///< how long a block waits for the other ranks before it aborts the kernel
+};
+
+/// Whether this build compiled the kernel.
+bool peer_allreduce_available();
+
+/// Queues the call on `stream` (a cudaStream_t). Every rank must make the same calls in the same
+/// order. Returns the CUDA error code of the launch (0 on success).
+int peer_allreduce_launch(const PeerMaps& maps, const PeerCall& call, void* stream);
+
+}  // namespace train::detail

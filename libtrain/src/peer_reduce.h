@@ -1,0 +1,48 @@
+// Private: the set-up of the GPUs' one-shot peer all-reduce (cuda/peer_allreduce.h) for ranks
+// that share one machine: every rank allocates its buffer, publishes a CUDA IPC handle through
+// the rendezvous store and maps every other rank's; a small all-reduce checks the result before
+// the group is used. Only in builds with libtrain's own CUDA kernels.
+#pragma once
+
+#include "cuda/peer_allreduce.h"
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace train::detail {
+
+struct ProcessGroupImpl;
+
+class PeerReduce {
+ public:
+  /// Collective: every rank of `pg` calls it with the same slots and capacity (floats per
+  /// message half). Null on every rank, with the reason in *why_not, unless every rank runs on
+  /// this machine and each maps every other's GPU memory and the check all-reduce gives the
+  /// expected numbers everywhere.
+  static std::unique_ptr<PeerReduce> create(ProcessGroupImpl& pg, int slots, size_t capacity, std::string* why_not);
+  ~PeerReduce();
+  PeerReduce(const PeerReduce&) = delete;
+  PeerReduce& operator=(const PeerReduce&) = delete;
+
+  /// Queues the average of the inputs (concatenated) into `out` on `stream` (a cudaStream_t).
+  /// Throws if the launch fails.
+  void average(int slot, size_t offset, const std::vector<PeerInput>& inputs, float* out, void* stream) const;
+
+  int world() const { return maps_.world; }
+
+ private:
+  PeerReduce() = default;
+  std::string map_peers(ProcessGroupImpl& pg, const std::string& prefix);
+  std::string check(const std::string& where);
+
+  PeerMaps maps_;
+  void* own_ = nullptr;
+  std::vector<void*> opened_;
+  uint64_t timeout_ns_ = 0;
+  int max_blocks_ = 0;
+};
+
+}  // namespace train::detail
