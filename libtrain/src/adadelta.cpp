@@ -130,7 +130,7 @@ bool Adadelta::fused_step(size_t group_index, torch::optim::OptimizerParamGroup&
   return !params.empty() && fused_update(group_index, params, o, /*launch=*/true);
 }
 
-bool Adadelta::step_fused(const std::vector<torch::Tensor>& subset) {
+bool Adadelta::step_fused(const std::vector<torch::Tensor>& subset, const FusedLaunch& launch) {
   torch::NoGradGuard no_grad;
   std::vector<std::vector<torch::Tensor>> per_group(param_groups_.size());
   for (const auto& p : subset) {
@@ -149,12 +149,16 @@ bool Adadelta::step_fused(const std::vector<torch::Tensor>& subset) {
   auto options = [&](size_t gi) -> const AdadeltaOptions& {
     return static_cast<const AdadeltaOptions&>(param_groups_[gi].options());
   };
-  for (size_t gi = 0; gi < per_group.size(); ++gi) {
-    if (!per_group[gi].empty() && !fused_update(gi, per_group[gi], options(gi), /*launch=*/false)) return false;
-  }
+  size_t groups = 0;
   for (size_t gi = 0; gi < per_group.size(); ++gi) {
     if (per_group[gi].empty()) continue;
-    fused_update(gi, per_group[gi], options(gi), /*launch=*/true);
+    ++groups;
+    if (!fused_update(gi, per_group[gi], options(gi), /*launch=*/false)) return false;
+  }
+  if (launch && groups != 1) return false;
+  for (size_t gi = 0; gi < per_group.size(); ++gi) {
+    if (per_group[gi].empty()) continue;
+    fused_update(gi, per_group[gi], options(gi), /*launch=*/true, launch ? &launch : nullptr);
     for (auto& p : per_group[gi]) p.unsafeGetTensorImpl()->bump_version();
   }
   last_step_fused_ = true;
@@ -162,7 +166,7 @@ bool Adadelta::step_fused(const std::vector<torch::Tensor>& subset) {
 }
 
 bool Adadelta::fused_update(size_t group_index, const std::vector<torch::Tensor>& params, const AdadeltaOptions& o,
-                            bool launch) {
+                            bool launch, const FusedLaunch* launcher) {
 #ifdef TRAIN_HAVE_FUSED_CUDA
   for (const auto& p : params) {
     const torch::Tensor& g = p.grad();
@@ -209,12 +213,16 @@ bool Adadelta::fused_update(size_t group_index, const std::vector<torch::Tensor>
     lr.value = o.lr();
   }
   fo.lr_device = lr.tensor.const_data_ptr<float>();
+  if (launcher != nullptr) {
+    (*launcher)(tensors.data(), static_cast<int>(tensors.size()), fo);
+    return true;
+  }
   const auto stream = c10::cuda::getCurrentCUDAStream(params.front().device().index());
   const int rc = detail::adadelta_fused_launch(tensors.data(), static_cast<int>(tensors.size()), fo, stream.stream());
   TORCH_CHECK(rc == 0, "the fused Adadelta kernel failed to launch (CUDA error ", rc, ")");
   return true;
 #else
-  (void)group_index, (void)params, (void)o, (void)launch;
+  (void)group_index, (void)params, (void)o, (void)launch, (void)launcher;
   return false;
 #endif
 }

@@ -147,9 +147,10 @@ void add_run_flags(CLI::App& app, TrainConfig& c) {
                  "backward), between (one eager all-reduce between two graphs)")
       ->capture_default_str()->check(one_of({"in-graph", "between"}, "between is the fallback if in-graph misbehaves"));
   app.add_option("--peer-allreduce", c.peer_allreduce,
-                 "with --graph-allreduce in-graph, when every rank's GPU is on one machine: auto (gradient buckets "
-                 "averaged by one kernel that reads the other GPUs' memory, NCCL for large ones), off (NCCL only)")
-      ->capture_default_str()->check(one_of({"auto", "off"}, "off averages every bucket with NCCL"));
+                 "with --graph-allreduce in-graph, when every rank's GPU is on one machine: gradient buckets averaged "
+                 "by one kernel that reads the other GPUs' memory instead of NCCL. auto (two ranks), on (2 to 8 "
+                 "ranks), off (NCCL only)")
+      ->capture_default_str()->check(one_of({"auto", "on", "off"}, "off averages every bucket with NCCL"));
   app.add_option("--channels-last", c.channels_last,
                  "CUDA: keep convolution weights and activations in channels-last (NHWC) order, which cuDNN "
                  "computes in without converting: on, off")

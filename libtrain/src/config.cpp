@@ -59,7 +59,7 @@ void validate(const TrainConfig& c) {
   if (c.gamma != -1 && !(c.gamma > 0 && c.gamma <= 1)) bad("--gamma", "a factor in (0, 1]", fmt("%g", c.gamma), "the MNIST recipe uses 0.7");
   if (c.cuda_graph != "auto" && c.cuda_graph != "on" && c.cuda_graph != "off") bad("--cuda-graph", "auto, on or off", "'" + c.cuda_graph + "'", "");
   if (c.graph_allreduce != "in-graph" && c.graph_allreduce != "between") bad("--graph-allreduce", "in-graph or between", "'" + c.graph_allreduce + "'", "in-graph is the default; between is the fallback");
-  if (c.peer_allreduce != "auto" && c.peer_allreduce != "off") bad("--peer-allreduce", "auto or off", "'" + c.peer_allreduce + "'", "auto is the default; off averages every bucket with NCCL");
+  if (c.peer_allreduce != "auto" && c.peer_allreduce != "on" && c.peer_allreduce != "off") bad("--peer-allreduce", "auto, on or off", "'" + c.peer_allreduce + "'", "auto is the default; off averages every bucket with NCCL");
   if (c.channels_last != "on" && c.channels_last != "off") bad("--channels-last", "on or off", "'" + c.channels_last + "'", "off is the default");
   if (c.device == "cpu" && c.channels_last == "on") bad("--channels-last on", "a CUDA device", "--device cpu", "the CPU runs keep the contiguous layout");
   if (c.precision != "auto" && c.precision != "fp32" && c.precision != "tf32" && c.precision != "bf16") bad("--precision", "auto, fp32, tf32 or bf16", "'" + c.precision + "'", "auto is the default");

@@ -9,7 +9,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 
 namespace train::detail {
 namespace {
@@ -61,7 +60,6 @@ std::unique_ptr<PeerReduce> PeerReduce::create(ProcessGroupImpl& pg, int slots, 
   p->maps_.slots = slots;
   p->maps_.capacity = capacity;
   p->timeout_ns_ = static_cast<uint64_t>(pg.timeout.count()) * 1000000ull;
-  if (const char* b = std::getenv("TRAIN_PEER_MAX_BLOCKS")) p->max_blocks_ = std::atoi(b);
   std::string problem = p->map_peers(pg, prefix);
   problem = ShmGroup::first_problem_of_any_rank(ex, prefix + "mapped/", rank, world, problem);
   if (!problem.empty()) return fail(problem);
@@ -152,8 +150,8 @@ std::string PeerReduce::check(const std::string& where) {
   return "";
 }
 
-void PeerReduce::average(int slot, size_t offset, const std::vector<PeerInput>& inputs, float* out,
-                         void* stream) const {
+void PeerReduce::average(int slot, size_t offset, const std::vector<PeerInput>& inputs, float* out, void* stream,
+                         const AdadeltaFusedTensor* update, const AdadeltaFusedOptions* options) const {
   PeerCall call;
   call.slot = slot;
   call.offset = offset;
@@ -162,6 +160,10 @@ void PeerReduce::average(int slot, size_t offset, const std::vector<PeerInput>& 
   call.out = out;
   call.max_blocks = max_blocks_;
   call.timeout_ns = timeout_ns_;
+  if (update != nullptr && options != nullptr) {
+    call.update = update;
+    call.update_options = *options;
+  }
   const int e = peer_allreduce_launch(maps_, call, stream);
   if (e != 0) (void)cudaGetLastError();
   // A c10::Error: inside a capture, the step falls back to eager on every rank.

@@ -181,7 +181,7 @@ StopRequest Preemption::poll(ProcessGroup* pg, const at::Device& device) const {
   std::vector<int64_t> flags = local_flags();
   if (pg != nullptr) {
     at::Tensor t = at::tensor(flags, at::TensorOptions().dtype(at::kLong));
-    if (device.is_cuda()) t = t.to(device);
+    if (device.is_cuda() && pg->backend() == Backend::nccl) t = t.to(device);  // NCCL sums device memory only
     pg->allreduce_sum(t);
     t = t.cpu();
     for (size_t i = 0; i < flags.size(); ++i) flags[i] = t[static_cast<int64_t>(i)].item<int64_t>();

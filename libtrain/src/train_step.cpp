@@ -36,8 +36,6 @@
 #endif
 #ifdef TRAIN_HAVE_FUSED_CUDA
 #include "peer_reduce.h"
-
-#include <cstdlib>
 #endif
 
 namespace train::detail {
@@ -204,8 +202,9 @@ struct GraphReducer {
     C10_CUDA_CHECK(cudaStreamWaitEvent(comm_stream->stream(), forks[k], 0));
     c10::cuda::CUDAStreamGuard on_side(*comm_stream);
     if (b.peer_slot >= 0) {
-      average_peer(b, grads);
+      const bool updated = average_peer(b, grads);
       grads.clear();
+      if (updated) return;
     } else if (b.flat.defined()) {
       // One copy kernel in, one message; the gradients become views of the averaged buffer
       // (laid out like their parameters), which the update and later replays read.
@@ -252,8 +251,9 @@ struct GraphReducer {
 
   // One kernel reads the bucket's gradients, exchanges them with the other GPUs through their
   // mapped memory and writes the average: into the gradient itself (one tensor) or the flat
-  // buffer the gradients then view.
-  void average_peer(const Bucket& b, const std::vector<at::Tensor>& grads) {
+  // buffer the gradients then view. Where the buckets update themselves, the same kernel applies
+  // the fused Adadelta update with the average (true: updated).
+  bool average_peer(const Bucket& b, const std::vector<at::Tensor>& grads) {
 #ifdef TRAIN_HAVE_FUSED_CUDA
     std::vector<PeerInput> inputs;
     if (grads.size() > static_cast<size_t>(kPeerMaxInputs)) {
@@ -266,11 +266,67 @@ struct GraphReducer {
       for (const at::Tensor& g : grads) inputs.push_back({g.data_ptr<float>(), g.numel()});
     }
     float* out = b.flat.defined() ? b.flat.data_ptr<float>() : grads.front().data_ptr<float>();
-    peer->average(b.peer_slot, b.peer_offset, inputs, out, comm_stream->stream());
     if (b.flat.defined()) rebind_to_flat(b, grads);
+    bool updated = false;
+    // A small bucket's update rides along (one launch less where nothing hides it); a large
+    // one's takes the whole GPU in its own kernel instead of holding up the later buckets'
+    // averages on the side stream.
+    int64_t numel = 0;
+    for (const PeerInput& in : inputs) numel += in.numel;
+    if (updated_in_buckets && inputs.size() == b.params.size() && numel * 4 <= kFlatBucketBytes) {
+      std::vector<at::Tensor> bucket_params;
+      for (size_t i : b.params) bucket_params.push_back(params[i]);
+      updated = adadelta->step_fused(bucket_params, [&](const AdadeltaFusedTensor* t, int n, const AdadeltaFusedOptions& o) {
+        TORCH_CHECK(static_cast<size_t>(n) == inputs.size(), "the fused update covers ", n, " of ", inputs.size(),
+                    " gradients of a bucket");
+        peer->average(b.peer_slot, b.peer_offset, inputs, out, comm_stream->stream(), t, &o);
+      });
+    }
+    if (!updated) peer->average(b.peer_slot, b.peer_offset, inputs, out, comm_stream->stream());
+    return updated;
 #else
     (void)b, (void)grads;
     TORCH_CHECK(false, "no peer all-reduce in this build");
+    return false;
+#endif
+  }
+
+  bool all_peer() const {
+    return std::all_of(buckets.begin(), buckets.end(), [](const Bucket& b) { return b.peer_slot >= 0; });
+  }
+
+  // An eager step's average (the epoch's last, smaller batch): every bucket through the peer
+  // all-reduce on the current stream, in bucket order on every rank, like a replay's.
+  void average_eager() {
+#ifdef TRAIN_HAVE_FUSED_CUDA
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+    for (const Bucket& b : buckets) {
+      std::vector<at::Tensor> grads;
+      std::vector<PeerInput> inputs;
+      for (size_t i : b.params) {
+        const at::Tensor& g = params[i].grad();
+        TORCH_CHECK(g.defined() && g.scalar_type() == at::kFloat && g.is_non_overlapping_and_dense(),
+                    "the gradient of ", names[i], " is not a dense float32 tensor");
+        grads.push_back(g);
+        inputs.push_back({g.data_ptr<float>(), g.numel()});
+      }
+      if (inputs.size() > static_cast<size_t>(kPeerMaxInputs)) {
+        std::vector<at::Tensor> pieces;
+        for (const at::Tensor& g : grads) pieces.push_back(g.as_strided({g.numel()}, {1}));
+        at::Tensor flat = b.flat;
+        at::cat_out(flat, pieces);
+        inputs.assign(1, {b.flat.data_ptr<float>(), b.flat.numel()});
+      }
+      float* out = b.flat.defined() ? b.flat.data_ptr<float>() : grads.front().data_ptr<float>();
+      peer->average(b.peer_slot, b.peer_offset, inputs, out, stream);
+      if (!b.flat.defined()) continue;
+      int64_t offset = 0;
+      for (size_t j = 0; j < b.params.size(); ++j) {
+        params[b.params[j]].mutable_grad() =
+            b.flat.narrow(0, offset, grads[j].numel()).as_strided(grads[j].sizes(), grads[j].strides());
+        offset += grads[j].numel();
+      }
+    }
 #endif
   }
 
@@ -314,6 +370,11 @@ class CudaGraphStep : public TrainStep {
       // The epoch's last, smaller batch runs eagerly, in gradients of its own; the graphs keep
       // using theirs.
       release_grads();
+#ifdef TRAIN_HAVE_NCCL
+      // Where the graph averages through the GPUs' peer memory, so does this step (DDP's own
+      // all-reduce would go through the process group, which may be Gloo).
+      if (!failed_ && graph_ && reducer_ && reducer_->all_peer()) return eager_peer_step(order, start, len);
+#endif
       return eager_.run(order, start, len);
     }
     if (!graph_ && eager_steps_ < warmup_) {
@@ -493,6 +554,19 @@ class CudaGraphStep : public TrainStep {
     return reducer_ != nullptr;
   }
 
+  at::Tensor eager_peer_step(const at::Tensor& order, int64_t start, int64_t len) {
+    parts_.optimizer->zero_grad();
+    const Batch b = parts_.data->get_batch(order.narrow(0, start, len));
+    at::Tensor loss;
+    {
+      DistributedDataParallel::NoSync no_sync(*parts_.ddp);
+      loss = forward_backward(parts_, b);
+    }
+    reducer_->average_eager();
+    parts_.optimizer->step();
+    return loss;
+  }
+
   // DDP's buckets (the same parameters in the same order), hooks on the parameters' gradient
   // accumulators, the side stream and events. Null, with the reason logged, where NCCL's
   // communicator or calls can't be reached.
@@ -500,15 +574,10 @@ class CudaGraphStep : public TrainStep {
     auto r = std::make_shared<GraphReducer>();
     r->nccl = nccl_calls();
     r->comm = static_cast<ncclComm_t>(parts_.process_group->impl().nccl_comm());
-    if (r->nccl == nullptr || r->comm == nullptr) {
-      log::warn(std::string("--graph-allreduce in-graph: ") +
-                (r->nccl == nullptr ? "NCCL's calls aren't loaded" : "no NCCL communicator (backend isn't NCCL)") +
-                "; falling back to one eager all-reduce between two graphs");
-      return nullptr;
-    }
     r->params = params_last_first(&r->names);
     TORCH_CHECK(!r->params.empty(), "the model has no trainable parameters");
-    const std::vector<size_t> counts = parts_.ddp->bucket_param_counts();
+    std::vector<size_t> counts = parts_.ddp->bucket_param_counts();
+    if (parts_.peer_allreduce != "off") split_first_module(counts, r->names);
     size_t covered = 0;
     for (const size_t count : counts) covered += count;
     TORCH_CHECK(covered == r->params.size(), "DDP's buckets hold ", covered, " parameters, the model trains ",
@@ -527,6 +596,13 @@ class CudaGraphStep : public TrainStep {
       r->buckets.push_back(std::move(b));
     }
     setup_peer(*r);
+    if (!r->all_peer() && (r->nccl == nullptr || r->comm == nullptr)) {
+      log::warn(std::string("--graph-allreduce in-graph: ") +
+                (r->nccl == nullptr ? "NCCL's calls aren't loaded" : "no NCCL communicator (backend isn't NCCL)") +
+                " and no peer all-reduce for every bucket; falling back to one eager all-reduce between two graphs"
+                " (slower). Hint: --backend nccl averages inside the graph with NCCL.");
+      return nullptr;
+    }
     r->adadelta = dynamic_cast<optim::Adadelta*>(parts_.optimizer);
     r->comm_stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, r->params.front().device().index());
     r->forks.resize(r->buckets.size(), nullptr);
@@ -542,14 +618,33 @@ class CudaGraphStep : public TrainStep {
     return r;
   }
 
+  // The last bucket's average is the one nothing overlaps: it waits for the first module's
+  // gradients, the last ones the backward makes. Where buckets are cheap (the peer all-reduce),
+  // that module gets a bucket of its own, so the rest of the last bucket is averaged while the
+  // first module's backward still runs. `names` are last layer first; every rank splits alike.
+  static void split_first_module(std::vector<size_t>& counts, const std::vector<std::string>& names) {
+    if (counts.empty() || names.empty()) return;
+    auto module_of = [](const std::string& name) {
+      const size_t dot = name.rfind('.');
+      return dot == std::string::npos ? std::string() : name.substr(0, dot);
+    };
+    const std::string first = module_of(names.back());
+    size_t m = 0;
+    while (m < names.size() && module_of(names[names.size() - 1 - m]) == first) ++m;
+    if (m == 0 || m >= counts.back()) return;
+    counts.back() -= m;
+    counts.push_back(m);
+  }
+
   // --peer-allreduce auto: the buckets whose one-shot exchange (each rank reads every other's
   // message) stays small go through the GPUs' peer memory when every rank is on this machine.
   // Collective: every rank decides the same from the same buckets.
   void setup_peer(GraphReducer& r) {
 #ifdef TRAIN_HAVE_FUSED_CUDA
-    if (parts_.peer_allreduce != "auto" || parts_.world_size > kPeerMaxRanks) return;
-    int64_t max_bytes = kPeerMaxBytes;
-    if (const char* v = std::getenv("TRAIN_PEER_MAX_BYTES")) max_bytes = std::atoll(v);
+    // auto: the two-GPU case, measured; on: up to kPeerMaxRanks GPUs of one machine.
+    const bool wanted = parts_.peer_allreduce == "on" || (parts_.peer_allreduce == "auto" && parts_.world_size == 2);
+    if (!wanted || parts_.world_size > kPeerMaxRanks) return;
+    const int64_t max_bytes = kPeerMaxBytes;
     size_t capacity = 0;
     int slots = 0;
     int64_t bytes = 0;
@@ -570,10 +665,10 @@ class CudaGraphStep : public TrainStep {
     r.peer = PeerReduce::create(parts_.process_group->impl(), slots, capacity, &why);
     if (!r.peer) {
       for (GraphReducer::Bucket& b : r.buckets) b.peer_slot = -1;
-      log::info("--peer-allreduce auto: NCCL averages every gradient bucket (" + why + ")");
+      log::info("--peer-allreduce " + parts_.peer_allreduce + ": no peer all-reduce (" + why + ")");
       return;
     }
-    log::info("--peer-allreduce auto: " + std::to_string(slots) + " of " + std::to_string(r.buckets.size()) +
+    log::info("--peer-allreduce " + parts_.peer_allreduce + ": " + std::to_string(slots) + " of " + std::to_string(r.buckets.size()) +
               " gradient buckets (" + std::to_string(bytes) + " bytes) averaged through the GPUs' peer memory" +
               (static_cast<size_t>(slots) < r.buckets.size() ? ", NCCL for the rest" : ""));
 #else
@@ -681,6 +776,26 @@ bool cuda_bf16_supported(const at::Device& device) {
   return device.is_cuda() && at::cuda::getDeviceProperties(device.index())->major >= 8;
 #else
   (void)device;
+  return false;
+#endif
+}
+
+bool cuda_peer_access(int device, int peer) {
+#ifdef TRAIN_HAVE_CUDA
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || device < 0 || peer < 0 || device >= count || peer >= count ||
+      device == peer) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  int can = 0;
+  if (cudaDeviceCanAccessPeer(&can, device, peer) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return can != 0;
+#else
+  (void)device, (void)peer;
   return false;
 #endif
 }

@@ -29,8 +29,8 @@ struct StepParts {
   /// the step's graph, bucket by bucket while the backward runs; "between" runs one eager NCCL
   /// all-reduce between two graphs (forward + backward, then the update).
   std::string graph_allreduce = "in-graph";
-  /// With "in-graph": "auto" lets ranks on one machine average buckets through each other's
-  /// GPU memory (peer_reduce.h) where that is faster than NCCL; "off" keeps NCCL.
+  /// With "in-graph": "auto" (two ranks) and "on" (2 to 8) let ranks on one machine average
+  /// buckets through each other's GPU memory (peer_reduce.h); "off" keeps NCCL.
   std::string peer_allreduce = "auto";
 };
 
@@ -69,6 +69,9 @@ void use_cuda_device(const at::Device& device);
 
 /// Whether `device` is a CUDA GPU with bfloat16 arithmetic (compute capability 8.0 or newer).
 bool cuda_bf16_supported(const at::Device& device);
+/// Whether CUDA device `device` can read device `peer`'s memory directly (false without CUDA,
+/// or where either index isn't a visible device).
+bool cuda_peer_access(int device, int peer);
 
 /// Peak memory the CUDA caching allocator handed out on `device` so far, in MB (0 on the CPU).
 double peak_gpu_memory_mb(const at::Device& device);

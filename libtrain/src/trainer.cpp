@@ -268,6 +268,10 @@ struct Trainer::Impl {
 
   void setup(const TrainSpec& s);
   void connect();
+  // --backend auto with 2 GPUs of one machine whose CUDA-graph step averages through the GPUs'
+  // peer memory: the step makes no NCCL call, and a process that merely has an NCCL process
+  // group runs it ~4% slower (docs/benchmarks.md), so the group is Gloo.
+  bool peer_step_alone() const;
   void build_model();
   std::string shape_json(double lr0) const;
   void resume();
@@ -277,6 +281,9 @@ struct Trainer::Impl {
   void make_step();
   std::string resolve_precision() const;
   bool check_stop(Clock::time_point t0, double earlier_segments);
+  // CUDA with NCCL (or one rank): the stop flags travel in device memory, posted and read later
+  // without host syncs; Gloo sums them on the host (shared memory on one machine).
+  bool device_stop_flags() const { return device.is_cuda() && (!pg || pg->backend() == Backend::nccl); }
   void log_progress(int64_t b, int64_t batches, int64_t start, const at::Tensor& loss, double& t_log_images,
                     Clock::time_point& t_log);
   void print_line(const PendingLine& line, double loss);
@@ -371,8 +378,23 @@ void Trainer::Impl::setup(const TrainSpec& s) {
   result.world_size = env.world_size;
 }
 
+bool Trainer::Impl::peer_step_alone() const {
+  if (c.backend != "auto" || !device.is_cuda() || env.world_size != 2 || env.local_world_size != 2) return false;
+  if (c.cuda_graph == "off" || c.graph_allreduce != "in-graph" || c.peer_allreduce == "off") return false;
+  if (spec->lr_schedule.every == LrSchedule::Every::step) return false;  // eager steps: NCCL's all-reduce
+  // The other rank's GPU is the other local rank's index where both are visible (not under
+  // SLURM's per-task binding, where this can't be checked here).
+  if (device.index() != env.local_rank) return false;
+  return detail::cuda_peer_access(device.index(), 1 - env.local_rank);
+}
+
 void Trainer::Impl::connect() {
   if (env.world_size <= 1 && !c.ddp_single_rank) return;
+  if (peer_step_alone()) {
+    backend = Backend::gloo;
+    log::info("backend gloo (--backend auto): the 2 GPUs average gradients inside the CUDA graph through each "
+              "other's memory, and an NCCL process group would only slow the step; --backend nccl keeps NCCL");
+  }
   DistEnv e = env;
   if (env.world_size <= 1) {
     e.master_addr = "127.0.0.1";
@@ -545,7 +567,7 @@ void Trainer::Impl::make_step() {
 // done on the device, so the host never waits), then post the next.
 bool Trainer::Impl::check_stop(Clock::time_point t0, double earlier_segments) {
   StopRequest request;
-  if (device.is_cuda()) {
+  if (device_stop_flags()) {
     request = preemption->collect();
     if (request.kind == StopKind::none) preemption->post(pg.get(), device);
   } else {
@@ -644,7 +666,7 @@ bool Trainer::Impl::train_epoch() {
   }
   if (device.is_cuda()) torch::cuda::synchronize();
   flush_pending_line();
-  if (device.is_cuda()) preemption->collect();  // the last posted agreement: the epoch ended first
+  if (device_stop_flags()) preemption->collect();  // the last posted agreement: the epoch ended first
   const double epoch_seconds = earlier_segments + seconds_since(t0);
   prog().train_seconds += epoch_seconds;
   result.train_seconds += epoch_seconds;

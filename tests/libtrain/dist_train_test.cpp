@@ -237,19 +237,24 @@ TEST(DistTrainGpu, TwoGpuRanksMatchOneRankWithDoubleBatch) {
   };
   // Several GPUs: the default CUDA-graph step (NCCL averages captured in the graph), the
   // fallback (one eager all-reduce between two graphs), and 4 ranks where the node has 4 GPUs.
-  // In the graph, GPUs of one machine average small buckets through each other's memory
-  // (--peer-allreduce auto, the default) or all of them with NCCL (off).
+  // In the graph, two GPUs of one machine average the buckets through each other's memory
+  // (--peer-allreduce auto, the default; the process group is then Gloo), or with NCCL (off, and
+  // 4 ranks, where auto leaves NCCL).
   struct Multi {
     int ranks;
     std::string graph_allreduce, peer_allreduce, log_says;
     bool peer_used;
+    std::string backend;
   };
   const std::string in_graph = "gradients averaged inside the graph";
   const std::string between = "one eager all-reduce between two graphs";
-  std::vector<Multi> multis = {{2, "in-graph", "auto", in_graph, true},
-                               {2, "in-graph", "off", in_graph, false},
-                               {2, "between", "auto", between, false}};
-  if (gpus >= 4) multis.push_back({4, "in-graph", "auto", in_graph, true});
+  std::vector<Multi> multis = {{2, "in-graph", "auto", in_graph, true, "gloo"},
+                               {2, "in-graph", "off", in_graph, false, "nccl"},
+                               {2, "between", "auto", between, false, "nccl"}};
+  if (gpus >= 4) {
+    multis.push_back({4, "in-graph", "auto", in_graph, false, "nccl"});
+    multis.push_back({4, "in-graph", "on", in_graph, true, "nccl"});
+  }
   for (const Case& k : {Case{{"--optimizer", "sgd", "--lr", "0.02", "--weight-decay", "0"}, 1e-3, 5e-3},
                         Case{{"--max-steps", "10"}, 1e-4, 1e-4}}) {
     auto ref = run_program(args("cpu", 64, k.extra));
@@ -265,15 +270,16 @@ TEST(DistTrainGpu, TwoGpuRanksMatchOneRankWithDoubleBatch) {
       extra.insert(extra.end(), {"--graph-allreduce", m.graph_allreduce, "--peer-allreduce", m.peer_allreduce});
       auto many = run_program(local(m.ranks, args("cuda", 64 / m.ranks, extra)));
       ASSERT_EQ(many.exit_code, 0) << many.err;
-      EXPECT_NE(many.err.find("backend nccl"), std::string::npos) << many.err;
+      EXPECT_NE(many.err.find("backend " + m.backend), std::string::npos) << many.err;
       EXPECT_NE(many.err.find(m.log_says), std::string::npos) << many.err;
       EXPECT_EQ(many.err.find("capturing the step failed"), std::string::npos) << many.err;
       EXPECT_EQ(many.err.find("falling back"), std::string::npos) << many.err;
       const bool peer_used = many.err.find("averaged through the GPUs' peer memory") != std::string::npos;
       EXPECT_EQ(peer_used, m.peer_used) << many.err;
       const double l2 = done(many)["test_loss"];
-      std::printf("[gpu parity]   %d GPUs NCCL (%s, peer all-reduce %s) %.9f (rel %.2e)\n", m.ranks,
-                  m.graph_allreduce.c_str(), peer_used ? "used" : "not used", l2, std::abs(l2 - l0) / l0);
+      std::printf("[gpu parity]   %d GPUs, backend %s (%s, peer all-reduce %s) %.9f (rel %.2e)\n", m.ranks,
+                  m.backend.c_str(), m.graph_allreduce.c_str(), peer_used ? "used" : "not used", l2,
+                  std::abs(l2 - l0) / l0);
       EXPECT_LE(std::abs(l2 - l0) / l0, k.multi_gpu_tolerance)
           << m.ranks << " GPUs (" << m.graph_allreduce << ") vs the single-process reference";
     }
@@ -283,8 +289,11 @@ TEST(DistTrainGpu, TwoGpuRanksMatchOneRankWithDoubleBatch) {
 // On a node with 2 GPUs: the peer all-reduce (each GPU reads the other's gradients and sums them
 // in rank order) gives NCCL's bits. Two ranks' average is (a + b) / 2 either way, exact in
 // float32 up to the order of a commutative sum; the test fails on any difference, which would
-// mean a lost or stale chunk. Two epochs with the default CUDA-graph step and Adadelta, dropout
-// on; a second peer run shows the peer path repeats itself bit for bit.
+// mean a lost or stale chunk, or a fused update (small buckets update in the same kernel) that
+// rounds unlike the separate one. Two epochs with the default CUDA-graph step and Adadelta,
+// dropout on, each epoch's last, smaller batch averaged eagerly (peer memory or NCCL); the
+// default run's process group is Gloo (no NCCL at all), --peer-allreduce off's is NCCL. A second
+// peer run shows the peer path repeats itself bit for bit.
 TEST(DistTrainGpu, PeerAllreduceGivesNcclsBitsOnTwoGpus) {
   const int gpus = [] {
     auto r = run_program({"sh", "-c", "nvidia-smi -L 2>/dev/null | grep -c '^GPU'"}, {}, 30);
@@ -294,7 +303,7 @@ TEST(DistTrainGpu, PeerAllreduceGivesNcclsBitsOnTwoGpus) {
   if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
   auto run = [](const std::string& peer) {
     std::vector<std::string> a = {bin("train"), "--data", train::test::fashion_mnist_dir(), "--epochs", "2",
-                                  "--limit-train-samples", "8000", "--limit-test-samples", "2000", "--batch-size", "32",
+                                  "--limit-train-samples", "8100", "--limit-test-samples", "2000", "--batch-size", "32",
                                   "--device", "cuda", "--deterministic", "--log-interval", "1000",
                                   "--peer-allreduce", peer};
     auto r = run_program(local(2, a));
@@ -302,6 +311,7 @@ TEST(DistTrainGpu, PeerAllreduceGivesNcclsBitsOnTwoGpus) {
     EXPECT_EQ(r.err.find("capturing the step failed"), std::string::npos) << r.err;
     const bool used = r.err.find("averaged through the GPUs' peer memory") != std::string::npos;
     EXPECT_EQ(used, peer == "auto") << r.err;
+    EXPECT_NE(r.err.find(peer == "auto" ? "backend gloo" : "backend nccl"), std::string::npos) << r.err;
     auto j = done(r);
     std::printf("[peer all-reduce] --peer-allreduce %s: %s steps %d test_loss %.9f\n", peer.c_str(),
                 j.value("params_sha256", std::string("?")).c_str(), j.value("steps", 0), j.value("test_loss", 0.0));

@@ -4,7 +4,17 @@
 #include <torch/optim/optimizer.h>
 #include <torch/optim/serialize.h>
 
+#include <functional>
 #include <vector>
+
+namespace train::optim {
+
+}  // namespace train::optim
+
+namespace train::detail {
+struct AdadeltaFusedTensor;   // libtrain's CUDA kernels' view of one parameter's update
+struct AdadeltaFusedOptions;
+}  // namespace train::detail
 
 namespace train::optim {
 
@@ -66,7 +76,13 @@ class Adadelta : public torch::optim::Optimizer {
   /// the fused kernel doesn't apply (no CUDA kernel built, a tensor it can't take, or no eager
   /// fused step before: the rate isn't on the device yet). A captured step uses it to update each
   /// gradient bucket as soon as its average is done.
-  bool step_fused(const std::vector<torch::Tensor>& params);
+  /// With `launch`, the update is not queued here: `launch` gets the fused kernel's
+  /// descriptors (one per parameter, in `params` order) and applies them in a kernel of its own
+  /// (libtrain's GPU peer all-reduce averages and updates in one); then all of `params` must
+  /// share one parameter group (false otherwise).
+  using FusedLaunch =
+      std::function<void(const detail::AdadeltaFusedTensor* tensors, int count, const detail::AdadeltaFusedOptions& options)>;
+  bool step_fused(const std::vector<torch::Tensor>& params, const FusedLaunch& launch = nullptr);
 
  private:
   // The state of `p`, created (zeros) on its first update.
@@ -76,7 +92,7 @@ class Adadelta : public torch::optim::Optimizer {
   // The fused update of `params` (all of group `group_index`, all with gradients): with
   // launch=false only whether it applies.
   bool fused_update(size_t group_index, const std::vector<torch::Tensor>& params, const AdadeltaOptions& options,
-                    bool launch);
+                    bool launch, const FusedLaunch* launcher = nullptr);
   bool foreach_step(torch::optim::OptimizerParamGroup& group, const AdadeltaOptions& options);
   struct DeviceLr {
     torch::Tensor tensor;  // float32 [1] on the group's device, read by the fused kernel

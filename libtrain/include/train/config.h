@@ -48,8 +48,9 @@ struct TrainConfig {
   bool cudnn_benchmark = false;     ///< let cuDNN time its algorithms for each new shape (costs seconds at start)
   std::string cuda_graph = "auto";  ///< auto (on for CUDA) | on | off: the training step in a CUDA graph
   std::string graph_allreduce = "in-graph";  ///< in-graph | between: where a CUDA graph step averages gradients (several ranks)
-  /// auto (with in-graph: GPUs of one machine average small gradient buckets through each
-  /// other's memory, one kernel each, instead of NCCL) | off (NCCL only)
+  /// With in-graph, GPUs of one machine average the gradient buckets through each other's memory
+  /// (one kernel each) instead of NCCL: auto (two ranks on one machine) | on (2 to 8 ranks on one
+  /// machine) | off (NCCL only)
   std::string peer_allreduce = "auto";
   std::string channels_last = "off";  ///< on | off: CUDA runs keep 4-d weights (and so activations) in NHWC order
   /// auto (bf16 on a CUDA GPU that has it, for per-rank batches of kAutoBf16Batch or more; fp32

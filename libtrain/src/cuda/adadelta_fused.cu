@@ -1,6 +1,7 @@
 // The fused Adadelta kernel (adadelta_fused.h). Blocks walk fixed-size chunks of a batch of up to
 // kMaxTensors tensors; a block finds its tensor from the chunk prefix sums passed by value.
 #include "adadelta_fused.h"
+#include "adadelta_math.cuh"
 
 #include <cuda_runtime.h>
 
@@ -46,14 +47,10 @@ __global__ void adadelta_kernel(const Batch batch, const AdadeltaFusedOptions o)
   for (int j = 0; j < kPerThread; ++j) {
     const int64_t i = begin + int64_t{j} * kThreads;
     if (i >= t.numel) break;
-    float gj = o.maximize ? -g[j] : g[j];
-    if (o.weight_decay != 0.0f) gj += o.weight_decay * p[j];
-    const float s = sq[j] * o.rho + (1.0f - o.rho) * gj * gj;
-    const float std = sqrtf(s + o.eps);
-    const float delta = sqrtf(acc[j] + o.eps) / std * gj;
-    t.square_avg[i] = s;
-    t.acc_delta[i] = acc[j] * o.rho + (1.0f - o.rho) * delta * delta;
-    t.param[i] = p[j] - lr * delta;
+    adadelta_element(p[j], g[j], sq[j], acc[j], o, lr);
+    t.square_avg[i] = sq[j];
+    t.acc_delta[i] = acc[j];
+    t.param[i] = p[j];
   }
 }
 
