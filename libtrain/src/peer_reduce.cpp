@@ -158,7 +158,6 @@ void PeerReduce::average(int slot, size_t offset, const std::vector<PeerInput>& 
   call.inputs = inputs.data();
   call.input_count = static_cast<int>(inputs.size());
   call.out = out;
-  call.max_blocks = max_blocks_;
   call.timeout_ns = timeout_ns_;
   if (update != nullptr && options != nullptr) {
     call.update = update;

@@ -44,7 +44,6 @@ class PeerReduce {
   void* own_ = nullptr;
   std::vector<void*> opened_;
   uint64_t timeout_ns_ = 0;
-  int max_blocks_ = 0;
 };
 
 }  // namespace train::detail

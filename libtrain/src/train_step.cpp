@@ -188,16 +188,18 @@ struct GraphReducer {
     TORCH_CHECK(r == ncclSuccess, "NCCL all-reduce of gradient bucket ", k, " failed: ", nccl->error_string(r));
   }
 
+  at::Tensor dense_grad(size_t i) const {
+    const at::Tensor& g = params[i].grad();
+    TORCH_CHECK(g.defined() && g.scalar_type() == at::kFloat && g.is_non_overlapping_and_dense() &&
+                    g.device() == params[i].device(),
+                "the gradient of ", names[i], " is not a dense float32 tensor on its parameter's device");
+    return g;
+  }
+
   void launch(size_t k) {
     const Bucket& b = buckets[k];
     std::vector<at::Tensor> grads;
-    for (size_t i : b.params) {
-      const at::Tensor& g = params[i].grad();
-      TORCH_CHECK(g.defined() && g.scalar_type() == at::kFloat && g.is_non_overlapping_and_dense() &&
-                      g.device() == params[i].device(),
-                  "the gradient of ", names[i], " is not a dense float32 tensor on its parameter's device");
-      grads.push_back(g);
-    }
+    for (size_t i : b.params) grads.push_back(dense_grad(i));
     C10_CUDA_CHECK(cudaEventRecord(forks[k], capture_stream->stream()));
     C10_CUDA_CHECK(cudaStreamWaitEvent(comm_stream->stream(), forks[k], 0));
     c10::cuda::CUDAStreamGuard on_side(*comm_stream);
@@ -239,22 +241,21 @@ struct GraphReducer {
 
   // The bucket's gradients become views of its averaged flat buffer (laid out like their
   // parameters), which the update and later replays read; the graph still writes the old ones.
-  void rebind_to_flat(const Bucket& b, const std::vector<at::Tensor>& grads) {
+  // (`keep`: the old gradients are a graph's, which still writes them.)
+  void rebind_to_flat(const Bucket& b, const std::vector<at::Tensor>& grads, bool keep = true) {
     int64_t offset = 0;
     for (size_t j = 0; j < b.params.size(); ++j) {
       at::Tensor& q = params[b.params[j]];
-      copied.push_back(grads[j]);
+      if (keep) copied.push_back(grads[j]);
       q.mutable_grad() = b.flat.narrow(0, offset, grads[j].numel()).as_strided(grads[j].sizes(), grads[j].strides());
       offset += grads[j].numel();
     }
   }
 
-  // One kernel reads the bucket's gradients, exchanges them with the other GPUs through their
-  // mapped memory and writes the average: into the gradient itself (one tensor) or the flat
-  // buffer the gradients then view. Where the buckets update themselves, the same kernel applies
-  // the fused Adadelta update with the average (true: updated).
-  bool average_peer(const Bucket& b, const std::vector<at::Tensor>& grads) {
 #ifdef TRAIN_HAVE_FUSED_CUDA
+  // The peer kernel's inputs: the gradients themselves, or (more than it takes) their copy in
+  // the bucket's flat buffer.
+  static std::vector<PeerInput> peer_inputs(const Bucket& b, const std::vector<at::Tensor>& grads) {
     std::vector<PeerInput> inputs;
     if (grads.size() > static_cast<size_t>(kPeerMaxInputs)) {
       std::vector<at::Tensor> pieces;
@@ -265,7 +266,23 @@ struct GraphReducer {
     } else {
       for (const at::Tensor& g : grads) inputs.push_back({g.data_ptr<float>(), g.numel()});
     }
-    float* out = b.flat.defined() ? b.flat.data_ptr<float>() : grads.front().data_ptr<float>();
+    return inputs;
+  }
+
+  // Where the average goes: the flat buffer (several gradients) or the one gradient itself.
+  static float* peer_out(const Bucket& b, const std::vector<at::Tensor>& grads) {
+    return b.flat.defined() ? b.flat.data_ptr<float>() : grads.front().data_ptr<float>();
+  }
+#endif
+
+  // One kernel reads the bucket's gradients, exchanges them with the other GPUs through their
+  // mapped memory and writes the average: into the gradient itself (one tensor) or the flat
+  // buffer the gradients then view. Where the buckets update themselves, the same kernel applies
+  // the fused Adadelta update with the average (true: updated).
+  bool average_peer(const Bucket& b, const std::vector<at::Tensor>& grads) {
+#ifdef TRAIN_HAVE_FUSED_CUDA
+    const std::vector<PeerInput> inputs = peer_inputs(b, grads);
+    float* out = peer_out(b, grads);
     if (b.flat.defined()) rebind_to_flat(b, grads);
     bool updated = false;
     // A small bucket's update rides along (one launch less where nothing hides it); a large
@@ -302,30 +319,9 @@ struct GraphReducer {
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
     for (const Bucket& b : buckets) {
       std::vector<at::Tensor> grads;
-      std::vector<PeerInput> inputs;
-      for (size_t i : b.params) {
-        const at::Tensor& g = params[i].grad();
-        TORCH_CHECK(g.defined() && g.scalar_type() == at::kFloat && g.is_non_overlapping_and_dense(),
-                    "the gradient of ", names[i], " is not a dense float32 tensor");
-        grads.push_back(g);
-        inputs.push_back({g.data_ptr<float>(), g.numel()});
-      }
-      if (inputs.size() > static_cast<size_t>(kPeerMaxInputs)) {
-        std::vector<at::Tensor> pieces;
-        for (const at::Tensor& g : grads) pieces.push_back(g.as_strided({g.numel()}, {1}));
-        at::Tensor flat = b.flat;
-        at::cat_out(flat, pieces);
-        inputs.assign(1, {b.flat.data_ptr<float>(), b.flat.numel()});
-      }
-      float* out = b.flat.defined() ? b.flat.data_ptr<float>() : grads.front().data_ptr<float>();
-      peer->average(b.peer_slot, b.peer_offset, inputs, out, stream);
-      if (!b.flat.defined()) continue;
-      int64_t offset = 0;
-      for (size_t j = 0; j < b.params.size(); ++j) {
-        params[b.params[j]].mutable_grad() =
-            b.flat.narrow(0, offset, grads[j].numel()).as_strided(grads[j].sizes(), grads[j].strides());
-        offset += grads[j].numel();
-      }
+      for (size_t i : b.params) grads.push_back(dense_grad(i));
+      peer->average(b.peer_slot, b.peer_offset, peer_inputs(b, grads), peer_out(b, grads), stream);
+      if (b.flat.defined()) rebind_to_flat(b, grads, /*keep=*/false);
     }
 #endif
   }
@@ -577,7 +573,7 @@ class CudaGraphStep : public TrainStep {
     r->params = params_last_first(&r->names);
     TORCH_CHECK(!r->params.empty(), "the model has no trainable parameters");
     std::vector<size_t> counts = parts_.ddp->bucket_param_counts();
-    if (parts_.peer_allreduce != "off") split_first_module(counts, r->names);
+    if (peer_wanted()) split_first_module(counts, r->names);
     size_t covered = 0;
     for (const size_t count : counts) covered += count;
     TORCH_CHECK(covered == r->params.size(), "DDP's buckets hold ", covered, " parameters, the model trains ",
@@ -636,14 +632,22 @@ class CudaGraphStep : public TrainStep {
     counts.push_back(m);
   }
 
+  // auto: the two-GPU case, measured; on: up to kPeerMaxRanks GPUs of one machine.
+  bool peer_wanted() const {
+#ifdef TRAIN_HAVE_FUSED_CUDA
+    const bool asked = parts_.peer_allreduce == "on" || (parts_.peer_allreduce == "auto" && parts_.world_size == 2);
+    return asked && parts_.world_size <= kPeerMaxRanks;
+#else
+    return false;
+#endif
+  }
+
   // --peer-allreduce auto: the buckets whose one-shot exchange (each rank reads every other's
   // message) stays small go through the GPUs' peer memory when every rank is on this machine.
   // Collective: every rank decides the same from the same buckets.
   void setup_peer(GraphReducer& r) {
 #ifdef TRAIN_HAVE_FUSED_CUDA
-    // auto: the two-GPU case, measured; on: up to kPeerMaxRanks GPUs of one machine.
-    const bool wanted = parts_.peer_allreduce == "on" || (parts_.peer_allreduce == "auto" && parts_.world_size == 2);
-    if (!wanted || parts_.world_size > kPeerMaxRanks) return;
+    if (!peer_wanted()) return;
     const int64_t max_bytes = kPeerMaxBytes;
     size_t capacity = 0;
     int slots = 0;
