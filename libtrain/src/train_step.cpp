@@ -24,6 +24,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #endif
 #ifdef TRAIN_HAVE_NCCL
@@ -643,12 +644,13 @@ class CudaGraphStep : public TrainStep {
   }
 
   // --peer-allreduce auto: the buckets whose one-shot exchange (each rank reads every other's
-  // message) stays small go through the GPUs' peer memory when every rank is on this machine.
-  // Collective: every rank decides the same from the same buckets.
+  // message) stays small go through the GPUs' peer memory when every rank is on this machine;
+  // without an NCCL communicator (the Gloo group --backend auto takes for two such GPUs) every
+  // bucket does, whatever its size. Collective: every rank decides the same from the same buckets.
   void setup_peer(GraphReducer& r) {
 #ifdef TRAIN_HAVE_FUSED_CUDA
     if (!peer_wanted()) return;
-    const int64_t max_bytes = kPeerMaxBytes;
+    const int64_t max_bytes = r.comm != nullptr ? kPeerMaxBytes : std::numeric_limits<int64_t>::max();
     size_t capacity = 0;
     int slots = 0;
     int64_t bytes = 0;

@@ -146,6 +146,11 @@ TEST(TrainCli, BadFlagsGiveClearErrors) {
   EXPECT_NE(precision.err.find("--precision: expected one of auto, fp32, tf32, bf16, found 'fp16'. Hint:"),
             std::string::npos) << precision.err;
 
+  auto peer = run_program({bin("train"), "--peer-allreduce", "nvlink"});
+  EXPECT_EQ(peer.exit_code, 2);
+  EXPECT_NE(peer.err.find("--peer-allreduce: expected one of auto, on, off, found 'nvlink'. Hint:"), std::string::npos)
+      << peer.err;
+
   auto bf16_on_cpu = run_program({bin("train"), "--precision", "bf16", "--device", "cpu"});
   EXPECT_EQ(bf16_on_cpu.exit_code, 2);
   EXPECT_NE(bf16_on_cpu.err.find("--precision bf16: expected a CUDA device, found --device cpu"), std::string::npos)
