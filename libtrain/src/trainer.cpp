@@ -321,10 +321,11 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : impl_(std::make_unique<Impl>
     at::globalContext().setDeterministicCuDNN(t.c.deterministic);
     at::globalContext().setBenchmarkCuDNN(t.c.cudnn_benchmark && !t.c.deterministic);
   } else if (const bool precision_set = t.c.precision != "fp32" && t.c.precision != "auto";
-             t.c.cuda_graph == "on" || precision_set || t.c.channels_last == "on") {
-    const std::string flag = t.c.cuda_graph == "on" ? "--cuda-graph on"
-                             : precision_set        ? "--precision " + t.c.precision
-                                                    : "--channels-last on";
+             t.c.cuda_graph == "on" || precision_set || t.c.channels_last == "on" || t.c.peer_allreduce == "on") {
+    const std::string flag = t.c.cuda_graph == "on"      ? "--cuda-graph on"
+                             : precision_set              ? "--precision " + t.c.precision
+                             : t.c.channels_last == "on" ? "--channels-last on"
+                                                          : "--peer-allreduce on";
     throw ConfigError(flag +
                           ": expected a CUDA device, found the run on " + t.device.str() + ".",
                       "these settings need a GPU; on the CPU leave them at their defaults.");

@@ -151,6 +151,11 @@ TEST(TrainCli, BadFlagsGiveClearErrors) {
   EXPECT_NE(peer.err.find("--peer-allreduce: expected one of auto, on, off, found 'nvlink'. Hint:"), std::string::npos)
       << peer.err;
 
+  auto peer_on_cpu = run_program({bin("train"), "--peer-allreduce", "on", "--device", "cpu"});
+  EXPECT_EQ(peer_on_cpu.exit_code, 2);
+  EXPECT_NE(peer_on_cpu.err.find("--peer-allreduce on: expected a CUDA device, found the run on cpu"), std::string::npos)
+      << peer_on_cpu.err;
+
   auto bf16_on_cpu = run_program({bin("train"), "--precision", "bf16", "--device", "cpu"});
   EXPECT_EQ(bf16_on_cpu.exit_code, 2);
   EXPECT_NE(bf16_on_cpu.err.find("--precision bf16: expected a CUDA device, found --device cpu"), std::string::npos)
