@@ -40,14 +40,6 @@
 #endif
 
 namespace train::detail {
-#ifdef TRAIN_HAVE_FUSED_CUDA
-// A bucket goes through the peer all-reduce while each rank's reads of the others' messages stay
-// under this; larger ones are NCCL's (its ring moves each byte fewer times).
-constexpr int64_t kPeerMaxBytes = int64_t{16} << 20;
-#endif
-}  // namespace train::detail
-
-namespace train::detail {
 namespace {
 
 // forward + loss (under bf16 autocast when asked) and backward; the loss is added to the sum.
@@ -143,6 +135,10 @@ struct GraphReducer {
     size_t peer_offset = 0;  // where its message starts in the peer buffers (floats)
   };
   static constexpr int64_t kFlatBucketBytes = int64_t{1} << 20;
+  // With an NCCL communicator, a bucket goes through the peer all-reduce while each rank's reads
+  // of the others' messages stay under this; larger ones are NCCL's (its ring moves each byte
+  // fewer times).
+  static constexpr int64_t kPeerMaxBytes = int64_t{16} << 20;
   const NcclCalls* nccl = nullptr;
   ncclComm_t comm = nullptr;
   std::vector<at::Tensor> params;  // last layer first
@@ -650,10 +646,11 @@ class CudaGraphStep : public TrainStep {
   void setup_peer(GraphReducer& r) {
 #ifdef TRAIN_HAVE_FUSED_CUDA
     if (!peer_wanted()) return;
-    const int64_t max_bytes = r.comm != nullptr ? kPeerMaxBytes : std::numeric_limits<int64_t>::max();
+    const int64_t max_bytes = r.comm != nullptr ? GraphReducer::kPeerMaxBytes : std::numeric_limits<int64_t>::max();
     size_t capacity = 0;
     int slots = 0;
     int64_t bytes = 0;
+    std::vector<GraphReducer::Bucket*> peer_flat;  // flat buffers only the peer path needs
     for (GraphReducer::Bucket& b : r.buckets) {
       int64_t numel = 0;
       for (size_t i : b.params) numel += r.params[i].numel();
@@ -664,6 +661,7 @@ class CudaGraphStep : public TrainStep {
       bytes += numel * 4;
       if (b.params.size() > 1 && !b.flat.defined()) {
         b.flat = at::empty({numel}, r.params.front().options().dtype(at::kFloat).requires_grad(false));
+        peer_flat.push_back(&b);
       }
     }
     if (slots == 0) return;
@@ -671,6 +669,7 @@ class CudaGraphStep : public TrainStep {
     r.peer = PeerReduce::create(parts_.process_group->impl(), slots, capacity, &why);
     if (!r.peer) {
       for (GraphReducer::Bucket& b : r.buckets) b.peer_slot = -1;
+      for (GraphReducer::Bucket* b : peer_flat) b->flat = at::Tensor();  // NCCL sends large buckets as they are
       log::info("--peer-allreduce " + parts_.peer_allreduce + ": no peer all-reduce (" + why + ")");
       return;
     }

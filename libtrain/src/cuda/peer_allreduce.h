@@ -45,7 +45,6 @@ struct PeerCall {
   const PeerInput* inputs = nullptr;
   int input_count = 0;      ///< concatenated in order into the message
   float* out = nullptr;     ///< the average, one dense message (may be an input's own memory)
-  int max_blocks = 0;       ///< 0: the default cap
   uint64_t timeout_ns = 0;  ///< how long a block waits for the other ranks before it aborts the kernel
   /// Optional, one per input: the Adadelta update of the parameter behind each input, applied
   /// with the average as its gradient (the `grad` fields are not read), in the same kernel.
