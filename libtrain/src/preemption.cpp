@@ -210,14 +210,43 @@ StopRequest Preemption::collect() {
   return decide(summed);
 }
 
+namespace {
+
+// Whether SLURM already counts a requeue of `id` beyond this run's (SLURM_RESTART_COUNT): a
+// requeue cancels the job's step at once, and the step's signal may reach the scontrol that asked
+// for it before scontrol has printed its answer.
+bool requeue_counted(const std::string& id) {
+  const CommandResult r = run_command({"scontrol", "show", "job", "-o", id}, "", kSlurmCommandTimeoutSec);
+  const size_t at = r.out.find("Restarts=");
+  if (!r.started || r.timed_out || r.exit_code != 0 || at == std::string::npos) return false;
+  const long restarts = std::strtol(r.out.c_str() + at + 9, nullptr, 10);
+  const char* mine = std::getenv("SLURM_RESTART_COUNT");
+  return restarts > (mine != nullptr ? std::strtol(mine, nullptr, 10) : 0);
+}
+
+}  // namespace
+
 bool Preemption::requeue_job() const {
   const char* array_job = std::getenv("SLURM_ARRAY_JOB_ID");
   const char* array_task = std::getenv("SLURM_ARRAY_TASK_ID");
   std::string id = env_.job_id;
   if (array_job != nullptr && array_task != nullptr) id = std::string(array_job) + "_" + array_task;
   const CommandResult r = run_command({"scontrol", "requeue", id}, "", kSlurmCommandTimeoutSec);
+  const bool killed = r.started && !r.timed_out && r.exit_code > 128;
+  if (r.started && !r.timed_out && r.exit_code != 0 && requeue_counted(id)) {
+    log::warn("requeued job " + id + " (scontrol ended with status " + std::to_string(r.exit_code) +
+              ", likely stopped by the requeue's own cancel of this step, but SLURM counts the requeue); it "
+              "resumes from the checkpoint when it starts again");
+    return true;
+  }
   if (!r.started || r.timed_out || r.exit_code != 0) {
-    const std::string why = !r.started ? "scontrol not found" : r.timed_out ? "no answer within 30 s" : r.err + r.out;
+    const std::string said = r.err + r.out;
+    const std::string why = !r.started      ? "scontrol not found"
+                            : r.timed_out   ? "no answer within 30 s"
+                            : !said.empty() ? said
+                            : killed        ? "scontrol was killed by signal " + std::to_string(r.exit_code - 128) +
+                                                  " and SLURM counts no new restart"
+                                            : "exit status " + std::to_string(r.exit_code) + ", no message";
     log::error("scontrol requeue " + id + " failed: " + why +
                " Hint: the job needs --requeue (the generated scripts set it) and JobRequeue allowed by the cluster.");
     return false;

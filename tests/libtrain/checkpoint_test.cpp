@@ -382,3 +382,39 @@ TEST(Checkpoint, TermListedAsAPreemptionSignalRequeuesAsAsked) {
   EXPECT_EQ(r.exit_code, 75) << r.err;
   EXPECT_EQ(last_json(r.out)["event"], "preempted");
 }
+
+// A requeue cancels the job's running step at once, and the cancel's signal can kill the very
+// scontrol that asked for it before it answers (seen on the local cluster: "scontrol requeue 6
+// failed:" with nothing after it, although the job came back). train then asks SLURM whether the
+// requeue counted (Restarts beyond this run's SLURM_RESTART_COUNT). Stand-ins: `scontrol requeue`
+// records its call and dies of SIGTERM; `scontrol show job` answers with the given restart count.
+TEST(Checkpoint, RequeueWhoseScontrolIsKilledCountsWhenSlurmDoes) {
+  if (dataset_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  for (const int restarts : {1, 0}) {
+    train::test::TempDir d("ckrequeuekilled");
+    const std::string fake = d.file("bin");
+    train::files::make_dirs(fake);
+    const std::string calls = d.file("calls.log");
+    const std::string body = "#!/bin/sh\necho \"scontrol $*\" >> " + calls +
+                             "\nif [ \"$1\" = requeue ]; then kill -TERM $$; fi\n"
+                             "echo \"JobId=999999 JobName=t JobState=RUNNING Restarts=" + std::to_string(restarts) +
+                             " BatchFlag=1\"\n";
+    train::test::write_file(fake + "/scontrol", std::vector<uint8_t>(body.begin(), body.end()));
+    ::chmod((fake + "/scontrol").c_str(), 0755);
+    auto r = run_program({"bash", "-c", "PATH=" + fake + ":$PATH " + train_cmd(d.file("ck"))},
+                         {"TRAIN_FAULT_SIGNAL_AT_STEP=3:USR2", "SLURM_JOB_ID=999999"}, 300);
+    EXPECT_EQ(r.exit_code, 75) << r.err;
+    const auto j = last_json(r.out);
+    EXPECT_EQ(j["event"], "preempted") << r.out;
+    EXPECT_EQ(j["requeued"], restarts == 1) << r.err;
+    const std::string called = train::test::read_text(calls);
+    EXPECT_NE(called.find("scontrol requeue 999999"), std::string::npos) << called;
+    EXPECT_NE(called.find("scontrol show job -o 999999"), std::string::npos) << called;
+    if (restarts == 1) {
+      EXPECT_NE(r.err.find("requeued job 999999 (scontrol ended with status 143"), std::string::npos) << r.err;
+    } else {
+      EXPECT_NE(r.err.find("scontrol requeue 999999 failed: scontrol was killed by signal 15 and SLURM counts no new restart"),
+                std::string::npos) << r.err;
+    }
+  }
+}
