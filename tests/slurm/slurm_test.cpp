@@ -379,14 +379,15 @@ TEST_F(SlurmTest, PlainScancelCancelsWithoutRequeue) {
     EXPECT_EQ(p->exit_code(), 0) << p->err();
   });
   ASSERT_FALSE(job.id.empty());
-  const std::string log = test::read_text(dir.file("logs/ddp-" + job.id + ".out"));
   // sbatch --wait returns once the job is cancelled, while its nodes may still be COMPLETING it
-  // (the step's cleanup); wait for the final state, which also gives the next test idle nodes.
+  // (the step's cleanup, during which train writes its checkpoint and last lines); wait for the
+  // final state before reading the log, which also gives the next test idle nodes.
   std::string state = job_state(job.id, env_, dir.path());
   for (int i = 0; i < 600 && state == "COMPLETING"; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     state = job_state(job.id, env_, dir.path());
   }
+  const std::string log = test::read_text(dir.file("logs/ddp-" + job.id + ".out"));
   EXPECT_EQ(state, "CANCELLED") << log;
   EXPECT_TRUE(contains(log, "stopping for SIGTERM (cancelled: no requeue)")) << log;
   EXPECT_TRUE(contains(log, "cancelled: not requeued; to go on, run train again with --checkpoint-dir checkpoints/ddp-" +
