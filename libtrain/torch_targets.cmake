@@ -12,6 +12,7 @@ add_library(train STATIC
   ${CMAKE_CURRENT_LIST_DIR}/src/profile.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/process_group.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/sampler.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/src/step_choice.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/train_step.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/trainer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/training_state.cpp)

@@ -10,6 +10,8 @@
 #include "train/error.h"
 #include "train/models/model.h"
 
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
 namespace train {
@@ -45,6 +47,19 @@ OptimizerBuilder optimizer_for(const TrainConfig& c, const catalog::Recipe& r) {
   const double lr = c.lr > 0 ? c.lr : r.lr;
   const double wd = c.weight_decay >= 0 ? c.weight_decay : r.weight_decay;
   const double momentum = c.momentum;
+  if (name == "adam" || name == "adamw") {
+    // torch.optim's defaults where the recipe's (made for Adadelta or SGD) don't fit.
+    const double alr = c.lr > 0 ? c.lr : 1e-3;
+    const double awd = c.weight_decay >= 0 ? c.weight_decay : (name == "adamw" ? 1e-2 : 0.0);
+    if (name == "adam") {
+      return [alr, awd](const std::vector<at::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
+        return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(alr).weight_decay(awd));
+      };
+    }
+    return [alr, awd](const std::vector<at::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
+      return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(alr).weight_decay(awd));
+    };
+  }
   if (name == "adadelta") {
     return [lr, wd](const std::vector<at::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
       return std::make_unique<optim::Adadelta>(params, optim::AdadeltaOptions(lr).weight_decay(wd));
@@ -94,6 +109,7 @@ TrainResult run_training(const TrainConfig& c, const DistEnv& env) {
   spec.optimizer = optimizer_for(c, recipe);
   spec.lr_schedule = step_lr(c.gamma > 0 ? c.gamma : recipe.gamma);
   spec.batch_size = recipe.batch_size;
+  if (c.model == "mnist") spec.auto_bf16_batch = kAutoBf16Batch;  // measured there only (docs/gpu.md)
   return trainer.fit(spec);
 }
 

@@ -74,15 +74,15 @@ void add_model_and_data_flags(CLI::App& app, TrainConfig& c) {
       ->check(positive("per-rank batch size", "leave --batch-size out for the recipe's, or e.g. --batch-size 64"));
   app.add_option("--test-batch-size", c.test_batch_size, "evaluation batch size")->capture_default_str()
       ->check(positive("batch size", "e.g. --test-batch-size 1000"));
-  app.add_option("--lr", c.lr, "learning rate (default: recipe's, Adadelta 1.0, SGD 0.1)")
+  app.add_option("--lr", c.lr, "learning rate (default: recipe's, Adadelta 1.0, SGD 0.1; Adam/AdamW 1e-3)")
       ->check(positive("learning rate", "the recipes use 1.0 (Adadelta) and 0.1 (SGD)"));
   app.add_option("--gamma", c.gamma, "StepLR factor per epoch (default: recipe's, 0.7 for mnist)")
       ->check(number("a factor in (0, 1]", [](double v) { return v > 0 && v <= 1; }, "the MNIST recipe uses 0.7"));
-  app.add_option("--optimizer", c.optimizer, "auto | adadelta | sgd")->capture_default_str()
-      ->check(one_of({"auto", "adadelta", "sgd"}, "auto takes the model's recipe"));
+  app.add_option("--optimizer", c.optimizer, "auto | adadelta | sgd | adam | adamw")->capture_default_str()
+      ->check(one_of({"auto", "adadelta", "sgd", "adam", "adamw"}, "auto takes the model's recipe"));
   app.add_option("--momentum", c.momentum, "SGD momentum")->capture_default_str()
       ->check(number("a momentum in [0, 1)", [](double v) { return v >= 0 && v < 1; }, "the CIFAR-10 recipe uses 0.9"));
-  app.add_option("--weight-decay", c.weight_decay, "weight decay (default: recipe's, SGD 1e-4)")
+  app.add_option("--weight-decay", c.weight_decay, "weight decay (default: recipe's, SGD 1e-4; Adam 0, AdamW 1e-2)")
       ->check(non_negative("a weight decay of 0 or more", "the CIFAR-10 recipe uses 1e-4"));
   app.add_option("--seed", c.seed, "random seed (model init, dropout, sampler)")->capture_default_str();
   app.add_option("--max-steps", c.max_steps, "stop after this many optimizer steps (0: no limit)")->capture_default_str()

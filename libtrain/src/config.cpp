@@ -54,7 +54,9 @@ void validate(const TrainConfig& c) {
     bad("--resume", "auto, never or the path of a checkpoint file", "'" + c.resume + "', which is not a file", "list the checkpoints with ls CHECKPOINT_DIR");
   }
   if (c.tf32 != "auto" && c.tf32 != "on" && c.tf32 != "off") bad("--tf32", "auto, on or off", "'" + c.tf32 + "'", "");
-  if (c.optimizer != "auto" && c.optimizer != "adadelta" && c.optimizer != "sgd") bad("--optimizer", "auto, adadelta or sgd", "'" + c.optimizer + "'", "");
+  if (c.optimizer != "auto" && c.optimizer != "adadelta" && c.optimizer != "sgd" && c.optimizer != "adam" && c.optimizer != "adamw") {
+    bad("--optimizer", "auto, adadelta, sgd, adam or adamw", "'" + c.optimizer + "'", "");
+  }
   if (c.lr != -1 && !(c.lr > 0)) bad("--lr", "a positive learning rate", fmt("%g", c.lr), "the recipe's default is 1.0 (Adadelta) or 0.1 (SGD)");
   if (c.gamma != -1 && !(c.gamma > 0 && c.gamma <= 1)) bad("--gamma", "a factor in (0, 1]", fmt("%g", c.gamma), "the MNIST recipe uses 0.7");
   if (c.cuda_graph != "auto" && c.cuda_graph != "on" && c.cuda_graph != "off") bad("--cuda-graph", "auto, on or off", "'" + c.cuda_graph + "'", "");

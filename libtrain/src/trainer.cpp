@@ -14,6 +14,7 @@
 #include "train/sha256.h"
 #include "train/training_state.h"
 #include "profile.h"
+#include "step_choice.h"
 #include "train_step.h"
 
 #include <ATen/Context.h>
@@ -272,6 +273,10 @@ struct Trainer::Impl {
   // peer memory: the step makes no NCCL call, and a process that merely has an NCCL process
   // group runs it ~4% slower (docs/benchmarks.md), so the group is Gloo.
   bool peer_step_alone() const;
+  detail::StepChoice choose_step() const {
+    return detail::choose_step(device.is_cuda(), c.cuda_graph, spec->lr_schedule.every == LrSchedule::Every::step,
+                               *optimizer);
+  }
   void build_model();
   std::string shape_json(double lr0) const;
   void resume();
@@ -342,8 +347,8 @@ torch::nn::Module* Trainer::model() const { return impl_->model.module.get(); }
 TrainResult Trainer::fit(const TrainSpec& spec) {
   Impl& t = *impl_;
   t.setup(spec);
+  t.build_model();  // before connect(): the optimizer decides whether the step is captured
   t.connect();
-  t.build_model();
   t.resume();
   if (t.pg) {
     DdpOptions dopt;
@@ -381,8 +386,8 @@ void Trainer::Impl::setup(const TrainSpec& s) {
 
 bool Trainer::Impl::peer_step_alone() const {
   if (c.backend != "auto" || !device.is_cuda() || env.world_size != 2 || env.local_world_size != 2) return false;
-  if (c.cuda_graph == "off" || c.graph_allreduce != "in-graph" || c.peer_allreduce == "off") return false;
-  if (spec->lr_schedule.every == LrSchedule::Every::step) return false;  // eager steps: NCCL's all-reduce
+  if (c.graph_allreduce != "in-graph" || c.peer_allreduce == "off") return false;
+  if (!choose_step().graph) return false;  // eager steps average through NCCL
   // The other rank's GPU is the other local rank's index where both are visible (not under
   // SLURM's per-task binding, where this can't be checked here).
   if (device.index() != env.local_rank) return false;
@@ -525,18 +530,14 @@ void Trainer::Impl::apply_resumed(torch::serialize::InputArchive& a, const std::
             std::to_string(prog().step) + ", " + std::to_string(prog().batches_done) + " batches into the epoch");
 }
 
-// --precision auto: bf16 autocast for large per-rank batches on a GPU that has bf16 (measured
-// within half a point of fp32's accuracy there), fp32 otherwise; on the CPU always fp32.
+// --precision auto: bf16 autocast only where the spec measured it (TrainSpec::auto_bf16_batch),
+// fp32 otherwise; on the CPU always fp32.
 std::string Trainer::Impl::resolve_precision() const {
-  if (!device.is_cuda()) return "fp32";
-  if (c.precision != "auto") return c.precision;
-  const bool bf16 = batch >= kAutoBf16Batch && detail::cuda_bf16_supported(device);
-  log::info(std::string("--precision auto: ") +
-            (bf16 ? "bf16 autocast (batch " + std::to_string(batch) + " per rank >= " + std::to_string(kAutoBf16Batch) +
-                        "); --precision fp32 keeps float32"
-                  : "fp32 (bf16 is picked for batches of " + std::to_string(kAutoBf16Batch) +
-                        " or more per rank on GPUs that have it)"));
-  return bf16 ? "bf16" : "fp32";
+  const bool cuda = device.is_cuda();
+  const detail::PrecisionChoice p = detail::resolve_precision(
+      cuda, cuda && detail::cuda_bf16_supported(device), c.precision, spec->auto_bf16_batch, batch);
+  if (!p.why.empty()) log::info(p.why);
+  return p.precision;
 }
 
 void Trainer::Impl::make_step() {
@@ -553,13 +554,12 @@ void Trainer::Impl::make_step() {
   parts.world_size = env.world_size;
   parts.graph_allreduce = c.graph_allreduce;
   parts.peer_allreduce = c.peer_allreduce;
-  bool graph = device.is_cuda() && c.cuda_graph != "off";
-  if (graph && spec->lr_schedule.every == LrSchedule::Every::step) {
-    // The rate is baked into a captured step; one that changes every step can't be replayed.
-    if (c.cuda_graph == "on") log::warn("--cuda-graph on: the LR schedule changes every step, so the step runs eagerly");
-    graph = false;
+  const detail::StepChoice choice = choose_step();
+  if (!choice.why_eager.empty()) {
+    const std::string line = "--cuda-graph " + c.cuda_graph + ": the step runs eagerly: " + choice.why_eager;
+    choice.warn ? log::warn(line) : log::info(line);
   }
-  train_step = graph ? detail::make_cuda_graph_step(parts, batch) : detail::make_eager_step(parts);
+  train_step = choice.graph ? detail::make_cuda_graph_step(parts, batch) : detail::make_eager_step(parts);
   log::info("training step: " + train_step->describe());
 }
 

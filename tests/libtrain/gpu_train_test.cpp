@@ -71,6 +71,33 @@ TEST(TrainGpu, CudaGraphStepEqualsEagerStep) {
   }
 }
 
+// torch::optim::AdamW computes its bias correction on the host from a host step count: a captured
+// step would replay the capture-time value for ever and train differently from the eager step.
+// So --cuda-graph on runs it eagerly, warns why, and lands on the eager step's bits.
+TEST(TrainGpu, HostStateOptimizerRunsEagerlyWithTheEagerBits) {
+  const int gpus = gpu_count();
+  if (gpus < 1) GTEST_SKIP() << "needs a CUDA GPU, found " << gpus << ": run scripts/gpu-check.sh on a node with a GPU (docs/gpu.md)";
+  if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+  for (const char* opt : {"adam", "adamw"}) {
+    auto with = [&](const std::string& graph) {
+      return gpu_args({"--epochs", "1", "--limit-train-samples", "3200", "--limit-test-samples", "1000", "--no-dropout",
+                       "--deterministic", "--tf32", "off", "--precision", "fp32", "--optimizer", opt, "--cuda-graph",
+                       graph});
+    };
+    auto eager = run_program(with("off"));
+    ASSERT_EQ(eager.exit_code, 0) << eager.err;
+    auto on = run_program(with("on"));
+    ASSERT_EQ(on.exit_code, 0) << on.err;
+    EXPECT_NE(on.err.find("--cuda-graph on: the step runs eagerly: torch::optim::Adam"), std::string::npos) << on.err;
+    EXPECT_NE(on.err.find("bias correction"), std::string::npos) << on.err;
+    EXPECT_NE(on.err.find("training step: eager"), std::string::npos) << on.err;
+    const auto je = done(eager), jo = done(on);
+    std::printf("[%s, --cuda-graph on vs off] sha %s vs %s\n", opt, jo["params_sha256"].get<std::string>().c_str(),
+                je["params_sha256"].get<std::string>().c_str());
+    EXPECT_EQ(jo["params_sha256"], je["params_sha256"]);
+  }
+}
+
 // --precision auto picks bf16 autocast (fp32 master weights) for per-rank batches of 512 and more
 // (train::kAutoBf16Batch): there it must reach fp32's test accuracy within 0.5 points, averaged
 // over 3 seeds, after the same 3 epochs of full Fashion-MNIST at batch 512. At batch 64, where bf16

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <map>
 
 using train::test::bin;
 using train::test::run_program;
@@ -84,6 +85,31 @@ TEST(TrainCli, DdpOnOneRankTrainsTheSameParameters) {
   EXPECT_NEAR(jd["images_per_sec_steady"].get<double>(), jd["images_per_sec"].get<double>(),
               1e-9 * jd["images_per_sec"].get<double>());
   EXPECT_EQ(jp["checkpoint_seconds"].get<double>(), 0.0);  // no --checkpoint-dir
+}
+
+// --optimizer adam / adamw: torch::optim's, with torch.optim's defaults (lr 1e-3; AdamW weight
+// decay 1e-2), deterministic, and different from each other and from the recipe's Adadelta.
+TEST(TrainCli, AdamAndAdamWTrainDeterministically) {
+  const std::string dir = train::test::fashion_mnist_dir();
+  if (dir.empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  std::map<std::string, std::string> sha;
+  for (const char* opt : {"adadelta", "adam", "adamw"}) {
+    auto args = small_run(dir, "640");
+    args.insert(args.end(), {"--optimizer", opt, "--limit-test-samples", "500"});
+    auto r = run_program(args);
+    ASSERT_EQ(r.exit_code, 0) << opt << ": " << r.err;
+    auto j = done_line(r);
+    EXPECT_EQ(j["steps"], 10);
+    EXPECT_GT(j["test_accuracy"].get<double>(), 0.3) << opt << ": " << r.err;  // chance is 0.1
+    sha[opt] = j["params_sha256"].get<std::string>();
+    if (std::string(opt) == "adamw") {
+      auto again = run_program(args);
+      ASSERT_EQ(again.exit_code, 0) << again.err;
+      EXPECT_EQ(done_line(again)["params_sha256"], j["params_sha256"]);
+    }
+  }
+  EXPECT_NE(sha["adam"], sha["adamw"]);
+  EXPECT_NE(sha["adam"], sha["adadelta"]);
 }
 
 TEST(TrainCli, TruncatedImagesFileFailsCleanlyNamingIt) {

@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -149,6 +150,11 @@ struct TrainSpec {
   std::vector<std::shared_ptr<Callback>> callbacks;
   /// Per-rank batch size (TrainConfig::batch_size wins when it is set).
   int64_t batch_size = 64;
+  /// Where --precision auto (the default) may train this model in bf16 autocast: from this many
+  /// samples per rank up, on GPUs that have bf16. Unset (the default): fp32, since bf16's accuracy
+  /// is yours to measure; --precision bf16 asks for it outright. The built-in MNIST recipe sets
+  /// kAutoBf16Batch, where bf16 was measured within half a point of fp32.
+  std::optional<int64_t> auto_bf16_batch;
 };
 
 /// Trains a TrainSpec under a TrainConfig (the `train` flags: epochs, seed, device, checkpoints,
