@@ -106,5 +106,7 @@ if(TRAIN_WITH_TORCH)
       "${_train_cuda_torch}, nccl.h: '${TRAIN_NCCL_INCLUDE_DIR}'.\n"
       "Hint: install a CUDA build of torch (its wheel brings nvidia/nccl/include), or use TRAIN_NCCL=AUTO.")
   endif()
+  # A CUDA build of libtrain: torch with CUDA and nccl.h (src/cuda/*.cpp compile; src/cpu/no_cuda.cpp otherwise).
+  set(TRAIN_HAVE_CUDA ${TRAIN_HAVE_NCCL})
   message(STATUS "libtrain: torch ${Torch_VERSION} at ${TRAIN_TORCH_ROOT}; NCCL path: ${TRAIN_HAVE_NCCL}")
 endif()

@@ -9,13 +9,6 @@
 
 #include "train/error.h"
 
-#ifdef TRAIN_HAVE_FUSED_CUDA
-#include "cuda/adadelta_fused.h"
-
-#include <ATen/ops/full.h>
-#include <c10/cuda/CUDAGraphsC10Utils.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
 
 #include <torch/autograd.h>
 
@@ -165,67 +158,6 @@ bool Adadelta::step_fused(const std::vector<torch::Tensor>& subset, const FusedL
   return true;
 }
 
-bool Adadelta::fused_update(size_t group_index, const std::vector<torch::Tensor>& params, const AdadeltaOptions& o,
-                            bool launch, const FusedLaunch* launcher) {
-#ifdef TRAIN_HAVE_FUSED_CUDA
-  for (const auto& p : params) {
-    const torch::Tensor& g = p.grad();
-    if (!p.is_cuda() || g.is_sparse() || p.scalar_type() != at::kFloat || g.scalar_type() != at::kFloat ||
-        !p.is_non_overlapping_and_dense() || g.strides() != p.strides() || g.device() != p.device() ||
-        p.device() != params.front().device()) {
-      return false;
-    }
-  }
-  // The rate lives on the device: eager steps refresh it, a captured step reads whatever
-  // sync_lr_to_device() last wrote. (A first update inside a capture keeps the foreach path,
-  // whose rate the graph bakes in.)
-  const bool capturing = c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
-  if (device_lr_.size() <= group_index) device_lr_.resize(group_index + 1);
-  DeviceLr& lr = device_lr_[group_index];
-  if (!lr.tensor.defined() && capturing) return false;
-  std::vector<detail::AdadeltaFusedTensor> tensors;
-  std::vector<AdadeltaParamState*> states;
-  for (const auto& p : params) {
-    auto& st = state_for(p);
-    states.push_back(&st);
-    if (st.square_avg().strides() != p.strides() || st.acc_delta().strides() != p.strides() ||
-        st.square_avg().scalar_type() != at::kFloat || st.acc_delta().scalar_type() != at::kFloat ||
-        st.square_avg().device() != p.device() || st.acc_delta().device() != p.device()) {
-      return false;  // e.g. state loaded in another layout or place: the foreach path copes (or says why)
-    }
-    tensors.push_back({p.data_ptr<float>(), p.grad().const_data_ptr<float>(), st.square_avg().data_ptr<float>(),
-                       st.acc_delta().data_ptr<float>(), p.numel()});
-  }
-  if (!launch) return true;
-  if (!lr.tensor.defined()) {
-    lr.tensor = at::full({1}, o.lr(), params.front().options().dtype(at::kFloat));
-    lr.value = o.lr();
-  }
-  for (AdadeltaParamState* st : states) st->step(st->step() + 1);  // bookkeeping only: unused by the update
-  detail::AdadeltaFusedOptions fo;
-  fo.lr = static_cast<float>(o.lr());
-  fo.rho = static_cast<float>(o.rho());
-  fo.eps = static_cast<float>(o.eps());
-  fo.weight_decay = static_cast<float>(o.weight_decay());
-  fo.maximize = o.maximize();
-  if (!capturing && lr.value != o.lr()) {  // an eager step with a new rate: one small copy
-    lr.tensor.fill_(o.lr());
-    lr.value = o.lr();
-  }
-  fo.lr_device = lr.tensor.const_data_ptr<float>();
-  if (launcher != nullptr) {
-    (*launcher)(tensors.data(), static_cast<int>(tensors.size()), fo);
-    return true;
-  }
-  const auto stream = c10::cuda::getCurrentCUDAStream(params.front().device().index());
-  const int rc = detail::adadelta_fused_launch(tensors.data(), static_cast<int>(tensors.size()), fo, stream.stream());
-  TORCH_CHECK(rc == 0, "the fused Adadelta kernel failed to launch (CUDA error ", rc, ")");
-  return true;
-#else
-  (void)group_index, (void)params, (void)o, (void)launch, (void)launcher;
-  return false;
-#endif
-}
 
 // On CUDA, one kernel per operation for the whole group (torch's foreach ops) instead of one per
 // parameter: the same elementwise arithmetic in a tenth of the launches. The CPU keeps the

@@ -10,10 +10,6 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#ifdef TRAIN_HAVE_NCCL
-#include <c10/cuda/CUDAGuard.h>
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#endif
 
 #include <cstdlib>
 #include <cstring>
@@ -156,17 +152,6 @@ void ProcessGroupImpl::wait(const c10::intrusive_ptr<c10d::Work>& work, const st
   guarded(op, [&] { work->wait(timeout); });
 }
 
-void* ProcessGroupImpl::nccl_comm() const {
-#ifdef TRAIN_HAVE_NCCL
-  auto nccl = c10::dynamic_intrusive_pointer_cast<c10d::ProcessGroupNCCL>(pg);
-  if (!nccl) return nullptr;
-  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_index));  // getCommPtr asks the current device
-  return reinterpret_cast<void*>(nccl->getCommPtr());
-#else
-  return nullptr;
-#endif
-}
-
 }  // namespace detail
 
 ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -231,19 +216,10 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const DistEnv& env,
                                  : "small allreduces use Gloo (" + why + ")");
     }
   } else {
-#ifdef TRAIN_HAVE_NCCL
     impl->guarded("creating the NCCL backend", [&] {
-      auto o = c10d::ProcessGroupNCCL::Options::create();
-      o->timeout = options.timeout;
-      auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl->store, env.rank, env.world_size, o);
-      nccl->setBoundDeviceId(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(options.device_index)));
-      impl->pg = nccl;
+      impl->pg = detail::make_nccl_backend(impl->store, env.rank, env.world_size, options.timeout,
+                                           options.device_index);
     });
-#else
-    throw ConfigError("--backend nccl: this build of libtrain has no NCCL support.",
-                      "rebuild against a CUDA build of torch with nccl.h available (TRAIN_NCCL=ON), "
-                      "or use --backend gloo.");
-#endif
   }
   return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
 }

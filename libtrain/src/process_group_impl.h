@@ -28,6 +28,11 @@ inline std::optional<ShmGroup::DType> shm_dtype_of(at::ScalarType type) {
   }
 }
 
+/// c10d's NCCL backend bound to CUDA device `device_index` (cuda/nccl_backend.cpp). Builds
+/// without CUDA throw train::ConfigError.
+c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
+                                                    std::chrono::milliseconds timeout, int device_index);
+
 struct ProcessGroupImpl {
   ~ProcessGroupImpl() { stop_heartbeat(); }  // also when create() fails after the rendezvous
   DistEnv env;
@@ -68,7 +73,8 @@ struct ProcessGroupImpl {
   /// Waits for work with the group's timeout, translating failures like guarded().
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& op);
   /// The NCCL backend's communicator for this rank's device (an ncclComm_t), once a collective
-  /// has created it; null for Gloo, before the first collective, or in a build without NCCL.
+  /// has created it; null for Gloo, before the first collective, or in a build without CUDA
+  /// (cuda/nccl_backend.cpp; cpu/no_cuda.cpp).
   void* nccl_comm() const;
 };
 

@@ -13,16 +13,16 @@
 #include "train/sampler.h"
 #include "train/sha256.h"
 #include "train/training_state.h"
+#include "comm/comm_plan.h"
+#include "comm/reducer.h"
+#include "device/train_device.h"
 #include "profile.h"
+#include "step/train_step.h"
 #include "step_choice.h"
-#include "train_step.h"
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
-#include <c10/core/Event.h>
-#include <c10/core/impl/VirtualGuardImpl.h>
 #include <nlohmann/json.hpp>
-#include <torch/cuda.h>
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/serialize.h>
@@ -83,38 +83,6 @@ int pick_threads(const TrainConfig& c, const DistEnv& env) {
   if (cores <= 0) cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const bool shared = cores >= static_cast<int>(std::thread::hardware_concurrency());
   return std::max(1, shared ? cores / std::max(1, env.local_world_size) : cores);
-}
-
-at::Device pick_device(const TrainConfig& c, const DistEnv& env) {
-  const bool want_cuda = c.device == "cuda" || (c.device == "auto" && c.backend != "gloo");
-  if (c.device == "cpu" || !want_cuda) return at::Device(at::kCPU);
-  const int count = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
-  if (count == 0) {
-    // SLURM gave this job GPUs but CUDA sees none: stop rather than train on the CPU unasked.
-    check_allocated_gpus_usable(current_environment(), c.device, 0,
-                                "torch reports " + std::to_string(count) + " CUDA devices");
-    if (c.device == "auto") return at::Device(at::kCPU);
-    const char* vis = std::getenv("CUDA_VISIBLE_DEVICES");
-    throw ConfigError("--device cuda: expected a visible CUDA device, found none (CUDA_VISIBLE_DEVICES=" +
-                          std::string(vis ? vis : "<unset>") + ").",
-                      "ask SLURM for GPUs (--gres=gpu:N or --gpus-per-node=N) and run on a GPU "
-                      "partition, or use --device cpu.");
-  }
-  // The launcher's rule: cuda:<local rank>, or cuda:0 when SLURM binds GPUs per task; too few
-  // GPUs for the node's ranks is an error naming both counts.
-  return at::Device(train::choose_device(env, count, "nccl", current_environment()).device);
-}
-
-Backend choose_backend(const TrainConfig& c, const at::Device& device) {
-  if (c.backend == "gloo") return Backend::gloo;
-  if (c.backend == "nccl") {
-    if (!device.is_cuda()) {
-      throw ConfigError("--backend nccl: expected a CUDA device, found the run on cpu.",
-                        "use --backend gloo for CPU runs, or --device cuda on a GPU node.");
-    }
-    return Backend::nccl;
-  }
-  return device.is_cuda() ? Backend::nccl : Backend::gloo;
 }
 
 void set_lr(torch::optim::Optimizer& opt, double lr) {
@@ -233,8 +201,8 @@ struct Trainer::Impl {
   TrainConfig c;
   DistEnv env;
   int threads = 1;
-  at::Device device{at::kCPU};
-  Backend backend = Backend::gloo;
+  std::unique_ptr<detail::TrainDevice> dev;  // what differs between the CPU and a GPU
+  at::Device device{at::kCPU};               // dev's
 
   // While fit() runs.
   const TrainSpec* spec = nullptr;
@@ -243,6 +211,7 @@ struct Trainer::Impl {
   ModelHandle model;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::unique_ptr<CheckpointDir> ckdir;
+  detail::CommPlan plan;  // how the gradients travel (connect())
   std::unique_ptr<DistributedDataParallel> ddp;
   std::unique_ptr<Preemption> preemption;
   std::unique_ptr<MetricsWriter> metrics;
@@ -252,10 +221,9 @@ struct Trainer::Impl {
   std::unique_ptr<detail::TrainStep> train_step;
   double step_lr = -1;                 // the rate the step was last run (or captured) with
   std::vector<double> epoch_ips;       // images/s of each epoch this process trained
-  // CUDA: a progress line waits for its loss to arrive in pinned memory instead of syncing.
+  // A progress line waits for its loss to arrive from the device instead of syncing.
   struct PendingLine {
-    at::Tensor loss;  // pinned host copy
-    std::shared_ptr<c10::Event> ready;
+    std::shared_ptr<detail::PendingValue> loss;
     int epoch = 0;
     int64_t step = 0, b = 0, batches = 0, seen = 0;
     double ips = 0, lr = 0;
@@ -269,12 +237,8 @@ struct Trainer::Impl {
 
   void setup(const TrainSpec& s);
   void connect();
-  // --backend auto with 2 GPUs of one machine whose CUDA-graph step averages through the GPUs'
-  // peer memory: the step makes no NCCL call, and a process that merely has an NCCL process
-  // group runs it ~4% slower (docs/benchmarks.md), so the group is Gloo.
-  bool peer_step_alone() const;
   detail::StepChoice choose_step() const {
-    return detail::choose_step(device.is_cuda(), c.cuda_graph, spec->lr_schedule.every == LrSchedule::Every::step,
+    return detail::choose_step(dev->gpu(), c.cuda_graph, spec->lr_schedule.every == LrSchedule::Every::step,
                                *optimizer);
   }
   void build_model();
@@ -286,9 +250,11 @@ struct Trainer::Impl {
   void make_step();
   std::string resolve_precision() const;
   bool check_stop(Clock::time_point t0, double earlier_segments);
-  // CUDA with NCCL (or one rank): the stop flags travel in device memory, posted and read later
-  // without host syncs; Gloo sums them on the host (shared memory on one machine).
-  bool device_stop_flags() const { return device.is_cuda() && (!pg || pg->backend() == Backend::nccl); }
+  // The stop flags travel in device memory, posted and read later without host syncs (GPUs with
+  // NCCL or one rank); else ranks sum them on the host (shared memory on one machine).
+  bool device_stop_flags() const {
+    return dev->stop_flags_on_device(pg ? std::optional<Backend>(pg->backend()) : std::nullopt);
+  }
   void log_progress(int64_t b, int64_t batches, int64_t start, const at::Tensor& loss, double& t_log_images,
                     Clock::time_point& t_log);
   void print_line(const PendingLine& line, double loss);
@@ -312,29 +278,8 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : impl_(std::make_unique<Impl>
   validate(t.c);
   t.threads = pick_threads(t.c, t.env);
   at::set_num_threads(t.threads);
-  t.device = pick_device(t.c, t.env);
-  t.backend = choose_backend(t.c, t.device);
-  if (t.device.is_cuda()) {
-    detail::use_cuda_device(t.device);
-    if (t.c.tf32 != "auto" || t.c.precision == "tf32") {
-      const bool on = t.c.precision == "tf32" || t.c.tf32 == "on";
-      at::globalContext().setAllowTF32CuDNN(on);
-      at::globalContext().setAllowTF32CuBLAS(on);
-    }
-    // cuDNN's autotuning times every algorithm for each new shape: seconds at start that a short
-    // run never earns back, so it is opt-in (--cudnn-benchmark).
-    at::globalContext().setDeterministicCuDNN(t.c.deterministic);
-    at::globalContext().setBenchmarkCuDNN(t.c.cudnn_benchmark && !t.c.deterministic);
-  } else if (const bool precision_set = t.c.precision != "fp32" && t.c.precision != "auto";
-             t.c.cuda_graph == "on" || precision_set || t.c.channels_last == "on" || t.c.peer_allreduce == "on") {
-    const std::string flag = t.c.cuda_graph == "on"      ? "--cuda-graph on"
-                             : precision_set              ? "--precision " + t.c.precision
-                             : t.c.channels_last == "on" ? "--channels-last on"
-                                                          : "--peer-allreduce on";
-    throw ConfigError(flag +
-                          ": expected a CUDA device, found the run on " + t.device.str() + ".",
-                      "these settings need a GPU; on the CPU leave them at their defaults.");
-  }
+  t.dev = detail::TrainDevice::create(detail::TrainDevice::pick(t.c, t.env), t.c);
+  t.device = t.dev->device();
 }
 
 Trainer::~Trainer() = default;
@@ -353,6 +298,7 @@ TrainResult Trainer::fit(const TrainSpec& spec) {
   if (t.pg) {
     DdpOptions dopt;
     dopt.bucket_cap_mb = t.c.bucket_cap_mb;
+    dopt.split_first_module = t.plan.peer;
     t.ddp = std::make_unique<DistributedDataParallel>(t.model.module, t.pg, dopt);
   }
   t.make_step();
@@ -384,23 +330,20 @@ void Trainer::Impl::setup(const TrainSpec& s) {
   result.world_size = env.world_size;
 }
 
-bool Trainer::Impl::peer_step_alone() const {
-  if (c.backend != "auto" || !device.is_cuda() || env.world_size != 2 || env.local_world_size != 2) return false;
-  if (c.graph_allreduce != "in-graph" || c.peer_allreduce == "off") return false;
-  if (!choose_step().graph) return false;  // eager steps average through NCCL
-  // The other rank's GPU is the other local rank's index where both are visible (not under
-  // SLURM's per-task binding, where this can't be checked here).
-  if (device.index() != env.local_rank) return false;
-  return detail::cuda_peer_access(device.index(), 1 - env.local_rank);
-}
-
+// How the gradients will travel (comm/comm_plan.h), then the process group.
 void Trainer::Impl::connect() {
+  detail::CommFacts f;
+  f.gpu = dev->gpu();
+  f.world_size = env.world_size;
+  f.local_world_size = env.local_world_size;
+  f.local_rank = env.local_rank;
+  f.device_index = device.index();
+  f.graph_step = choose_step().graph;
+  f.peer_kernels = dev->peer_kernels();
+  f.peer_access_to_other = env.local_world_size == 2 && dev->peer_access(1 - env.local_rank);
+  plan = detail::plan_comm(c, f);
   if (env.world_size <= 1 && !c.ddp_single_rank) return;
-  if (peer_step_alone()) {
-    backend = Backend::gloo;
-    log::info("backend gloo (--backend auto): the 2 GPUs average gradients inside the CUDA graph through each "
-              "other's memory, and an NCCL process group would only slow the step; --backend nccl keeps NCCL");
-  }
+  if (!plan.why.empty()) log::info(plan.why);
   DistEnv e = env;
   if (env.world_size <= 1) {
     e.master_addr = "127.0.0.1";
@@ -408,19 +351,18 @@ void Trainer::Impl::connect() {
     e.agent_store = false;  // ours, even under torchrun
   }
   ProcessGroupOptions po;
-  po.backend = backend;
+  po.backend = plan.backend;
   po.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.dist_timeout_sec * 1000));
-  po.device_index = device.is_cuda() ? device.index() : 0;
+  po.device_index = std::max<int>(0, device.index());  // the CPU's is -1
   po.shared_memory_allreduce = c.shm_allreduce == "auto";
   log::info("rendezvous: " + std::to_string(e.world_size) + " ranks at " + e.master_addr + ":" +
-            std::to_string(e.master_port) + ", backend " + to_string(backend));
+            std::to_string(e.master_port) + ", backend " + to_string(plan.backend));
   pg = ProcessGroup::create(e, po);
 }
 
 // The model is built right after seeding, so every rank (and every run) starts from the same weights.
 void Trainer::Impl::build_model() {
-  torch::manual_seed(c.seed);
-  if (device.is_cuda()) torch::cuda::manual_seed_all(c.seed);
+  torch::manual_seed(c.seed);  // also every GPU's generator
   model = spec->model();
   if (!model.module || !model.forward) {
     throw ConfigError("TrainSpec::model: expected a module and its forward, found " +
@@ -428,14 +370,7 @@ void Trainer::Impl::build_model() {
                       "return train::wrap_model(your_module) from the builder.");
   }
   model.module->to(device);
-  if (device.is_cuda() && c.channels_last == "on") {
-    // Same values, NHWC strides: cuDNN then convolves without converting layouts, and the
-    // activations, gradients and optimizer state follow the weights' layout.
-    torch::NoGradGuard no_grad;
-    for (auto& p : model.module->parameters()) {
-      if (p.dim() == 4) p.set_data(p.contiguous(at::MemoryFormat::ChannelsLast));
-    }
-  }
+  dev->prepare_model(*model.module);
   model.module->train();
   optimizer = spec->optimizer(model.module->parameters());
   if (!optimizer || optimizer->param_groups().empty()) {
@@ -490,8 +425,7 @@ void Trainer::Impl::resume() {
       }
     }
     if (pg) {
-      at::Tensor t = torch::tensor({chosen}, at::kLong);
-      if (device.is_cuda()) t = t.to(device);
+      at::Tensor t = torch::tensor({chosen}, at::kLong).to(device);
       pg->broadcast(t, 0);
       chosen = t.cpu().item<int64_t>();
       if (env.rank != 0 && chosen >= 0) {
@@ -533,9 +467,8 @@ void Trainer::Impl::apply_resumed(torch::serialize::InputArchive& a, const std::
 // --precision auto: bf16 autocast only where the spec measured it (TrainSpec::auto_bf16_batch),
 // fp32 otherwise; on the CPU always fp32.
 std::string Trainer::Impl::resolve_precision() const {
-  const bool cuda = device.is_cuda();
-  const detail::PrecisionChoice p = detail::resolve_precision(
-      cuda, cuda && detail::cuda_bf16_supported(device), c.precision, spec->auto_bf16_batch, batch);
+  const detail::PrecisionChoice p =
+      detail::resolve_precision(dev->gpu(), dev->bf16_supported(), c.precision, spec->auto_bf16_batch, batch);
   if (!p.why.empty()) log::info(p.why);
   return p.precision;
 }
@@ -549,11 +482,12 @@ void Trainer::Impl::make_step() {
   parts.loss_sum = &state.loss_sum;
   result.precision = resolve_precision();
   parts.bf16 = result.precision == "bf16";
-  parts.ddp = ddp.get();
+  parts.reducer = ddp ? &ddp->reducer() : nullptr;
   parts.process_group = pg.get();
   parts.world_size = env.world_size;
-  parts.graph_allreduce = c.graph_allreduce;
-  parts.peer_allreduce = c.peer_allreduce;
+  parts.graph_average = plan.graph_average;
+  parts.peer = plan.peer;
+  parts.peer_flag = c.peer_allreduce;
   const detail::StepChoice choice = choose_step();
   if (!choice.why_eager.empty()) {
     const std::string line = "--cuda-graph " + c.cuda_graph + ": the step runs eagerly: " + choice.why_eager;
@@ -575,7 +509,7 @@ bool Trainer::Impl::check_stop(Clock::time_point t0, double earlier_segments) {
     request = preemption->poll(pg.get(), device);
   }
   if (request.kind == StopKind::none) return false;
-  if (device.is_cuda()) torch::cuda::synchronize();
+  dev->synchronize();
   flush_pending_line();
   const double seconds = earlier_segments + seconds_since(t0);
   prog().train_seconds += seconds;
@@ -588,7 +522,7 @@ void Trainer::Impl::train() {
   metrics = std::make_unique<MetricsWriter>(c.metrics, env.rank == 0);
   if (!c.profile.empty()) {
     profiler = std::make_unique<detail::StepProfiler>(c.profile, detail::parse_profile_steps(c.profile_steps), env.rank,
-                                                      device.is_cuda());
+                                                      dev->gpu());
   }
   log::info("training " + spec->model_name + " on " + spec->train_data->name() + " (" +
             std::to_string(spec->train_data->size()) + " samples) for " + std::to_string(c.epochs) + " epochs, batch " +
@@ -610,13 +544,7 @@ bool Trainer::Impl::train_epoch() {
   DistributedSampler sampler(spec->train_data->size(), env.world_size, env.rank, /*shuffle=*/true, c.seed);
   set_lr(*optimizer, prog().lr);
   if (prog().lr != step_lr) {
-    // A captured step holds the old rate, unless the optimizer reads it from the device.
-    auto* adadelta = dynamic_cast<optim::Adadelta*>(optimizer.get());
-    if (adadelta != nullptr && adadelta->lr_on_device()) {
-      adadelta->sync_lr_to_device();
-    } else {
-      train_step->invalidate();
-    }
+    train_step->lr_changed();  // a captured step follows the new rate, or is captured again
     step_lr = prog().lr;
   }
   sampler.set_epoch(prog().epoch - 1);
@@ -624,8 +552,8 @@ bool Trainer::Impl::train_epoch() {
   at::Tensor order = at::from_blob(local.data(), {static_cast<int64_t>(local.size())}, at::kLong).to(device);
   const int64_t n_local = order.size(0);
   const int64_t batches = (n_local + batch - 1) / batch;
-  // Agreeing on a stop costs an all-reduce; on CUDA it runs every few steps, without host syncs.
-  const int64_t check_every = device.is_cuda() ? 20 : 1;
+  // Agreeing on a stop costs an all-reduce; on a GPU it runs every few steps, without host syncs.
+  const int64_t check_every = dev->stop_check_every();
   auto t0 = Clock::now();
   auto t_log = t0;
   double earlier_segments = 0;  // training seconds of this epoch before the last checkpoint
@@ -665,7 +593,7 @@ bool Trainer::Impl::train_epoch() {
       t0 = Clock::now();
     }
   }
-  if (device.is_cuda()) torch::cuda::synchronize();
+  dev->synchronize();
   flush_pending_line();
   if (device_stop_flags()) preemption->collect();  // the last posted agreement: the epoch ended first
   const double epoch_seconds = earlier_segments + seconds_since(t0);
@@ -696,24 +624,16 @@ void Trainer::Impl::log_progress(int64_t b, int64_t batches, int64_t start, cons
   line.lr = prog().lr;
   t_log = now;
   images_since_log = 0;
-  if (!device.is_cuda()) {
-    print_line(line, loss.item<double>());
-    return;
-  }
-  // The previous line's loss arrived long ago; this one's is copied while the device works on.
+  // The previous line's loss arrived long ago; this one's travels while the device works on.
   flush_pending_line();
-  line.loss = at::empty({1}, at::TensorOptions().dtype(at::kFloat).pinned_memory(true));
-  line.loss.copy_(loss.detach().reshape({1}).to(at::kFloat), /*non_blocking=*/true);
-  line.ready = std::make_shared<c10::Event>(device.type());
-  c10::impl::VirtualGuardImpl guard(device.type());
-  line.ready->record(guard.getStream(device));
+  line.loss = dev->read_later(loss);
   pending_line = std::move(line);
+  if (dev->reads_at_once()) flush_pending_line();
 }
 
 void Trainer::Impl::flush_pending_line() {
   if (!pending_line) return;
-  pending_line->ready->synchronize();
-  const double l = pending_line->loss.data_ptr<float>()[0];
+  const double l = pending_line->loss->get();
   PendingLine line = std::move(*pending_line);
   pending_line.reset();
   print_line(line, l);
@@ -898,17 +818,17 @@ TrainResult Trainer::Impl::finish() {
     for (size_t i = epoch_ips.size() > 1 ? 1 : 0; i < epoch_ips.size(); ++i) sum += epoch_ips[i];
     result.images_per_sec_steady = sum / static_cast<double>(epoch_ips.size() > 1 ? epoch_ips.size() - 1 : 1);
   }
-  result.peak_gpu_mb = detail::peak_gpu_memory_mb(device);
+  result.peak_gpu_mb = dev->peak_memory_mb();
   result.params_sha256 = params_sha256(*model.module);
   if (!stopped && !c.save_model.empty() && env.rank == 0) {
     save_model_atomically(*model.module, c.save_model);
     log::info("saved the model to " + c.save_model);
   }
+  // What the step captured goes before the communicator: destroying an NCCL communicator that a
+  // live CUDA graph still uses hangs in NCCL.
+  if (train_step) train_step->release();
+  train_step.reset();
   if (pg) {
-    // A CUDA graph holding NCCL calls must go before the communicator: destroying a
-    // communicator that a live graph still uses hangs in NCCL.
-    if (train_step) train_step->invalidate();
-    train_step.reset();
     pg->barrier();
     ddp.reset();
     pg->shutdown();

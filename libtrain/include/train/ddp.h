@@ -22,7 +22,11 @@ struct DdpOptions {
   /// (ProcessGroupOptions::shared_memory_allreduce). Deterministic; bit-identical to Gloo for
   /// 2 ranks, while for more ranks Gloo's ring adds in another order (last-bit differences).
   bool shared_memory = true;
+  /// The first module's parameters get a bucket of their own (BucketOptions::split_first_module).
+  bool split_first_module = false;
 };
+
+class Reducer;  // libtrain's gradient reducer (a private header: libtrain/src/comm/reducer.h)
 
 /// Wraps any module so that after each backward() every parameter's .grad holds the average of
 /// that gradient over all ranks.
@@ -33,7 +37,8 @@ struct DdpOptions {
 /// overlaps the rest of backward. Buckets are launched strictly in bucket order on every rank.
 /// At the end of backward an engine callback waits for the all-reduces and writes the averaged
 /// gradients back. CPU ranks that share one machine instead sum their buckets through shared
-/// memory in that callback (DdpOptions::shared_memory; docs/design.md). The step has no host synchronisation of its own and works on fixed buffers.
+/// memory in that callback (DdpOptions::shared_memory; docs/design.md). The step has no host
+/// synchronisation of its own and works on fixed buffers.
 ///
 /// Contract: every rank constructs it with the same module structure and calls backward() the
 /// same number of times; every parameter that requires grad must receive a gradient in each
@@ -72,13 +77,13 @@ class DistributedDataParallel {
   std::vector<size_t> bucket_param_counts() const;
   /// Bytes of each bucket, in bucket order.
   std::vector<size_t> bucket_bytes() const;
-
-  struct State;  // internal
+  /// The reducer behind it, for libtrain's own training steps (its header is private).
+  Reducer& reducer() { return *reducer_; }
 
  private:
   std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<ProcessGroup> pg_;
-  std::shared_ptr<State> state_;
+  std::unique_ptr<Reducer> reducer_;
 };
 
 /// Broadcasts every parameter and buffer of `module` from `root` to all ranks. All ranks.

@@ -6,6 +6,8 @@
 
 #include "train/config.h"
 #include "train/data.h"
+#include "train/loss.h"
+#include "train/model_handle.h"
 #include "train/launcher/env.h"
 #include "train/preemption.h"
 
@@ -29,35 +31,6 @@ namespace train {
 
 class ProcessGroup;
 class Trainer;
-
-/// A model as the Trainer sees it: the module (parameters, train()/eval(), to()) and its forward.
-struct ModelHandle {
-  std::shared_ptr<torch::nn::Module> module;
-  std::function<at::Tensor(const at::Tensor&)> forward;
-};
-
-/// Wraps a module held by shared_ptr (e.g. std::make_shared<MyNetImpl>()) whose forward takes one tensor.
-template <class M>
-ModelHandle wrap_model(std::shared_ptr<M> module) {
-  return {module, [module](const at::Tensor& x) { return module->forward(x); }};
-}
-
-/// Wraps a LibTorch module holder (TORCH_MODULE(MyNet), torch::nn::Sequential, ...).
-template <class M>
-ModelHandle wrap_model(const torch::nn::ModuleHolder<M>& holder) {
-  return wrap_model(holder.ptr());
-}
-
-/// How a loss reduces over the batch: the Trainer trains on the mean and evaluates with the sum.
-enum class Reduction { mean, sum };
-
-/// A loss: (model output, targets, reduction) -> scalar tensor.
-using LossFn = std::function<at::Tensor(const at::Tensor& output, const at::Tensor& target, Reduction)>;
-
-/// Negative log-likelihood for models that output log-probabilities (log_softmax).
-LossFn nll_loss();
-/// Cross-entropy for models that output raw scores (logits).
-LossFn cross_entropy_loss();
 
 /// Builds the optimizer over the model's parameters (already on the training device).
 using OptimizerBuilder =

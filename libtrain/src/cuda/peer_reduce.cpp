@@ -1,5 +1,5 @@
-// The peer all-reduce's set-up (peer_reduce.h).
-#include "peer_reduce.h"
+// The peer all-reduce's set-up (peer_reduce.h). CUDA builds only.
+#include "cuda/peer_reduce.h"
 
 #include "process_group_impl.h"
 

@@ -1,0 +1,45 @@
+// How a run's gradients travel, decided once and in one place: the process group's backend (Gloo
+// or NCCL), whether the GPUs of one machine average through each other's memory, where a CUDA
+// graph step averages, and the shared-memory sum of CPU ranks. Pure: every input is a fact or a
+// flag, so each choice is tested on any CPU.
+#pragma once
+
+#include "step/train_step.h"
+#include "train/config.h"
+#include "train/process_group.h"
+
+#include <string>
+
+namespace train::detail {
+
+/// What the plan is made from, besides the flags.
+struct CommFacts {
+  bool gpu = false;              ///< the run trains on a CUDA GPU
+  int world_size = 1;
+  int local_world_size = 1;      ///< ranks on this machine
+  int local_rank = 0;
+  int device_index = 0;          ///< this rank's GPU
+  bool graph_step = false;       ///< the step is captured in a CUDA graph (step_choice.h)
+  bool peer_kernels = false;     ///< this build has the peer all-reduce kernel
+  bool peer_access_to_other = false;  ///< two local ranks: this GPU reads the other one's memory
+};
+
+struct CommPlan {
+  Backend backend = Backend::gloo;  ///< the process group's
+  /// The graph step averages buckets through the GPUs' peer memory where it can be set up (NCCL,
+  /// or one all-reduce between two graphs, for the rest), and the first module gets a bucket of
+  /// its own.
+  bool peer = false;
+  GraphAverage graph_average = GraphAverage::in_graph;
+  bool shared_memory = true;  ///< CPU ranks on one machine sum gradients in shared memory
+  std::string why;            ///< a log line for a choice the flags don't show ("" if none)
+};
+
+/// The plan for `config` (its --backend, --graph-allreduce, --peer-allreduce and --shm-allreduce)
+/// and `facts`. --backend auto is NCCL on GPUs and Gloo on the CPU, except for two GPUs of one
+/// machine whose graph step averages through peer memory: that step makes no NCCL call, and a
+/// process that merely has an NCCL process group runs it ~4% slower (docs/benchmarks.md), so the
+/// group is Gloo. --peer-allreduce auto means two ranks; on means 2 to kPeerMaxRanks.
+CommPlan plan_comm(const TrainConfig& config, const CommFacts& facts);
+
+}  // namespace train::detail

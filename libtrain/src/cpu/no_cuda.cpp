@@ -1,0 +1,44 @@
+// A build without CUDA (torch without CUDA, or no nccl.h): what the CUDA files would provide says
+// that it isn't there. CMake compiles this file instead of libtrain/src/cuda/*.cpp.
+#include "device/train_device.h"
+#include "process_group_impl.h"
+#include "step/train_step.h"
+#include "train/adadelta.h"
+#include "train/error.h"
+
+namespace train::detail {
+
+std::unique_ptr<TrainDevice> make_cuda_device(const at::Device& device, const TrainConfig&) {
+  throw ConfigError("--device " + device.str() + ": expected a build of libtrain with CUDA, found one without.",
+                    "rebuild against a CUDA build of torch (with nccl.h), or use --device cpu.");
+}
+
+std::unique_ptr<TrainStep> make_cuda_graph_step(const StepParts&, int64_t, int) {
+  throw ConfigError("--cuda-graph on: expected a build with CUDA, found one without.",
+                    "rebuild against a CUDA build of torch, or use --cuda-graph off.");
+}
+
+}  // namespace train::detail
+
+namespace train::optim {
+
+// No CUDA: the fused update never applies; the foreach and per-parameter paths run.
+bool Adadelta::fused_update(size_t, const std::vector<torch::Tensor>&, const AdadeltaOptions&, bool,
+                            const FusedLaunch*) {
+  return false;
+}
+
+}  // namespace train::optim
+
+namespace train::detail {
+
+c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>&, int, int,
+                                                    std::chrono::milliseconds, int) {
+  throw ConfigError("--backend nccl: this build of libtrain has no NCCL support.",
+                    "rebuild against a CUDA build of torch with nccl.h available (TRAIN_NCCL=ON), "
+                    "or use --backend gloo.");
+}
+
+void* ProcessGroupImpl::nccl_comm() const { return nullptr; }
+
+}  // namespace train::detail

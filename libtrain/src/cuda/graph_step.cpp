@@ -1,0 +1,350 @@
+// The training step captured in a CUDA graph (step/train_step.h): the same sequence of kernels as
+// the eager step, replayed from static buffers. The batch indices are copied into a fixed tensor
+// before each replay; everything else (activations, gradients, the reducer's buckets, the loss)
+// lives in the graph's private memory pool. CUDA builds only.
+#include "comm/reducer.h"
+#include "cuda/graph_comm.h"
+#include "step/train_step.h"
+#include "train/adadelta.h"
+#include "train/log.h"
+#include "train/process_group.h"
+
+#include <ATen/cuda/CUDAGraph.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <algorithm>
+
+namespace train::detail {
+namespace {
+
+// Installs `hooks` in the reducer for one scope, and the ones before back at its end.
+class UseHooks {
+ public:
+  UseHooks(Reducer& r, Reducer::Hooks hooks) : r_(r), previous_(r.set_hooks(std::move(hooks))) {}
+  ~UseHooks() {
+    r_.abandon_backward();  // after a failed capture: forget the half-done backward
+    r_.set_hooks(std::move(previous_));
+  }
+  UseHooks(const UseHooks&) = delete;
+  UseHooks& operator=(const UseHooks&) = delete;
+
+ private:
+  Reducer& r_;
+  Reducer::Hooks previous_;
+};
+
+// The reducer off for one scope (a backward that only accumulates, like DDP's no_sync).
+class Unreduced {
+ public:
+  explicit Unreduced(Reducer* r) : r_(r), previous_(r != nullptr && r->enabled()) {
+    if (r_ != nullptr) r_->set_enabled(false);
+  }
+  ~Unreduced() {
+    if (r_ != nullptr) r_->set_enabled(previous_);
+  }
+  Unreduced(const Unreduced&) = delete;
+  Unreduced& operator=(const Unreduced&) = delete;
+
+ private:
+  Reducer* r_;
+  bool previous_;
+};
+
+class CudaGraphStep : public TrainStep {
+ public:
+  CudaGraphStep(const StepParts& parts, int64_t batch, int warmup)
+      : parts_(parts), batch_(batch), warmup_(warmup), eager_(make_eager_step(parts)),
+        gather_in_graph_(parts.data->capturable()) {}
+
+  at::Tensor run(const at::Tensor& order, int64_t start, int64_t len) override {
+    if (len != batch_ || failed_) {
+      // The epoch's last, smaller batch runs eagerly, in gradients of its own; the graphs keep
+      // using theirs.
+      release_grads();
+      if (!failed_ && graph_ && comm_) {
+        // Where the graph averages through the GPUs' peer memory, so does this step (the
+        // process group's all-reduce may be Gloo's).
+        if (auto hooks = comm_->eager_hooks()) {
+          UseHooks use(*parts_.reducer, std::move(*hooks));
+          parts_.optimizer->zero_grad();
+          at::Tensor loss = forward_backward(parts_, parts_.data->get_batch(order.narrow(0, start, len)));
+          parts_.reducer->finish();
+          parts_.optimizer->step();
+          return loss;
+        }
+      }
+      return eager_->run(order, start, len);
+    }
+    if (!graph_ && eager_steps_ < warmup_) {
+      // Warm-up on the stream the capture will use (the Trainer made a non-default stream current
+      // for the whole run), so what it sets up lazily (cuBLAS workspaces, NCCL communicators,
+      // optimizer state) exists before the capture starts.
+      ++eager_steps_;
+      return eager_->run(order, start, len);
+    }
+    bool captured_now = false;
+    if (!graph_) {
+      if (!capture_all(order, start)) {
+        // This step's batch was already drawn for the capture: train on it, not on a new draw.
+        return gather_in_graph_ || !inputs_.inputs.defined() ? eager_->run(order, start, len) : step_on(parts_, inputs_);
+      }
+      captured_now = true;
+    }
+    if (gather_in_graph_) {
+      indices_.copy_(order.narrow(0, start, batch_), /*non_blocking=*/true);
+    } else if (!captured_now) {
+      // A dataset the graph can't capture (random augmentation, host state) gathers eagerly
+      // into the graph's fixed inputs.
+      const Batch b = parts_.data->get_batch(order.narrow(0, start, batch_));
+      inputs_.inputs.copy_(b.inputs, /*non_blocking=*/true);
+      inputs_.targets.copy_(b.targets, /*non_blocking=*/true);
+    }
+    graph_->replay();
+    if (update_) {
+      parts_.process_group->allreduce_sum(flat_grads_);  // queued on the device; the host goes on
+      update_->replay();
+    }
+    return loss_;
+  }
+
+  // Adadelta's fused kernel reads the rate from the device: the graph follows a new rate once it
+  // is copied there. Any other optimizer's rate is baked into the graph: capture again.
+  void lr_changed() override {
+    auto* adadelta = dynamic_cast<optim::Adadelta*>(parts_.optimizer);
+    if (adadelta != nullptr && adadelta->lr_on_device()) {
+      adadelta->sync_lr_to_device();
+    } else {
+      release();
+    }
+  }
+
+  void release() override {
+    if (!graph_) return;
+    // Replays may still run on the device; the graph's memory goes back only after them.
+    c10::cuda::getCurrentCUDAStream().synchronize();
+    update_.reset();
+    graph_.reset();
+    loss_ = at::Tensor();
+  }
+
+  std::string describe() const override {
+    std::string ranks;
+    if (parts_.world_size > 1) {
+      ranks = parts_.graph_average == GraphAverage::in_graph ? ", gradients averaged inside the graph"
+                                                             : ", one eager all-reduce between two graphs";
+    }
+    return std::string("CUDA graph (batch ") + std::to_string(batch_) + ", " + std::to_string(warmup_) +
+           " eager warm-up steps" + (parts_.bf16 ? ", bf16 autocast" : "") + ranks +
+           (gather_in_graph_ ? "" : ", batches gathered outside the graph") + ")";
+  }
+
+ private:
+  // Captures the step (graph_, and update_ for "between"); with several ranks, all of them agree
+  // that every capture worked. False: the step runs eagerly from now on, on every rank (a rank
+  // replaying NCCL calls that another rank makes eagerly would pair different collectives).
+  bool capture_all(const at::Tensor& order, int64_t start) {
+    std::string error;
+    try {
+      prepare_capture(order, start);
+      if (parts_.reducer == nullptr || parts_.world_size == 1) {
+        // One rank (also DDP over one, --ddp-single-rank: the average is the gradient itself).
+        Unreduced off(parts_.reducer);
+        capture();
+      } else if (use_in_graph()) {
+        capture_in_graph();
+      } else {
+        capture_split();
+      }
+    } catch (const c10::Error& e) {
+      error = e.what();
+      error = error.substr(0, error.find('\n'));
+    }
+    if (parts_.world_size > 1) {
+      at::Tensor failed = at::full({1}, error.empty() ? 0.0 : 1.0, order.options().dtype(at::kFloat));
+      parts_.process_group->allreduce_sum(failed);
+      if (failed.item<float>() > 0 && error.empty()) error = "another rank could not capture its step";
+    }
+    if (error.empty()) return true;
+    // Something in the step can't be captured: say so once and train eagerly.
+    failed_ = true;
+    update_.reset();
+    graph_.reset();
+    release_grads();
+    log::warn("--cuda-graph: capturing the step failed (" + error +
+              "); the step runs eagerly from now on. Hint: --cuda-graph off skips the attempt.");
+    return false;
+  }
+
+  // The indices of the step about to be captured in their fixed tensor, and the device idle.
+  // Capture runs on the current stream (never the legacy default stream: the Trainer made a pool
+  // stream current).
+  void prepare_capture(const at::Tensor& order, int64_t start) {
+    if (!indices_.defined()) indices_ = at::empty({batch_}, order.options());
+    indices_.copy_(order.narrow(0, start, batch_));
+    if (!gather_in_graph_) {
+      const Batch b = parts_.data->get_batch(indices_);
+      inputs_ = {b.inputs.clone(), b.targets.clone()};  // fixed addresses, outside the graph's pool
+    }
+    c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream();
+    TORCH_CHECK(stream != c10::cuda::getDefaultCUDAStream(stream.device_index()),
+                "the current stream is the default stream, which can't be captured");
+    stream.synchronize();
+  }
+
+  // The captured step's batch: gathered inside the graph from indices_, or the fixed inputs.
+  Batch graph_batch() { return gather_in_graph_ ? parts_.data->get_batch(indices_) : inputs_; }
+
+  // One rank: the whole step, gradients created inside the graph's pool.
+  void capture() {
+    parts_.optimizer->zero_grad();
+    graph_ = std::make_unique<at::cuda::CUDAGraph>();
+    graph_->capture_begin();
+    try {
+      loss_ = step_on(parts_, graph_batch());
+    } catch (...) {
+      abandon_capture(*graph_);
+      throw;
+    }
+    graph_->capture_end();
+  }
+
+  // The trainable parameters, last layer first: the order their gradients are done in.
+  std::vector<at::Tensor> params_last_first() const {
+    std::vector<at::Tensor> params;
+    for (auto& q : parts_.model->module->parameters()) {
+      if (q.requires_grad()) params.push_back(q);
+    }
+    std::reverse(params.begin(), params.end());
+    return params;
+  }
+
+  // Every gradient becomes a view of one flat buffer (again at every capture: an eager step in
+  // between replaced them).
+  void bind_flat_grads() {
+    std::vector<at::Tensor> params = params_last_first();
+    TORCH_CHECK(!params.empty(), "the model has no trainable parameters");
+    if (!flat_grads_.defined()) {
+      int64_t total = 0;
+      for (const auto& q : params) {
+        TORCH_CHECK(q.scalar_type() == params.front().scalar_type(),
+                    "parameters of more than one dtype can't share one gradient buffer");
+        total += q.numel();
+      }
+      flat_grads_ = at::zeros({total}, params.front().options().requires_grad(false));
+    }
+    int64_t offset = 0;
+    for (auto& q : params) {
+      // The parameter's own strides (channels-last weights too): AccumulateGrad and the fused
+      // optimizer want gradients laid out like their parameters.
+      at::Tensor slice = flat_grads_.narrow(0, offset, q.numel());
+      q.mutable_grad() = q.is_non_overlapping_and_dense() ? slice.as_strided(q.sizes(), q.strides()) : slice.view_as(q);
+      offset += q.numel();
+    }
+  }
+
+  // Before an eager step: gradients that are views of a buffer (the flat one of "between", a
+  // small bucket's of "in-graph") can't take the optimizer's zero_grad (it detaches them in
+  // place); the eager step makes its own.
+  void release_grads() {
+    for (auto& q : parts_.model->module->parameters()) q.mutable_grad() = at::Tensor();
+  }
+
+  bool use_in_graph() {
+    if (parts_.graph_average != GraphAverage::in_graph) return false;
+    if (!comm_tried_) {
+      comm_tried_ = true;
+      comm_ = GraphComm::create(*parts_.reducer, *parts_.process_group, *parts_.optimizer, parts_.peer,
+                                parts_.peer_flag);
+    }
+    return comm_ != nullptr;
+  }
+
+  // Several ranks, one graph: forward and backward into fresh gradients (autograd's own, in the
+  // graph's pool), the buckets' averages (and updates) launched from the reducer's hooks, join,
+  // and the update where the buckets didn't do it.
+  void capture_in_graph() {
+    release_grads();
+    parts_.optimizer->zero_grad();
+    c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream();
+    graph_ = std::make_unique<at::cuda::CUDAGraph>();
+    UseHooks use(*parts_.reducer, comm_->capture_hooks());
+    // Thread-local capture: c10d's watchdog thread keeps polling earlier collectives' events.
+    graph_->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+    try {
+      comm_->begin(stream);
+      loss_ = forward_backward(parts_, graph_batch());
+      parts_.reducer->finish();
+      comm_->join();
+      if (!comm_->updated_in_buckets()) parts_.optimizer->step();
+    } catch (...) {
+      abandon_capture(*graph_);
+      throw;
+    }
+    graph_->capture_end();
+  }
+
+  // Several ranks, two graphs ("between"): graph_ computes the gradients (the reducer off), the
+  // eager all-reduce between the replays sums them, update_ averages and applies them.
+  void capture_split() {
+    bind_flat_grads();
+    graph_ = std::make_unique<at::cuda::CUDAGraph>();
+    {
+      Unreduced off(parts_.reducer);
+      graph_->capture_begin();
+      try {
+        flat_grads_.zero_();  // the gradients stay views of the flat buffer
+        loss_ = forward_backward(parts_, graph_batch());
+      } catch (...) {
+        abandon_capture(*graph_);
+        throw;
+      }
+      graph_->capture_end();
+    }
+    update_ = std::make_unique<at::cuda::CUDAGraph>();
+    update_->capture_begin(graph_->pool());
+    try {
+      flat_grads_.div_(static_cast<double>(parts_.world_size));
+      parts_.optimizer->step();
+    } catch (...) {
+      abandon_capture(*update_);
+      throw;
+    }
+    update_->capture_end();
+  }
+
+  static void abandon_capture(at::cuda::CUDAGraph& graph) {
+    try {
+      graph.capture_end();
+    } catch (...) {
+    }
+  }
+
+  StepParts parts_;
+  int64_t batch_;
+  int warmup_;
+  int eager_steps_ = 0;
+  std::unique_ptr<TrainStep> eager_;
+  std::unique_ptr<at::cuda::CUDAGraph> graph_;
+  std::unique_ptr<at::cuda::CUDAGraph> update_;  // "between": the update after the all-reduce
+  at::Tensor flat_grads_;
+  bool failed_ = false;
+  bool gather_in_graph_;  // the dataset is capturable: the graph gathers the batch itself
+  at::Tensor indices_;    // this step's sample indices: the graph's input when it gathers
+  Batch inputs_;          // else the graph's fixed inputs
+  at::Tensor loss_;       // the graph's output
+  std::unique_ptr<GraphComm> comm_;  // in-graph averaging, set up at the first capture
+  bool comm_tried_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainStep> make_cuda_graph_step(const StepParts& parts, int64_t batch, int warmup) {
+  return std::make_unique<CudaGraphStep>(parts, batch, warmup);
+}
+
+}  // namespace train::detail

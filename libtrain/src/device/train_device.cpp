@@ -1,0 +1,79 @@
+// The CPU as a training device (train_device.h): values are read at once, ranks agree on a stop
+// every step, and the GPU-only flags are errors.
+#include "device/train_device.h"
+
+#include "train/error.h"
+#include "train/launcher/device.h"
+
+#include <torch/cuda.h>
+
+#include <cstdlib>
+
+#include <string>
+
+namespace train::detail {
+namespace {
+
+class ReadNow : public PendingValue {
+ public:
+  explicit ReadNow(double v) : v_(v) {}
+  double get() override { return v_; }
+
+ private:
+  double v_;
+};
+
+class CpuDevice : public TrainDevice {
+ public:
+  explicit CpuDevice(const at::Device& device) : TrainDevice(device) {}
+};
+
+// Flags that only mean something on a GPU: an error on the CPU rather than silently ignored.
+void check_cpu_flags(const TrainConfig& c, const at::Device& device) {
+  if (c.backend == "nccl") {
+    throw ConfigError("--backend nccl: expected a CUDA device, found the run on cpu.",
+                      "use --backend gloo for CPU runs, or --device cuda on a GPU node.");
+  }
+  const bool precision_set = c.precision != "fp32" && c.precision != "auto";
+  if (c.cuda_graph != "on" && !precision_set && c.channels_last != "on" && c.peer_allreduce != "on") return;
+  const std::string flag = c.cuda_graph == "on"      ? "--cuda-graph on"
+                           : precision_set            ? "--precision " + c.precision
+                           : c.channels_last == "on" ? "--channels-last on"
+                                                      : "--peer-allreduce on";
+  throw ConfigError(flag + ": expected a CUDA device, found the run on " + device.str() + ".",
+                    "these settings need a GPU; on the CPU leave them at their defaults.");
+}
+
+}  // namespace
+
+at::Device TrainDevice::pick(const TrainConfig& c, const DistEnv& env) {
+  const bool want_cuda = c.device == "cuda" || (c.device == "auto" && c.backend != "gloo");
+  if (c.device == "cpu" || !want_cuda) return at::Device(at::kCPU);
+  const int count = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  if (count == 0) {
+    // SLURM gave this job GPUs but CUDA sees none: stop rather than train on the CPU unasked.
+    check_allocated_gpus_usable(current_environment(), c.device, 0,
+                                "torch reports " + std::to_string(count) + " CUDA devices");
+    if (c.device == "auto") return at::Device(at::kCPU);
+    const char* vis = std::getenv("CUDA_VISIBLE_DEVICES");
+    throw ConfigError("--device cuda: expected a visible CUDA device, found none (CUDA_VISIBLE_DEVICES=" +
+                          std::string(vis ? vis : "<unset>") + ").",
+                      "ask SLURM for GPUs (--gres=gpu:N or --gpus-per-node=N) and run on a GPU "
+                      "partition, or use --device cpu.");
+  }
+  // The launcher's rule: cuda:<local rank>, or cuda:0 when SLURM binds GPUs per task; too few
+  // GPUs for the node's ranks is an error naming both counts.
+  return at::Device(train::choose_device(env, count, "nccl", current_environment()).device);
+}
+
+std::unique_ptr<PendingValue> TrainDevice::read_later(const at::Tensor& scalar) const {
+  return std::make_unique<ReadNow>(scalar.item<double>());
+}
+
+std::unique_ptr<TrainDevice> TrainDevice::create(const at::Device& device, const TrainConfig& config) {
+  if (device.is_cuda()) return make_cuda_device(device, config);
+  check_cpu_flags(config, device);
+  return std::make_unique<CpuDevice>(device);
+}
+
+}  // namespace train::detail

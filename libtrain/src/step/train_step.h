@@ -1,0 +1,85 @@
+// The training step as one unit: gather the batch, forward, loss, backward (the gradients averaged
+// over the ranks by the reducer's hooks), optimizer step, loss added up on the device. Eager
+// (eager_step.cpp), or captured once in a CUDA graph and replayed (cuda/graph_step.cpp).
+#pragma once
+
+#include "train/data.h"
+#include "train/loss.h"
+#include "train/model_handle.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+
+namespace torch::optim {
+class Optimizer;
+}  // namespace torch::optim
+
+namespace train {
+class ProcessGroup;
+class Reducer;
+}  // namespace train
+
+namespace train::detail {
+
+/// Where a CUDA-graph step of several ranks averages the gradients.
+enum class GraphAverage {
+  in_graph,  ///< inside the graph, bucket by bucket while the backward runs (NCCL or peer memory)
+  between,   ///< one eager all-reduce between two graphs (forward + backward, then the update)
+};
+
+/// What a step works on; owned by the Trainer.
+struct StepParts {
+  Dataset* data = nullptr;
+  ModelHandle* model = nullptr;
+  torch::optim::Optimizer* optimizer = nullptr;
+  const LossFn* loss = nullptr;
+  at::Tensor* loss_sum = nullptr;  ///< double scalar on the device; each step adds its loss
+  bool bf16 = false;               ///< forward and loss under CUDA autocast to bfloat16
+  Reducer* reducer = nullptr;      ///< averages the gradients; null for one rank
+  ProcessGroup* process_group = nullptr;  ///< with the reducer
+  int world_size = 1;
+  GraphAverage graph_average = GraphAverage::in_graph;
+  /// In the graph: average buckets through the GPUs' peer memory where it can be set up (the
+  /// communication plan's choice, comm/comm_plan.h), NCCL for the rest.
+  bool peer = false;
+  std::string peer_flag = "auto";  ///< for log lines: what --peer-allreduce said
+};
+
+class TrainStep {
+ public:
+  virtual ~TrainStep() = default;
+  /// One optimizer step on the samples order[start, start + len) (int64 indices on the device).
+  /// @return the step's mean loss, on the device; reading it waits for the device.
+  virtual at::Tensor run(const at::Tensor& order, int64_t start, int64_t len) = 0;
+  /// The learning rate changed: a captured step follows it (the optimizer reads it from the
+  /// device) or is captured again.
+  virtual void lr_changed() {}
+  /// Drops what the step captured (before the process group goes: a graph holding NCCL calls
+  /// must not outlive the communicator). The next run captures again.
+  virtual void release() {}
+  /// One line for the log: "eager" or "CUDA graph (batch 64, captured at step 4)".
+  virtual std::string describe() const = 0;
+};
+
+/// The step as plain LibTorch calls.
+std::unique_ptr<TrainStep> make_eager_step(const StepParts& parts);
+
+/// The step captured in a CUDA graph for full batches of `batch` samples (a last, smaller batch
+/// runs eagerly). The first `warmup` steps run eagerly (NCCL and cuDNN set up, optimizer state
+/// allocated); the next one is captured and every later one replays it. Several ranks: the
+/// reducer's graph hooks (cuda/graph_comm.h) average each bucket inside the graph as soon as its
+/// gradients are done, or (GraphAverage::between, or where neither NCCL's communicator nor the
+/// peer all-reduce can be had) every gradient is a view of one flat buffer, forward + backward
+/// are replayed, one eager all-reduce sums the buffer, then the update is replayed. Ranks agree
+/// on whether every capture worked and all train eagerly if one didn't.
+/// @throws train::ConfigError in a build without CUDA.
+std::unique_ptr<TrainStep> make_cuda_graph_step(const StepParts& parts, int64_t batch, int warmup = 3);
+
+/// forward + loss (under bf16 autocast when asked) and backward; the loss is added to the sum.
+at::Tensor forward_backward(const StepParts& p, const Batch& b);
+/// The whole step: zero the gradients, forward, backward (the reducer's hooks average), update.
+at::Tensor step_on(const StepParts& p, const Batch& batch);
+
+}  // namespace train::detail

@@ -1,0 +1,100 @@
+// The communication plan (libtrain/src/comm/comm_plan.h): the one place that decides between
+// Gloo, NCCL and the GPUs' peer all-reduce. Pure decisions, checked on any CPU.
+#include "comm/comm_plan.h"
+
+#include <gtest/gtest.h>
+
+using train::Backend;
+using train::detail::CommFacts;
+using train::detail::GraphAverage;
+using train::detail::plan_comm;
+
+namespace {
+
+CommFacts two_local_gpus() {
+  CommFacts f;
+  f.gpu = true;
+  f.world_size = 2;
+  f.local_world_size = 2;
+  f.local_rank = 1;
+  f.device_index = 1;
+  f.graph_step = true;
+  f.peer_kernels = true;
+  f.peer_access_to_other = true;
+  return f;
+}
+
+}  // namespace
+
+TEST(CommPlan, CpuIsGlooWithSharedMemory) {
+  train::TrainConfig c;
+  CommFacts f;
+  f.world_size = 4;
+  f.local_world_size = 4;
+  auto p = plan_comm(c, f);
+  EXPECT_EQ(p.backend, Backend::gloo);
+  EXPECT_FALSE(p.peer);
+  EXPECT_TRUE(p.shared_memory);
+  c.shm_allreduce = "off";
+  EXPECT_FALSE(plan_comm(c, f).shared_memory);
+}
+
+TEST(CommPlan, TwoLocalGpusOfAGraphStepAverageThroughPeerMemoryOverGloo) {
+  train::TrainConfig c;
+  auto p = plan_comm(c, two_local_gpus());
+  EXPECT_TRUE(p.peer);
+  EXPECT_EQ(p.backend, Backend::gloo);
+  EXPECT_NE(p.why.find("backend gloo (--backend auto)"), std::string::npos) << p.why;
+  // --backend nccl keeps NCCL (peer for the small buckets, NCCL for the rest).
+  c.backend = "nccl";
+  p = plan_comm(c, two_local_gpus());
+  EXPECT_TRUE(p.peer);
+  EXPECT_EQ(p.backend, Backend::nccl);
+  EXPECT_TRUE(p.why.empty());
+}
+
+TEST(CommPlan, NoPeerWithoutItsConditions) {
+  train::TrainConfig c;
+  auto expect_nccl_without_peer = [&](const CommFacts& f, const std::string& what) {
+    auto p = plan_comm(c, f);
+    EXPECT_FALSE(p.peer) << what;
+    EXPECT_EQ(p.backend, Backend::nccl) << what;
+  };
+  CommFacts f = two_local_gpus();
+  f.graph_step = false;  // eager steps (AdamW, a per-step schedule) average through NCCL
+  expect_nccl_without_peer(f, "eager step");
+  f = two_local_gpus();
+  f.peer_kernels = false;
+  expect_nccl_without_peer(f, "no kernels");
+  f = two_local_gpus();
+  f.world_size = 4;
+  f.local_world_size = 4;
+  expect_nccl_without_peer(f, "auto means two ranks");
+  c.peer_allreduce = "off";
+  expect_nccl_without_peer(two_local_gpus(), "--peer-allreduce off");
+  c.peer_allreduce = "auto";
+  c.graph_allreduce = "between";
+  expect_nccl_without_peer(two_local_gpus(), "--graph-allreduce between");
+  EXPECT_EQ(plan_comm(c, two_local_gpus()).graph_average, GraphAverage::between);
+}
+
+TEST(CommPlan, PeerOnTakesUpToEightLocalGpusAndKeepsNccl) {
+  train::TrainConfig c;
+  c.peer_allreduce = "on";
+  CommFacts f = two_local_gpus();
+  f.world_size = 4;
+  f.local_world_size = 4;
+  auto p = plan_comm(c, f);
+  EXPECT_TRUE(p.peer);
+  EXPECT_EQ(p.backend, Backend::nccl);  // the Gloo shortcut is for two ranks only
+  f.world_size = 16;
+  f.local_world_size = 8;
+  EXPECT_FALSE(plan_comm(c, f).peer);
+  // The peer access that can't be checked (per-task GPU binding): NCCL, peer still asked for.
+  c.peer_allreduce = "auto";
+  f = two_local_gpus();
+  f.peer_access_to_other = false;
+  p = plan_comm(c, f);
+  EXPECT_EQ(p.backend, Backend::nccl);
+  EXPECT_TRUE(p.peer);
+}
