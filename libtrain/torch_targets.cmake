@@ -6,6 +6,7 @@ add_library(train STATIC
   ${CMAKE_CURRENT_LIST_DIR}/src/checkpoint.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/cli.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/config.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/src/cpu_kernels.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/data.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/ddp.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/preemption.cpp

@@ -13,6 +13,7 @@
 #include "train/sampler.h"
 #include "train/sha256.h"
 #include "train/training_state.h"
+#include "cpu_kernels.h"
 #include "profile.h"
 #include "train_step.h"
 
@@ -307,6 +308,7 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : impl_(std::make_unique<Impl>
   validate(t.c);
   t.threads = pick_threads(t.c, t.env);
   at::set_num_threads(t.threads);
+  detail::apply_cpu_kernels_env();
   t.device = pick_device(t.c, t.env);
   t.backend = choose_backend(t.c, t.device);
   if (t.device.is_cuda()) {
