@@ -127,7 +127,8 @@ std::vector<TrainingRun> make_runs(const std::string& fm, const train::test::Tem
 
 // Runs `runs` with `settings` and compares each params_sha256 with record set `set`. Returns the
 // lines that would record them.
-std::string check_runs(const std::string& set, const std::vector<std::string>& settings, const std::vector<TrainingRun>& runs) {
+std::string check_runs(const std::string& set, const std::vector<std::string>& settings,
+                       const std::vector<TrainingRun>& runs) {
   const auto records = read_records();
   const auto it = records.find(set);
   std::string lines;
