@@ -14,6 +14,7 @@ add_library(train STATIC
   ${_train_src}/comm/eager_hooks.cpp
   ${_train_src}/comm/reducer.cpp
   ${_train_src}/config.cpp
+  ${_train_src}/cpu_kernels.cpp
   ${_train_src}/data.cpp
   ${_train_src}/ddp.cpp
   ${_train_src}/device/train_device.cpp

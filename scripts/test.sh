@@ -17,6 +17,24 @@ fi
 cleanup() { [ "$started_slurm" = 1 ] && "$repo/scripts/local-slurm.sh" stop >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 cd build
-# Say why the GPU tests skip on a machine without GPUs (ctest itself only prints "Skipped").
-ctest -R 'Gpu' -V 2>/dev/null | grep -E '^[0-9]+: .*(Skipped|needs)' | sed 's/^[0-9]*: /gpu tests: /' || true
-ctest --output-on-failure --timeout 1200 -j "${TRAIN_TEST_JOBS:-2}" "$@"
+summary=$(mktemp)
+rc=0
+ctest --output-on-failure --timeout 1200 -j "${TRAIN_TEST_JOBS:-2}" "$@" | tee "$summary" || rc=$?
+# ctest only prints "Skipped": say why each skipped test skipped (the GPU tests on a machine
+# without GPUs, the slurm ones without a cluster, ...), from the test's output in ctest's log: a
+# GoogleTest skip's message, else (a script's exit 77) its last line.
+skipped=$(sed -nE 's/^[[:space:]]+[0-9]+ - (.+) \(Skipped\)$/\1/p' "$summary" | tr '\n' ' ')
+if [ -n "$skipped" ] && [ -f Testing/Temporary/LastTest.log ]; then
+  awk -v skipped=" $skipped" '
+    /^[0-9]+\/[0-9]+ Testing: / { name = $3; out = 0; gskip = 0; msg = ""; last = ""; next }
+    /^Output:$/ { out = 1; getline; next }
+    /^<end of output>$/ {
+      if (index(skipped, " " name " ")) print "skipped " name ": " (msg != "" ? msg : last)
+      out = 0; next }
+    out && /^\[  SKIPPED \]/ { gskip = 0 }
+    out && gskip { msg = msg (msg == "" ? "" : " / ") $0 }
+    out && /: Skipped$/ { gskip = 1 }
+    out && NF { last = $0 }' Testing/Temporary/LastTest.log
+fi
+rm -f "$summary"
+exit "$rc"

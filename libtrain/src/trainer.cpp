@@ -15,6 +15,7 @@
 #include "train/training_state.h"
 #include "comm/comm_plan.h"
 #include "comm/reducer.h"
+#include "cpu_kernels.h"
 #include "device/train_device.h"
 #include "profile.h"
 #include "step/train_step.h"
@@ -278,6 +279,7 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : impl_(std::make_unique<Impl>
   validate(t.c);
   t.threads = pick_threads(t.c, t.env);
   at::set_num_threads(t.threads);
+  detail::apply_cpu_kernels_env();
   t.dev = detail::TrainDevice::create(detail::TrainDevice::pick(t.c, t.env), t.c);
   t.device = t.dev->device();
 }

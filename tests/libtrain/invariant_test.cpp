@@ -2,10 +2,16 @@
 // with and without dropout, two epochs with checkpoints, resumed after SIGUSR2, CIFAR-10 on
 // written files at world 1 and 2), compared with the values recorded in invariant_sha256.txt.
 //
-// float32 results depend on the kernels a CPU gets, so the runs pin the instruction set
-// (ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2, MKL_CBWR=AVX2, one thread) and the records
-// are kept per CPU model. On a CPU without records the test skips, printing the lines to add. A
-// change that is meant to change numbers says so in its commit and updates the file.
+// float32 results depend on the kernels a CPU gets, so the runs use the kernels that are the same
+// on every x86-64 CPU (libtrain/src/cpu_kernels.cpp): TRAIN_CPU_KERNELS=portable (oneDNN, NNPACK
+// and the AVX-512 fused kernels off), ATEN_CPU_CAPABILITY=default (ATen's non-vectorized kernels),
+// MKL_CBWR=COMPATIBLE (MKL's SSE2 branch, the same on Intel and AMD), glibc's libm without its
+// FMA variants, one thread. One record set serves every x86-64 CPU; one more run, with the CPU
+// knobs those settings override set to another CPU's values, must give the same bits.
+//
+// On AMD EPYC the test also checks the records kept from before the Trainer refactor (AVX2
+// pinning, which gives per-CPU results: MKL_CBWR=AVX2 falls back to MKL's AUTO branch on AMD).
+// A change that is meant to change numbers says so in its commit and updates the file.
 #include "test_util.h"
 #include "train/files.h"
 
@@ -23,6 +29,16 @@ namespace {
 
 const char* kRecords = TRAIN_SOURCE_DIR "/tests/libtrain/invariant_sha256.txt";
 
+// The record set every x86-64 CPU checks, and its settings.
+const char* kPortable = "any x86-64";
+const std::vector<std::string> kPortableEnv = {
+    "TRAIN_CPU_KERNELS=portable", "ATEN_CPU_CAPABILITY=default", "MKL_CBWR=COMPATIBLE",
+    // libm's exp/log/pow have FMA variants picked by the CPU; a CPU without FMA gets these.
+    "GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX2,-FMA"};
+// The records from before the Trainer refactor, valid on AMD EPYC only, and their settings.
+const char* kAmdEpyc = "AMD EPYC";
+const std::vector<std::string> kAmdEpycEnv = {"ATEN_CPU_CAPABILITY=avx2", "ONEDNN_MAX_CPU_ISA=AVX2", "MKL_CBWR=AVX2"};
+
 std::string train_bin(const std::string& name) {
   const char* dir = std::getenv("TRAIN_INVARIANT_BIN_DIR");  // to record with another build
   return dir != nullptr ? std::string(dir) + "/" + name : train::test::bin(name);
@@ -37,13 +53,7 @@ std::string cpu_model() {
   return "unknown";
 }
 
-bool has_avx2() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return text.find(" avx2") != std::string::npos && text.find(" fma") != std::string::npos;
-}
-
-// cpu model -> run name -> sha256
+// record set -> run name -> sha256
 std::map<std::string, std::map<std::string, std::string>> read_records() {
   std::map<std::string, std::map<std::string, std::string>> out;
   std::ifstream in(kRecords);
@@ -51,11 +61,11 @@ std::map<std::string, std::map<std::string, std::string>> read_records() {
   while (std::getline(in, line)) {
     if (line.empty() || line[0] == '#') continue;
     std::istringstream fields(line);
-    std::string cpu, run, sha;
-    std::getline(fields, cpu, '\t');
+    std::string set, run, sha;
+    std::getline(fields, set, '\t');
     std::getline(fields, run, '\t');
     std::getline(fields, sha, '\t');
-    out[cpu][run] = sha;
+    out[set][run] = sha;
   }
   return out;
 }
@@ -86,60 +96,93 @@ std::string sha_of(const train::test::RunResult& r, const std::string& name) {
   return j.is_discarded() ? "" : j.value("params_sha256", "");
 }
 
-}  // namespace
+struct TrainingRun {
+  std::string name, command;
+  std::string record;            // the record it must equal: its own name unless set
+  std::vector<std::string> env;  // on top of the record set's settings
+};
 
-TEST(Invariant, RecordedParamsSha256AreUnchanged) {
-  const std::string fm = train::test::fashion_mnist_dir();
-  if (fm.empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
-  if (!has_avx2()) GTEST_SKIP() << "this CPU has no AVX2/FMA: the recorded runs pin that instruction set";
-  train::test::TempDir d("invariant");
-  write_cifar(d.file("cifar"));
-  const std::vector<std::string> pin = {"ATEN_CPU_CAPABILITY=avx2", "ONEDNN_MAX_CPU_ISA=AVX2", "MKL_CBWR=AVX2",
-                                        "TRAIN_LOG_LEVEL=warn"};
+// The runs: Fashion-MNIST from `fm`, CIFAR-10 from d/cifar, checkpoints in d/TAG-*.
+std::vector<TrainingRun> make_runs(const std::string& fm, const train::test::TempDir& d, const std::string& tag) {
   const std::string train = train_bin("train");
   const std::string local2 = train_bin("trainctl") + " local --nproc 2 --no-prefix -- ";
   const std::string fm_args = " --data " + fm + " --epochs 1 --limit-train-samples 1000 --limit-test-samples 500"
                               " --device cpu --threads 1";
   const std::string cifar_args = " --model cifar10 --data " + d.file("cifar") + " --epochs 1 --device cpu --threads 1";
-  const std::string ck = d.file("ck");
   const std::string ck_args = fm_args + " --epochs 2 --checkpoint-dir ";
-  struct Run {
-    std::string name, command;
-    std::vector<std::string> env;
+  // The first command stops at step 20 (SIGUSR2: checkpoint and exit), the second resumes.
+  const std::string stop = "TRAIN_FAULT_SIGNAL_AT_STEP=20:USR2 ";
+  const std::string ck = d.file(tag + "-ck");
+  return {
+      {"w1", train + fm_args, "", {}},
+      {"w1-nodrop", train + fm_args + " --no-dropout", "", {}},
+      {"w2", local2 + train + fm_args, "", {}},
+      {"w2-nodrop", local2 + train + fm_args + " --no-dropout", "", {}},
+      {"w1-2ep-ckpt", train + ck_args + d.file(tag + "-ck-whole"), "", {}},
+      {"w1-2ep-ckpt-resumed", stop + train + ck_args + ck + " >/dev/null; " + train + ck_args + ck, "w1-2ep-ckpt", {}},
+      {"cifar-w1", train + cifar_args + " --batch-size 50", "", {}},
+      {"cifar-w2", local2 + train + cifar_args + " --batch-size 25", "", {}},
   };
-  const std::vector<Run> runs = {
-      {"w1", train + fm_args, {}},
-      {"w1-nodrop", train + fm_args + " --no-dropout", {}},
-      {"w2", local2 + train + fm_args, {}},
-      {"w2-nodrop", local2 + train + fm_args + " --no-dropout", {}},
-      {"w1-2ep-ckpt", train + ck_args + d.file("ck-whole"), {}},
-      {"w1-2ep-ckpt-resumed", train + ck_args + ck + "; " + train + ck_args + ck, {"TRAIN_FAULT_SIGNAL_AT_STEP=20:USR2"}},
-      {"cifar-w1", train + cifar_args + " --batch-size 50", {}},
-      {"cifar-w2", local2 + train + cifar_args + " --batch-size 25", {}},
-  };
+}
+
+// Runs `runs` with `settings` and compares each params_sha256 with record set `set`. Returns the
+// lines that would record them.
+std::string check_runs(const std::string& set, const std::vector<std::string>& settings,
+                       const std::vector<TrainingRun>& runs) {
   const auto records = read_records();
-  const std::string cpu = cpu_model();
-  const auto it = records.find(cpu);
+  const auto it = records.find(set);
   std::string lines;
-  for (const Run& run : runs) {
-    std::vector<std::string> env = pin;
-    std::string command = run.command;
-    if (!run.env.empty()) {
-      // The fault applies to the first command only: it stops at step 20, the second resumes.
-      const std::size_t split = command.find("; ");
-      command = "TRAIN_FAULT_SIGNAL_AT_STEP=20:USR2 " + command.substr(0, split) + " >/dev/null; " + command.substr(split + 2);
-    }
-    auto r = run_program({"bash", "-c", command}, env, 600);
-    ASSERT_EQ(r.exit_code, 0) << run.name << ": " << r.err;
+  for (const TrainingRun& run : runs) {
+    std::vector<std::string> env = settings;
+    env.push_back("TRAIN_LOG_LEVEL=warn");
+    env.insert(env.end(), run.env.begin(), run.env.end());
+    auto r = run_program({"bash", "-c", run.command}, env, 600);
+    EXPECT_EQ(r.exit_code, 0) << set << ": " << run.name << ": " << r.err;
+    if (r.exit_code != 0) continue;
     const std::string sha = sha_of(r, run.name);
-    lines += cpu + "\t" + run.name + "\t" + sha + "\n";
-    if (it == records.end()) continue;
-    const std::string want = run.name == "w1-2ep-ckpt-resumed" ? it->second.at("w1-2ep-ckpt") : it->second.at(run.name);
-    EXPECT_EQ(sha, want) << run.name << " changed its params_sha256 on " << cpu;
+    const std::string record = run.record.empty() ? run.name : run.record;
+    if (run.record.empty()) lines += set + "\t" + run.name + "\t" + sha + "\n";
+    const bool recorded = it != records.end() && it->second.count(record) == 1;
+    EXPECT_TRUE(recorded) << "no '" << set << "' record of " << record << " in " << kRecords;
+    if (recorded) EXPECT_EQ(sha, it->second.at(record)) << set << ": " << run.name << " changed its params_sha256";
   }
-  if (it == records.end()) {
-    GTEST_SKIP() << "no params_sha256 recorded for CPU '" << cpu << "' in " << kRecords
-                 << "; from a commit whose numbers are right, add these lines:\n" << lines;
+  return lines;
+}
+
+}  // namespace
+
+TEST(Invariant, RecordedParamsSha256AreUnchanged) {
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "the records are of x86-64 CPUs; this build is for another architecture";
+#endif
+  const std::string fm = train::test::fashion_mnist_dir();
+  if (fm.empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  train::test::TempDir d("invariant");
+  write_cifar(d.file("cifar"));
+  std::vector<TrainingRun> runs = make_runs(fm, d, "portable");
+  // w1 again with the knobs a different CPU turns (oneDNN's and MKL's instruction sets, here
+  // capped at SSE4.x as on an old CPU): the settings above must leave them no say.
+  runs.push_back({"w1-other-cpu", runs.front().command, "w1",
+                  {"ONEDNN_MAX_CPU_ISA=SSE41", "MKL_ENABLE_INSTRUCTIONS=SSE4_2"}});
+  const std::string lines = check_runs(kPortable, kPortableEnv, runs);
+  const std::string cpu = cpu_model();
+  std::printf("[invariant] %zu runs (%s settings) on '%s' checked against %s\n", runs.size(), kPortable, cpu.c_str(),
+              kRecords);
+  if (HasFailure()) {
+    std::printf("[invariant] from a commit whose numbers are right, the records are:\n%s", lines.c_str());
   }
-  std::printf("[invariant] %zu runs on '%s' match %s\n", runs.size(), cpu.c_str(), kRecords);
+  // The records from before the refactor, on the CPU they were recorded on.
+  if (cpu == kAmdEpyc) {
+    const std::vector<TrainingRun> avx2_runs = make_runs(fm, d, "avx2");
+    check_runs(kAmdEpyc, kAmdEpycEnv, avx2_runs);
+    std::printf("[invariant] and %zu runs (AVX2 settings) against the '%s' records\n", avx2_runs.size(), kAmdEpyc);
+  } else {
+    std::printf("[invariant] the '%s' records (AVX2 settings) are not checked on this CPU\n", kAmdEpyc);
+  }
+}
+
+TEST(Invariant, UnknownCpuKernelsSettingIsRefused) {
+  auto r = run_program({train_bin("train"), "--data", "/nonexistent", "--device", "cpu"}, {"TRAIN_CPU_KERNELS=fast"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("TRAIN_CPU_KERNELS=fast: expected auto or portable."), std::string::npos) << r.err;
 }

@@ -1,0 +1,43 @@
+// TRAIN_CPU_KERNELS=portable: CPU runs whose bits don't depend on the x86-64 CPU they run on.
+//
+// float32 results depend on the order of additions, and these libraries pick their kernels (and
+// with them the order) by the CPU's instruction sets, cache sizes or vendor:
+// - ATen's vectorized kernels (AVX2, AVX-512): torch's ATEN_CPU_CAPABILITY=default picks the
+//   non-vectorized ones;
+// - MKL's sgemm (linear layers and, with oneDNN off, convolutions): MKL_CBWR=COMPATIBLE picks the
+//   branch MKL documents as the same on Intel and non-Intel CPUs (MKL_CBWR=AVX2 falls back to
+//   AUTO on AMD);
+// - oneDNN (mkldnn) convolutions, NNPACK (convolutions without gradients at batch >= 16 once
+//   oneDNN is off) and libtrain's AVX-512 fused pool kernels: torch has no variable for the first
+//   two, so `portable` turns them off here (ATen's im2col + gemm convolutions instead), and picks
+//   the portable fused kernels (the same bits as the AVX-512 ones; one path less to trust).
+// Together with a fixed --threads, a CPU run then gives the same params_sha256 on any x86-64
+// (tests/libtrain/invariant_test.cpp; docs/design.md, Determinism). It is slower: a test and
+// debugging setting, not a training one.
+#include "cpu_kernels.h"
+
+#include "train/error.h"
+#include "train/models/fused.h"
+
+#include <ATen/Context.h>
+
+#include <cstdlib>
+#include <string>
+
+namespace train::detail {
+
+void apply_cpu_kernels_env() {
+  const char* env = std::getenv("TRAIN_CPU_KERNELS");
+  const std::string value = env != nullptr ? env : "";
+  if (value.empty() || value == "auto") return;
+  if (value != "portable") {
+    throw ConfigError("TRAIN_CPU_KERNELS=" + value + ": expected auto or portable.",
+                      "unset it, or set portable for the same bits on any x86-64 CPU (with "
+                      "ATEN_CPU_CAPABILITY=default, MKL_CBWR=COMPATIBLE and a fixed --threads).");
+  }
+  at::globalContext().setUserEnabledMkldnn(false);
+  at::globalContext().setUserEnabledNNPACK(false);
+  models::force_portable_fused_kernels(true);
+}
+
+}  // namespace train::detail
