@@ -8,6 +8,7 @@ add_library(train STATIC
   ${CMAKE_CURRENT_LIST_DIR}/src/config.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/data.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/ddp.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/src/metrics.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/preemption.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/profile.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/process_group.cpp
