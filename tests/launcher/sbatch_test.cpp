@@ -17,6 +17,7 @@
 #include "test_process.h"
 #include "test_util.h"
 #include "train/error.h"
+#include "train/launcher/jobs.h"
 #include "train/launcher/preflight.h"
 
 namespace train {
