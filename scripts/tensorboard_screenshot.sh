@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Takes docs/tensorboard.png: serves a --tensorboard folder with the venv's TensorBoard on a port
 # the OS picks and photographs its scalars page with headless Chromium (Debian's chromium).
-# usage: scripts/tensorboard_screenshot.sh LOGDIR OUT.png [WIDTHxHEIGHT]
+# usage: scripts/tensorboard_screenshot.sh LOGDIR OUT.png [WIDTHxHEIGHT [TAG_REGEX]]
+# TAG_REGEX picks the charts (TensorBoard's tag filter, e.g. 'loss|accuracy'); smoothing is off.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 logdir=${1:?usage: $0 LOGDIR OUT.png [WIDTHxHEIGHT]} out=${2:?usage: $0 LOGDIR OUT.png [WIDTHxHEIGHT]}
 size=${3:-1400x1000}
+tags=$("${TRAIN_PYTHON:-$repo/.venv/bin/python}" -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1], safe=""))' "${4:-}")
 py=${TRAIN_PYTHON:-$repo/.venv/bin/python}
 browser=$(command -v chromium || command -v chromium-browser || true)
 if [[ -z $browser ]]; then
@@ -34,8 +36,8 @@ done
 # Headless Chromium: the time-series page, given virtual time to fetch and draw the charts; SVG
 # charts (forceSVG), as headless Chromium without a GPU draws no WebGL lines.
 "$browser" --headless --no-sandbox --disable-gpu --hide-scrollbars --user-data-dir="$tmp/profile" \
-  --window-size="${size/x/,}" --virtual-time-budget=20000 --screenshot="$out" \
-  "http://127.0.0.1:$port/?darkMode=false&forceSVG=true#timeseries" >"$tmp/chromium.log" 2>&1 || {
+  --window-size="${size/x/,}" --virtual-time-budget=60000 --run-all-compositor-stages-before-draw --screenshot="$out" \
+  "http://127.0.0.1:$port/?darkMode=false&forceSVG=true&tagFilter=$tags&smoothing=0#timeseries" >"$tmp/chromium.log" 2>&1 || {
   echo "tensorboard_screenshot: chromium failed:" >&2
   cat "$tmp/chromium.log" >&2
   exit 1
