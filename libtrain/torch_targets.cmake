@@ -17,6 +17,7 @@ add_library(train STATIC
   ${_train_src}/cpu_kernels.cpp
   ${_train_src}/data.cpp
   ${_train_src}/ddp.cpp
+  ${_train_src}/metrics.cpp
   ${_train_src}/device/train_device.cpp
   ${_train_src}/preemption.cpp
   ${_train_src}/profile.cpp

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what libtrain needs on a fresh Debian machine: Debian packages (as root) and
-# torch==2.11.0 into .venv at the repo root. Re-running is quick and changes nothing.
+# torch==2.11.0 (and tensorboard, for tests) into .venv at the repo root. Re-running is quick and
+# changes nothing.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
@@ -36,4 +37,10 @@ if [ "$have" != "$TORCH_VERSION" ]; then
   echo "setup: pip install torch==$TORCH_VERSION numpy matplotlib into .venv (found: ${have:-none})"
   .venv/bin/python -m pip install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy matplotlib
 fi
-echo "setup: ok (torch $(.venv/bin/python -c 'import torch; print(torch.__version__)' 2>/dev/null))"
+# tensorboard: the tests read train --tensorboard's event files back with its EventAccumulator.
+if ! .venv/bin/python -c 'import tensorboard.backend.event_processing.event_accumulator' 2>/dev/null; then
+  echo "setup: pip install tensorboard into .venv"
+  .venv/bin/python -m pip install -q --disable-pip-version-check tensorboard
+fi
+echo "setup: ok (torch $(.venv/bin/python -c 'import torch; print(torch.__version__)' 2>/dev/null), tensorboard \
+$(.venv/bin/python -c 'import tensorboard; print(tensorboard.__version__)' 2>/dev/null))"

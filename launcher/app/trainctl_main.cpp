@@ -282,6 +282,9 @@ void add_batch_options(CLI::App* cmd, train::SbatchOptions& o) {
        "ARCHIVE"},
       {"--stage-subdir", &O::stage_subdir, "the folder inside the --stage-data archive that holds the data files", "DIR"},
       {"--program", &O::program, "run PATH in the tasks instead of train (default: $TRAIN_BIN, else build/bin/train)", "PATH"},
+      {"--tensorboard", &O::tensorboard,
+       "train writes TensorBoard event files into a folder per job under ROOT (ROOT/NAME-JOBID), where a requeued "
+       "run goes on; trainctl status shows it", "ROOT"},
   });
   cmd->add_flag("!--no-preflight", o.preflight, "skip the `trainctl preflight` step before training");
 }
@@ -834,7 +837,7 @@ Command add_interactive(CLI::App& app) {
 }
 
 Command add_status(CLI::App& app) {
-  auto* cmd = add_command(app, "status", "Show your jobs of this project: state, reason, elapsed, nodes, restarts, checkpoint, metrics",
+  auto* cmd = add_command(app, "status", "Show your jobs of this project: state, reason, elapsed, nodes, restarts, checkpoint, TensorBoard folder, metrics",
       "Without JOBID: your jobs that the controller knows (pending, running, or ended within\n"
       "MinJobAge) submitted from this folder or below it; --all shows all your jobs. With JOBID\n"
       "(an array's id shows all its tasks): that job, also from the job completion log once the\n"

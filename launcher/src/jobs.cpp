@@ -253,6 +253,19 @@ std::string checkpoint_dir_from_log(const std::string& log_text, const std::stri
   return files::join(work_dir, dir);
 }
 
+std::string tensorboard_dir_from_log(const std::string& log_text, const std::string& work_dir) {
+  static const std::regex kLine(R"(TensorBoard event files in (\S+))");
+  std::string dir;
+  std::istringstream in(log_text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, kLine)) dir = m[1];
+  }
+  if (dir.empty() || dir[0] == '/' || work_dir.empty()) return dir;
+  return files::join(work_dir, dir);
+}
+
 std::string newest_checkpoint(const std::string& dir) {
   static const std::regex kName(R"(ckpt-(\d+)\.pt)");
   long best = -1;
@@ -290,6 +303,7 @@ JobProgress job_progress(const JobInfo& job) {
   if (!p.log_exists) return p;
   p.checkpoint_dir = checkpoint_dir_from_log(text, job.work_dir);
   if (!p.checkpoint_dir.empty()) p.checkpoint = newest_checkpoint(p.checkpoint_dir);
+  p.tensorboard_dir = tensorboard_dir_from_log(text, job.work_dir);
   // A sweep's task writes its epoch lines next to its checkpoints (RUN_DIR/metrics.jsonl); train's
   // done line, once there, is the last JSON line of the log.
   std::string metrics_file;
@@ -366,6 +380,7 @@ std::string render_status(const std::vector<JobInfo>& jobs, const std::vector<Jo
             : !p.checkpoint_dir.empty() ? "none yet in " + p.checkpoint_dir
                                         : std::string("-")) +
            "\n";
+    if (!p.tensorboard_dir.empty()) out += "  tensorboard " + p.tensorboard_dir + "\n";
     out += "  metrics     " + (p.metrics.empty() ? std::string("-") : p.metrics) + "\n";
   }
   return out;

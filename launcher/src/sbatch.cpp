@@ -549,6 +549,20 @@ void check_setup_and_container(const SbatchOptions& o) {
   if (!o.container.empty()) check_single_line("--container", o.container);
 }
 
+/// --tensorboard ROOT: one plain word, as the script echoes it and `trainctl status` reads it back.
+void check_tensorboard(const SbatchOptions& o) {
+  if (o.tensorboard.empty()) return;
+  for (const char c : o.tensorboard) {
+    if (std::isspace(static_cast<unsigned char>(c)) != 0 || std::iscntrl(static_cast<unsigned char>(c)) != 0 ||
+        std::string("\"'\\$`").find(c) != std::string::npos) {
+      throw ConfigError("--tensorboard '" + o.tensorboard + "': expected a folder path without spaces, quotes, "
+                            "backslashes, $ or ` (it goes into the script's log lines, from which trainctl status "
+                            "reads it back), found '" + std::string(1, c) + "'.",
+                        "pick a folder without spaces, e.g. --tensorboard runs (then: tensorboard --logdir runs).");
+    }
+  }
+}
+
 /// --stage-data and --stage-subdir: a tar archive, a folder inside it, and no --data to contradict them.
 void check_staged_data(const SbatchOptions& o) {
   if (!o.stage_subdir.empty() && o.stage_data.empty()) {
@@ -597,6 +611,7 @@ SbatchPlan plan_sbatch(const SbatchOptions& o) {
   plan_signal(o, plan);  // after --time: the signal's lead must fit in the time limit
   check_setup_and_container(o);
   check_staged_data(o);
+  check_tensorboard(o);
   return plan;
 }
 
@@ -793,10 +808,23 @@ struct ScriptWriter {
       line("mkdir -p \"$RUN_DIR\"");
       line("# A requeued task resumes from its own checkpoints. A --checkpoint-dir among the arguments wins.");
       line("CKPT_DIR=\"$RUN_DIR/checkpoints\"");
+      if (!o.tensorboard.empty()) {
+        line("# TensorBoard (--tensorboard): a folder per task under " + o.tensorboard + "; tensorboard --logdir " +
+             o.tensorboard + " shows the tasks side by side.");
+        line("TB_DIR=" + shell_quote(o.tensorboard) + "\"/${SLURM_JOB_NAME:-" + name +
+             "}-$SLURM_ARRAY_JOB_ID/task-$SLURM_ARRAY_TASK_ID\"");
+      }
     } else {
       line("# One checkpoint folder per job (per chain for arrays): a requeued run or the next chunk resumes from");
       line("# it. A --checkpoint-dir among the arguments wins, as train keeps the last copy of a flag.");
       line("CKPT_DIR=\"checkpoints/${SLURM_JOB_NAME:-" + name + "}-${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}\"");
+      if (!o.tensorboard.empty()) {
+        line("# TensorBoard (--tensorboard): a folder per job (per chain) under " + o.tensorboard +
+             ", where a requeued run goes on");
+        line("# as one line; tensorboard --logdir " + o.tensorboard + " shows the jobs side by side.");
+        line("TB_DIR=" + shell_quote(o.tensorboard) + "\"/${SLURM_JOB_NAME:-" + name +
+             "}-${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}\"");
+      }
     }
   }
 
@@ -805,6 +833,7 @@ struct ScriptWriter {
     line("JOB_TASKS_PER_NODE=\"${SLURM_TASKS_PER_NODE:-${SLURM_NTASKS_PER_NODE:-1}}\"  # steps below overwrite it");
     line(std::string("TRAIN_ARGS=(--checkpoint-dir \"$CKPT_DIR\" --resume auto") +
          (sweep ? " --metrics \"$RUN_DIR/metrics.jsonl\")" : ")"));
+    if (!o.tensorboard.empty()) line("TRAIN_ARGS+=(--tensorboard \"$TB_DIR\")");
     line("# train's default thread count is the machine's cores over its tasks; the job's share is smaller.");
     line("if [[ -n \"${SLURM_CPUS_PER_TASK:-}\" ]]; then TRAIN_ARGS+=(--threads \"$SLURM_CPUS_PER_TASK\"); fi");
     std::string fixed;
@@ -821,6 +850,9 @@ struct ScriptWriter {
     line("${SLURM_CPUS_PER_TASK:-1} CPU(s) per task, GPUs per node ${SLURM_GPUS_ON_NODE:-0}; \\");
     line("train $TRAIN_BIN, checkpoints in $CKPT_DIR\"");
     if (sweep) line("echo \"" + name + ": sweep arguments ${SWEEP_ARGS[*]}, run folder $RUN_DIR\"");
+    if (!o.tensorboard.empty()) {
+      line("echo \"" + name + ": TensorBoard event files in $TB_DIR (tensorboard --logdir " + o.tensorboard + ")\"");
+    }
   }
 
   // Extracting the staged data on every node, then the preflight checks.

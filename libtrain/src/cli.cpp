@@ -117,6 +117,9 @@ void add_run_flags(CLI::App& app, TrainConfig& c) {
   app.add_flag("--log-all-ranks", c.log_all_ranks, "info lines from every rank (default: rank 0; warnings and errors always come from every rank)");
   app.add_option("--save-model", c.save_model, "write the trained parameters to this file (rank 0)");
   app.add_option("--metrics", c.metrics, "append JSON-lines metrics to this file (rank 0)");
+  app.add_option("--tensorboard", c.tensorboard,
+                 "write TensorBoard event files (the --metrics numbers as scalars) into this folder (rank 0); "
+                 "a resumed run goes on in the same folder");
   app.add_option("--profile", c.profile,
                  "write a torch-profiler trace of --profile-steps (CPU operators; CUDA kernels, also inside CUDA "
                  "graphs) to this folder, one trace-rankR.json per rank (Perfetto or chrome://tracing)");

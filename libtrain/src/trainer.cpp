@@ -9,6 +9,7 @@
 #include "train/files.h"
 #include "train/launcher/device.h"
 #include "train/log.h"
+#include "train/metrics.h"
 #include "train/process_group.h"
 #include "train/sampler.h"
 #include "train/sha256.h"
@@ -52,27 +53,6 @@ std::string fmt(const char* f, double v) {
   std::snprintf(buf, sizeof(buf), f, v);
   return buf;
 }
-
-// Appends JSON lines to --metrics on rank 0; every line is flushed so a killed job keeps them.
-class MetricsWriter {
- public:
-  MetricsWriter(const std::string& path, bool enabled) {
-    if (path.empty() || !enabled) return;
-    out_.open(path, std::ios::app);
-    if (!out_) {
-      throw ConfigError("--metrics " + path + ": cannot open for appending.",
-                        "check that the folder exists and is writable.");
-    }
-  }
-  void write(const nlohmann::json& j) {
-    if (!out_.is_open()) return;
-    out_ << j.dump() << '\n';
-    out_.flush();
-  }
-
- private:
-  std::ofstream out_;
-};
 
 // Intra-op threads: the CPUs this process may run on (SLURM's task affinity, taskset, cgroup
 // cpusets), not every core of the machine, shared among the ranks on this node.
@@ -215,7 +195,7 @@ struct Trainer::Impl {
   detail::CommPlan plan;  // how the gradients travel (connect())
   std::unique_ptr<DistributedDataParallel> ddp;
   std::unique_ptr<Preemption> preemption;
-  std::unique_ptr<MetricsWriter> metrics;
+  std::vector<std::shared_ptr<MetricsSink>> metrics;  // rank 0: --metrics, --tensorboard, TrainSpec::metrics_sinks
   std::unique_ptr<detail::StepProfiler> profiler;  // --profile
   TrainingState state;
   TrainResult result;
@@ -227,8 +207,9 @@ struct Trainer::Impl {
     std::shared_ptr<detail::PendingValue> loss;
     int epoch = 0;
     int64_t step = 0, b = 0, batches = 0, seen = 0;
-    double ips = 0, lr = 0;
+    double ips = 0, lr = 0, step_seconds = 0;
   };
+  int64_t step_at_log = 0;  // the step of the last progress line (or the epoch's start)
   std::optional<PendingLine> pending_line;
   // Rank 0's checkpoint being written in the background (one at a time), and what it holds.
   std::future<std::pair<std::string, double>> checkpoint_write;  // path, seconds writing
@@ -267,6 +248,10 @@ struct Trainer::Impl {
   void write_checkpoint(const Progress& p, const at::Tensor& loss_sum);
   void collect_checkpoint(bool wait);
   TrainResult finish();
+  void write_metrics(MetricsRecord record) {
+    record.time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    for (const auto& sink : metrics) sink->write(record);
+  }
   void for_callbacks(const std::function<void(Callback&)>& fn) {
     for (const auto& cb : spec->callbacks) fn(*cb);
   }
@@ -290,6 +275,9 @@ const DistEnv& Trainer::env() const { return impl_->env; }
 const at::Device& Trainer::device() const { return impl_->device; }
 ProcessGroup* Trainer::process_group() const { return impl_->pg.get(); }
 torch::nn::Module* Trainer::model() const { return impl_->model.module.get(); }
+void Trainer::log_metrics(const std::string& event, std::vector<std::pair<std::string, double>> values) {
+  impl_->write_metrics({event, impl_->prog().epoch, impl_->prog().step, std::move(values)});
+}
 
 TrainResult Trainer::fit(const TrainSpec& spec) {
   Impl& t = *impl_;
@@ -521,7 +509,12 @@ bool Trainer::Impl::check_stop(Clock::time_point t0, double earlier_segments) {
 }
 
 void Trainer::Impl::train() {
-  metrics = std::make_unique<MetricsWriter>(c.metrics, env.rank == 0);
+  if (env.rank == 0) {
+    if (!c.metrics.empty()) metrics.push_back(make_jsonl_sink(c.metrics));
+    if (!c.tensorboard.empty()) metrics.push_back(make_tensorboard_sink(c.tensorboard));
+    metrics.insert(metrics.end(), spec->metrics_sinks.begin(), spec->metrics_sinks.end());
+    for (const auto& sink : metrics) sink->open(prog().step);  // a resumed run's records go on from here
+  }
   if (!c.profile.empty()) {
     profiler = std::make_unique<detail::StepProfiler>(c.profile, detail::parse_profile_steps(c.profile_steps), env.rank,
                                                       dev->gpu());
@@ -558,6 +551,7 @@ bool Trainer::Impl::train_epoch() {
   const int64_t check_every = dev->stop_check_every();
   auto t0 = Clock::now();
   auto t_log = t0;
+  step_at_log = prog().step;
   double earlier_segments = 0;  // training seconds of this epoch before the last checkpoint
   double images_since_log = 0;
   const int64_t images_before = prog().images_total;
@@ -624,6 +618,8 @@ void Trainer::Impl::log_progress(int64_t b, int64_t batches, int64_t start, cons
   line.seen = std::min<int64_t>(start * env.world_size, spec->train_data->size());
   line.ips = dt > 0 ? images_since_log / dt : 0.0;
   line.lr = prog().lr;
+  line.step_seconds = dt / static_cast<double>(std::max<int64_t>(1, prog().step - step_at_log));
+  step_at_log = prog().step;
   t_log = now;
   images_since_log = 0;
   // The previous line's loss arrived long ago; this one's travels while the device works on.
@@ -646,8 +642,10 @@ void Trainer::Impl::print_line(const PendingLine& line, double l) {
   log::info("Train Epoch: " + std::to_string(line.epoch) + " [" + std::to_string(line.seen) + "/" + std::to_string(total) +
             " (" + fmt("%.0f", 100.0 * static_cast<double>(line.b) / static_cast<double>(line.batches)) + "%)]\tLoss: " +
             fmt("%.6f", l) + "\t" + fmt("%.0f", line.ips) + " img/s");
-  metrics->write({{"event", "train"}, {"epoch", line.epoch}, {"step", line.step},
-                  {"loss", l}, {"lr", line.lr}, {"images_per_sec", line.ips}});
+  MetricsRecord r{"train", line.epoch, line.step,
+                  {{"loss", l}, {"lr", line.lr}, {"images_per_sec", line.ips}, {"step_seconds", line.step_seconds}}};
+  if (dev->gpu()) r.values.emplace_back("peak_gpu_mb", dev->peak_memory_mb());
+  write_metrics(std::move(r));
 }
 
 // The epoch's mean loss over ranks, evaluation, the epoch line, and the schedule's next rate.
@@ -673,17 +671,16 @@ void Trainer::Impl::end_epoch(double epoch_seconds) {
             std::to_string(static_cast<int64_t>(std::llround(ev.accuracy() * static_cast<double>(ev.count)))) + "/" +
             std::to_string(ev.count) + " (" + fmt("%.2f", 100.0 * ev.accuracy()) + "%), epoch time " +
             fmt("%.1f", epoch_seconds) + " s, evaluation " + fmt("%.2f", eval_seconds) + " s");
-  nlohmann::json line = {{"event", "epoch"}, {"epoch", prog().epoch}, {"step", prog().step},
-                         {"train_loss", prog().last_train_loss}, {"test_loss", ev.loss},
-                         {"test_accuracy", ev.accuracy()},
-                         {"images_per_sec", prog().train_seconds > 0 ? prog().images_total / prog().train_seconds : 0.0},
-                         {"epoch_images_per_sec", epoch_ips.empty() ? 0.0 : epoch_ips.back()},
-                         {"epoch_seconds", epoch_seconds}, {"eval_seconds", eval_seconds},
-                         {"time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()}};
+  MetricsRecord line{"epoch", prog().epoch, prog().step,
+                     {{"train_loss", prog().last_train_loss}, {"test_loss", ev.loss}, {"test_accuracy", ev.accuracy()},
+                      {"images_per_sec", prog().train_seconds > 0 ? prog().images_total / prog().train_seconds : 0.0},
+                      {"epoch_images_per_sec", epoch_ips.empty() ? 0.0 : epoch_ips.back()},
+                      {"epoch_seconds", epoch_seconds}, {"eval_seconds", eval_seconds}}};
+  if (dev->gpu()) line.values.emplace_back("peak_gpu_mb", dev->peak_memory_mb());
   for (const auto& [name, value] : ev.metrics) {
-    if (name != "accuracy") line[name] = value;  // accuracy is test_accuracy
+    if (name != "accuracy") line.values.emplace_back(name, value);  // accuracy is test_accuracy
   }
-  metrics->write(line);
+  write_metrics(std::move(line));
   for_callbacks([&](Callback& cb) { cb.on_epoch_end({prog().epoch, prog().step, prog().last_train_loss, ev, epoch_seconds}); });
   result.epochs = prog().epoch;
   if (spec->lr_schedule.every == LrSchedule::Every::epoch) prog().lr = spec->lr_schedule.next(prog().epoch, prog().lr);

@@ -135,6 +135,13 @@ TEST(JobFiles, CheckpointsMetricsAndRankFiles) {
   EXPECT_EQ(checkpoint_dir_from_log(log, dir.path()), dir.file("checkpoints/ddp-12"));
   EXPECT_EQ(checkpoint_dir_from_log("x: job 1, train t, checkpoints in /abs/c\n", "/w"), "/abs/c");
   EXPECT_EQ(checkpoint_dir_from_log("nothing\n", "/w"), "");
+  // The TensorBoard folder: from the generated script's line, or train's own (the last one wins).
+  EXPECT_EQ(tensorboard_dir_from_log(log, dir.path()), "");
+  EXPECT_EQ(tensorboard_dir_from_log("ddp: TensorBoard event files in runs/ddp-12 (tensorboard --logdir runs)\n", "/w"),
+            "/w/runs/ddp-12");
+  EXPECT_EQ(tensorboard_dir_from_log("2026 info [rank 0/2 n] TensorBoard event files in /abs/tb (events.out.x); view\n",
+                                     "/w"),
+            "/abs/tb");
   EXPECT_EQ(last_metrics_line(log), "{\"event\":\"done\",\"epochs\":1,\"test_accuracy\":0.8}");
   EXPECT_EQ(last_metrics_line("x\n2026 info [rank 0/2 n] Train Epoch: 2 [64/100]\ny\n"),
             "2026 info [rank 0/2 n] Train Epoch: 2 [64/100]");

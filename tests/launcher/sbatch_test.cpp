@@ -17,6 +17,7 @@
 #include "test_process.h"
 #include "test_util.h"
 #include "train/error.h"
+#include "train/launcher/jobs.h"
 #include "train/launcher/preflight.h"
 
 namespace train {
@@ -457,6 +458,41 @@ TEST(SbatchScriptRun, ForwardsItsArgumentsAndExitsWithSrunsStatus) {
   EXPECT_TRUE(contains(log, "srun --kill-on-bad-exit=1 " + slurm.dir().file("bin/train") + " --checkpoint-dir")) << log;
   struct stat st {};
   EXPECT_EQ(stat(slurm.dir().file("logs").c_str(), &st), 0) << "the script makes logs/ in the submit dir";
+}
+
+// --tensorboard ROOT: a folder per job under ROOT reaches train (before the submitter's own
+// arguments, so theirs wins) and the log, where trainctl status finds it; a sweep's task gets its own.
+TEST(SbatchScriptRun, TensorBoardFolderPerJobReachesTrainAndTheLog) {
+  FakeSlurm slurm;
+  SbatchOptions o;
+  o.job_name = "ddp";
+  o.tensorboard = "runs";
+  const std::string script = slurm.dir().file("tb.sh");
+  write_text(script, generate_sbatch_script(o), 0755);
+  const auto p = slurm.run(script, {"--epochs", "1"});
+  ASSERT_EQ(p->exit_code(), 0) << p->err();
+  EXPECT_TRUE(contains(p->out(), "ddp: TensorBoard event files in runs/ddp-123 (tensorboard --logdir runs)\n")) << p->out();
+  EXPECT_TRUE(contains(p->out(), "train [--checkpoint-dir] [checkpoints/ddp-123] [--resume] [auto] [--tensorboard] "
+                                 "[runs/ddp-123] [--epochs] [1]\n")) << p->out();
+  EXPECT_EQ(tensorboard_dir_from_log(p->out(), slurm.dir().path()), slurm.dir().file("runs/ddp-123"));
+  // An array chain's chunks go on in one folder, as they do with one checkpoint folder.
+  const auto chunk = slurm.run(script, {}, {{"SLURM_ARRAY_JOB_ID", "120"}, {"SLURM_ARRAY_TASK_ID", "2"}});
+  ASSERT_EQ(chunk->exit_code(), 0) << chunk->err();
+  EXPECT_TRUE(contains(chunk->out(), "[--tensorboard] [runs/ddp-120]")) << chunk->out();
+
+  o.array_tasks = ArrayTasks{{{"--lr", "0.1"}, {"--lr", "0.2"}}, 0, slurm.dir().file("sweep")};
+  const std::string s = generate_sbatch_script(o);
+  EXPECT_TRUE(contains(s, "TB_DIR=runs\"/${SLURM_JOB_NAME:-ddp}-$SLURM_ARRAY_JOB_ID/task-$SLURM_ARRAY_TASK_ID\"\n")) << s;
+  EXPECT_TRUE(contains(s, "TRAIN_ARGS+=(--tensorboard \"$TB_DIR\")\n")) << s;
+}
+
+TEST(SbatchScript, TensorBoardRootMustBeOnePlainWord) {
+  SbatchOptions o;
+  o.tensorboard = "my runs";
+  expect_error([&] { generate_sbatch_script(o); }, {"--tensorboard 'my runs'", "expected a folder path without spaces"},
+               "a space");
+  o.tensorboard = "runs$HOME";
+  expect_error([&] { generate_sbatch_script(o); }, {"--tensorboard 'runs$HOME'", "found '$'"}, "a $");
 }
 
 TEST(SbatchScriptRun, ArrayJobsShareACheckpointFolderAndCpusBecomeThreads) {

@@ -7,7 +7,10 @@
 #include <train/checkpoint.h>
 #include <train/cli.h>
 #include <train/ddp.h>
+#include <train/event_file.h>
+#include <train/files.h>
 #include <train/log.h>
+#include <train/metrics.h>
 #include <train/preemption.h>
 #include <train/process_group.h>
 #include <train/sampler.h>
@@ -22,6 +25,8 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -217,6 +222,33 @@ class EpochCounter : public train::Callback {
 };
 // ---- end of docs/api.md ----
 
+// ---- docs/api.md: "Metrics of your own" ----
+class GradNorm : public train::Callback {
+ public:
+  void on_train_start(train::Trainer& t) override { trainer_ = &t; }
+  void on_step_end(const train::StepInfo& info) override {
+    if (info.step % 10 != 0) return;
+    double sum = 0;
+    for (const auto& p : trainer_->model()->parameters()) {
+      if (p.grad().defined()) sum += p.grad().pow(2).sum().item<double>();
+    }
+    trainer_->log_metrics("grad", {{"norm", std::sqrt(sum)}});  // grad/norm in TensorBoard
+  }
+
+ private:
+  train::Trainer* trainer_ = nullptr;
+};
+// ---- end of docs/api.md ----
+
+// A sink of our own: keeps every record it gets.
+class RecordingSink : public train::MetricsSink {
+ public:
+  void open(int64_t start_step) override { start_step_ = start_step; }
+  void write(const train::MetricsRecord& r) override { records.push_back(r); }
+  std::vector<train::MetricsRecord> records;
+  int64_t start_step_ = -1;
+};
+
 int run_doc_main(std::vector<std::string> args) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -261,6 +293,73 @@ TEST(ApiDoc, HandWrittenLoopTrainsAndResumes) {
   ASSERT_EQ(checkpoints.list().size(), 2u);
   EXPECT_EQ(checkpoints.list().back().step, 32);
   unsetenv("MASTER_PORT");
+}
+
+// The callback's numbers reach the --metrics file, the --tensorboard folder and a sink of our own,
+// at the steps it logged them, beside the Trainer's own records.
+TEST(ApiDoc, CallbackMetricsReachEverySink) {
+  train::test::TempDir dir("api-doc-metrics");
+  train::TrainConfig config;
+  config.epochs = 3;
+  config.device = "cpu";
+  config.threads = 1;
+  config.log_interval = 4;
+  config.metrics = dir.file("m.jsonl");
+  config.tensorboard = dir.file("tb");
+  train::Trainer trainer(config, train::DistEnv{});
+  auto sink = std::make_shared<RecordingSink>();
+  train::TrainSpec spec;
+  spec.model = [] { return train::wrap_model(Net()); };
+  spec.train_data = std::make_shared<WavesDataset>(256);
+  spec.eval_data = std::make_shared<WavesDataset>(64);
+  spec.optimizer = [](const std::vector<at::Tensor>& params) {
+    return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.05));
+  };
+  spec.callbacks = {std::make_shared<GradNorm>()};
+  spec.metrics_sinks = {sink};
+  spec.batch_size = 32;
+  ASSERT_EQ(trainer.fit(spec).steps, 24);
+  EXPECT_EQ(sink->start_step_, 0);
+
+  std::map<std::string, std::vector<int64_t>> steps;  // event -> steps, as our sink saw them
+  std::map<int64_t, double> norms;
+  for (const train::MetricsRecord& r : sink->records) {
+    steps[r.event].push_back(r.step);
+    if (r.event == "grad") {
+      ASSERT_EQ(r.values.size(), 1u);
+      EXPECT_EQ(r.values[0].first, "norm");
+      EXPECT_GT(r.values[0].second, 0) << "the gradients are there after the step";
+      norms[r.step] = r.values[0].second;
+    }
+  }
+  EXPECT_EQ(steps["grad"], (std::vector<int64_t>{10, 20}));
+  EXPECT_EQ(steps["epoch"], (std::vector<int64_t>{8, 16, 24}));
+  EXPECT_EQ(steps["train"], (std::vector<int64_t>{1, 5, 8, 9, 13, 16, 17, 21, 24})) << "every 4th batch and each epoch's last";
+
+  // The JSONL has the same grad lines.
+  std::vector<int64_t> jsonl_grad;
+  std::istringstream jsonl(train::test::read_text(dir.file("m.jsonl")));
+  for (std::string line; std::getline(jsonl, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j["event"] == "grad") {
+      jsonl_grad.push_back(j["step"]);
+      EXPECT_EQ(j["norm"].get<double>(), norms[j["step"]]);
+    }
+  }
+  EXPECT_EQ(jsonl_grad, (std::vector<int64_t>{10, 20}));
+  // And TensorBoard's files hold grad/norm at those steps (as float32).
+  std::map<int64_t, double> tb_norms;
+  for (const std::string& f : train::tensorboard::event_files(dir.file("tb"))) {
+    const auto scan = train::tensorboard::read_records(train::files::read_text(f));
+    EXPECT_EQ(scan.error, "") << f;
+    for (const auto& record : scan.records) {
+      for (const auto& s : train::tensorboard::decode_event(record.payload).scalars) {
+        if (s.tag == "grad/norm") tb_norms[train::tensorboard::decode_event(record.payload).step] = s.value;
+      }
+    }
+  }
+  ASSERT_EQ(tb_norms.size(), 2u);
+  for (const auto& [step, norm] : norms) EXPECT_EQ(tb_norms[step], static_cast<double>(static_cast<float>(norm)));
 }
 
 TEST(ApiDoc, PluggedInPartsTrainAndResume) {

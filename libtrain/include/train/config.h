@@ -33,6 +33,7 @@ struct TrainConfig {
   bool log_all_ranks = false;   ///< info lines from every rank, not only rank 0
   std::string save_model;       ///< write the final parameters here (rank 0)
   std::string metrics;          ///< JSON-lines metrics file (rank 0)
+  std::string tensorboard;      ///< "" = none; else a folder for TensorBoard event files (rank 0)
   std::string profile;          ///< "" = none; else a folder: each rank's torch-profiler trace of profile_steps
   std::string profile_steps = "20:30";  ///< FROM:TO, optimizer steps counted from 1 over the run (--profile)
   bool dry_run = false;         ///< one step per epoch, one test batch

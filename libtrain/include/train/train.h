@@ -13,6 +13,7 @@
 #include "train/error.h"
 #include "train/launcher/env.h"
 #include "train/log.h"
+#include "train/metrics.h"
 #include "train/preemption.h"
 #include "train/process_group.h"
 #include "train/sampler.h"

@@ -9,6 +9,7 @@
 #include "train/loss.h"
 #include "train/model_handle.h"
 #include "train/launcher/env.h"
+#include "train/metrics.h"
 #include "train/preemption.h"
 
 #include <ATen/core/Tensor.h>
@@ -121,6 +122,8 @@ struct TrainSpec {
   LrSchedule lr_schedule = constant_lr();
   std::vector<Metric> metrics = {accuracy()};
   std::vector<std::shared_ptr<Callback>> callbacks;
+  /// Your own metrics sinks (rank 0): they get every record --metrics and --tensorboard get.
+  std::vector<std::shared_ptr<MetricsSink>> metrics_sinks;
   /// Per-rank batch size (TrainConfig::batch_size wins when it is set).
   int64_t batch_size = 64;
   /// Where --precision auto (the default) may train this model in bf16 autocast: from this many
@@ -152,6 +155,11 @@ class Trainer {
   ProcessGroup* process_group() const;
   /// The model while fit() runs.
   torch::nn::Module* model() const;
+  /// Adds a record of your own at the current step, e.g. from a callback kept from on_train_start:
+  /// trainer.log_metrics("grad", {{"norm", 1.5}}) writes a "grad" line to --metrics and the scalar
+  /// grad/norm to --tensorboard. Every rank may call it; rank 0 writes. At most one record per
+  /// event and step, so that the event's steps keep increasing.
+  void log_metrics(const std::string& event, std::vector<std::pair<std::string, double>> values);
 
   struct Impl;  // internal
 

@@ -69,12 +69,17 @@ struct JobProgress {
   bool log_exists = false;
   std::string checkpoint_dir;  ///< from the generated script's "checkpoints in DIR" line
   std::string checkpoint;      ///< the newest ckpt-N.pt there, "" when none
+  std::string tensorboard_dir; ///< where train writes TensorBoard event files ("" when not said in the log)
   std::string metrics;         ///< the last metrics line: JSON from the metrics file or log, else a progress line
 };
 
 /// The checkpoint folder a generated script announced in its log ("..., checkpoints in DIR"),
 /// resolved against `work_dir`; "" when the log has no such line.
 std::string checkpoint_dir_from_log(const std::string& log_text, const std::string& work_dir);
+
+/// The TensorBoard folder a job's log names last ("TensorBoard event files in DIR", from the generated
+/// script or from train --tensorboard), resolved against `work_dir`; "" when the log names none.
+std::string tensorboard_dir_from_log(const std::string& log_text, const std::string& work_dir);
 
 /// The newest checkpoint (highest step N of ckpt-N.pt) in a folder, "" when there is none.
 std::string newest_checkpoint(const std::string& dir);

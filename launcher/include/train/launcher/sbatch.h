@@ -50,6 +50,10 @@ struct SbatchOptions {
   std::string container;         ///< --container IMAGE: tasks run in `apptainer exec --nv IMAGE`
   std::string stage_data;        ///< --stage-data ARCHIVE: a tar archive extracted on every node
   std::string stage_subdir;      ///< --stage-subdir DIR: the folder inside the archive train reads
+  /// --tensorboard ROOT: train writes TensorBoard event files into a folder per job under ROOT
+  /// (ROOT/<job name>-<job id>; a sweep's task: ROOT/<job name>-<array id>/task-N), where a
+  /// requeued run or the next chunk goes on; relative to the submit dir, so on the shared file system
+  std::string tensorboard;
   std::vector<std::string> train_args;  ///< arguments for train, after "--"
   /// The trainctl command line that made this request (the words after "trainctl"), recorded in the
   /// script's header so that it can be regenerated; empty for none.
