@@ -25,7 +25,9 @@ add_library(train STATIC
   ${_train_src}/sampler.cpp
   ${_train_src}/step/eager_step.cpp
   ${_train_src}/step_choice.cpp
+  ${_train_src}/parts.cpp
   ${_train_src}/trainer.cpp
+  ${_train_src}/trainer_end.cpp
   ${_train_src}/training_state.cpp)
 add_library(train::train ALIAS train)
 target_include_directories(train PUBLIC

@@ -1,58 +1,15 @@
-// The Trainer: set-up (threads, device, data, process group, model, optimizer, resume, DDP), then
-// the loop (steps, logs, preemption checks, evaluation, checkpoints), then the done line.
-#include "train/trainer.h"
-
-#include "train/adadelta.h"
-#include "train/checkpoint.h"
-#include "train/ddp.h"
-#include "train/error.h"
-#include "train/files.h"
-#include "train/launcher/device.h"
-#include "train/log.h"
-#include "train/metrics.h"
-#include "train/process_group.h"
-#include "train/sampler.h"
-#include "train/sha256.h"
-#include "train/training_state.h"
-#include "comm/comm_plan.h"
-#include "comm/reducer.h"
-#include "cpu_kernels.h"
-#include "device/train_device.h"
-#include "profile.h"
-#include "step/train_step.h"
-#include "step_choice.h"
-
-#include <ATen/Context.h>
-#include <ATen/Parallel.h>
-#include <nlohmann/json.hpp>
-#include <torch/nn/functional/activation.h>
-#include <torch/nn/functional/loss.h>
-#include <torch/serialize.h>
-
-#include <chrono>
-#include <csignal>
-#include <cstdio>
-#include <ctime>
-#include <fstream>
-#include <future>
-#include <optional>
-#include <thread>
-
-#include <sched.h>
-#include <unistd.h>
+// The Trainer (train/trainer.h): its set-up (device, model and optimizer, communication plan and
+// process group, DDP, the step) and the training loop: epochs, steps, progress lines, stop
+// agreements, evaluation. Resume, stops, checkpoints and the run's end are in trainer_end.cpp.
+#include "trainer_run.h"
 
 namespace train {
+
+using detail::Clock;
+using detail::fmt;
+using detail::seconds_since;
+
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), f, v);
-  return buf;
-}
 
 // Intra-op threads: the CPUs this process may run on (SLURM's task affinity, taskset, cgroup
 // cpusets), not every core of the machine, shared among the ranks on this node.
@@ -70,22 +27,6 @@ void set_lr(torch::optim::Optimizer& opt, double lr) {
   for (auto& g : opt.param_groups()) g.options().set_lr(lr);
 }
 
-void save_model_atomically(torch::nn::Module& model, const std::string& path) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  try {
-    torch::serialize::OutputArchive archive;
-    for (const auto& p : model.named_parameters()) archive.write(p.key(), p.value().detach().cpu());
-    for (const auto& b : model.named_buffers()) archive.write(b.key(), b.value().detach().cpu(), true);
-    archive.save_to(tmp);
-    const std::string err = files::rename(tmp, path);
-    if (!err.empty()) throw std::runtime_error("rename: " + err);
-  } catch (const std::exception& e) {
-    files::remove_file(tmp);
-    throw CheckpointError("--save-model " + path + ": write failed (" + std::string(e.what()).substr(0, 200) + ").",
-                          "check that the folder exists, is writable and has free space.");
-  }
-}
-
 PreemptionOptions preemption_options(const TrainConfig& c) {
   PreemptionOptions o;
   o.requeue_signals = parse_signal_list(c.preempt_signals);
@@ -96,169 +37,8 @@ PreemptionOptions preemption_options(const TrainConfig& c) {
 
 }  // namespace
 
-// ----------------------------------------------------------------------------- the parts
-
-LossFn nll_loss() {
-  return [](const at::Tensor& out, const at::Tensor& target, Reduction r) {
-    namespace F = torch::nn::functional;
-    auto options = F::NLLLossFuncOptions();
-    if (r == Reduction::sum) {
-      options.reduction(torch::kSum);
-    } else {
-      options.reduction(torch::kMean);
-    }
-    return F::nll_loss(out, target, options);
-  };
-}
-
-LossFn cross_entropy_loss() {
-  // nll_loss(log_softmax(x)): what cross_entropy computes, spelled out so the numbers match it.
-  return [](const at::Tensor& out, const at::Tensor& target, Reduction r) {
-    return nll_loss()(torch::log_softmax(out, 1), target, r);
-  };
-}
-
-LrSchedule constant_lr() {
-  return {LrSchedule::Every::epoch, [](int64_t, double lr) { return lr; }, "constant"};
-}
-
-LrSchedule step_lr(double gamma, int64_t step_size) {
-  if (!(gamma > 0) || step_size < 1) {
-    throw ConfigError("step_lr: expected gamma > 0 and step_size >= 1, found gamma " + fmt("%g", gamma) +
-                          " and step_size " + std::to_string(step_size) + ".",
-                      "StepLR multiplies the rate by gamma every step_size epochs, e.g. step_lr(0.7).");
-  }
-  return {LrSchedule::Every::epoch,
-          [gamma, step_size](int64_t epoch, double lr) { return epoch % step_size == 0 ? lr * gamma : lr; },
-          "step_lr(gamma=" + fmt("%g", gamma) + ", step_size=" + std::to_string(step_size) + ")"};
-}
-
-Metric accuracy() {
-  return {"accuracy", [](const at::Tensor& out, const at::Tensor& target) { return out.argmax(1).eq(target).sum(); }};
-}
-
-double EvalResult::accuracy() const {
-  const auto it = metrics.find("accuracy");
-  return it == metrics.end() ? 0.0 : it->second;
-}
-
-std::string params_sha256(const torch::nn::Module& module) {
-  Sha256 hash;
-  for (const auto& p : module.parameters()) {
-    at::Tensor t = p.detach().to(at::kCPU, at::kFloat).contiguous();
-    hash.update(t.const_data_ptr(), t.numel() * sizeof(float));
-  }
-  return hash.hex();
-}
-
-std::string to_json(const TrainResult& r) {
-  nlohmann::ordered_json j;
-  j["event"] = r.cancelled ? "cancelled" : r.preempted ? "preempted" : "done";
-  j["epochs"] = r.epochs;
-  j["steps"] = r.steps;
-  j["train_loss"] = r.train_loss;
-  j["test_loss"] = r.test_loss;
-  j["test_accuracy"] = r.test_accuracy;
-  j["images_per_sec"] = r.images_per_sec;
-  j["images_per_sec_steady"] = r.images_per_sec_steady;
-  if (r.peak_gpu_mb > 0) j["peak_gpu_mb"] = r.peak_gpu_mb;
-  j["train_seconds"] = r.train_seconds;
-  j["eval_seconds"] = r.eval_seconds;
-  j["checkpoint_seconds"] = r.checkpoint_seconds;
-  j["world_size"] = r.world_size;
-  if (!r.precision.empty()) j["precision"] = r.precision;
-  j["params_sha256"] = r.params_sha256;
-  if (r.preempted || r.cancelled) {
-    j["reason"] = r.preempt_reason;
-    j["checkpoint"] = r.checkpoint_path;
-    j["requeued"] = r.requeued;
-  }
-  return j.dump();
-}
-
-// ----------------------------------------------------------------------------- the Trainer
-
-struct Trainer::Impl {
-  TrainConfig c;
-  DistEnv env;
-  int threads = 1;
-  std::unique_ptr<detail::TrainDevice> dev;  // what differs between the CPU and a GPU
-  at::Device device{at::kCPU};               // dev's
-
-  // While fit() runs.
-  const TrainSpec* spec = nullptr;
-  int64_t batch = 0;
-  std::shared_ptr<ProcessGroup> pg;
-  ModelHandle model;
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
-  std::unique_ptr<CheckpointDir> ckdir;
-  detail::CommPlan plan;  // how the gradients travel (connect())
-  std::unique_ptr<DistributedDataParallel> ddp;
-  std::unique_ptr<Preemption> preemption;
-  std::vector<std::shared_ptr<MetricsSink>> metrics;  // rank 0: --metrics, --tensorboard, TrainSpec::metrics_sinks
-  std::unique_ptr<detail::StepProfiler> profiler;  // --profile
-  TrainingState state;
-  TrainResult result;
-  std::unique_ptr<detail::TrainStep> train_step;
-  double step_lr = -1;                 // the rate the step was last run (or captured) with
-  std::vector<double> epoch_ips;       // images/s of each epoch this process trained
-  // A progress line waits for its loss to arrive from the device instead of syncing.
-  struct PendingLine {
-    std::shared_ptr<detail::PendingValue> loss;
-    int epoch = 0;
-    int64_t step = 0, b = 0, batches = 0, seen = 0;
-    double ips = 0, lr = 0, step_seconds = 0;
-  };
-  int64_t step_at_log = 0;  // the step of the last progress line (or the epoch's start)
-  std::optional<PendingLine> pending_line;
-  // Rank 0's checkpoint being written in the background (one at a time), and what it holds.
-  std::future<std::pair<std::string, double>> checkpoint_write;  // path, seconds writing
-  Progress checkpoint_progress;
-
-  Progress& prog() { return state.progress; }
-
-  void setup(const TrainSpec& s);
-  void connect();
-  detail::StepChoice choose_step() const {
-    return detail::choose_step(dev->gpu(), c.cuda_graph, spec->lr_schedule.every == LrSchedule::Every::step,
-                               *optimizer);
-  }
-  void build_model();
-  std::string shape_json(double lr0) const;
-  void resume();
-  void apply_resumed(torch::serialize::InputArchive& archive, const std::string& path);
-  void train();
-  bool train_epoch();
-  void make_step();
-  std::string resolve_precision() const;
-  bool check_stop(Clock::time_point t0, double earlier_segments);
-  // The stop flags travel in device memory, posted and read later without host syncs (GPUs with
-  // NCCL or one rank); else ranks sum them on the host (shared memory on one machine).
-  bool device_stop_flags() const {
-    return dev->stop_flags_on_device(pg ? std::optional<Backend>(pg->backend()) : std::nullopt);
-  }
-  void log_progress(int64_t b, int64_t batches, int64_t start, const at::Tensor& loss, double& t_log_images,
-                    Clock::time_point& t_log);
-  void print_line(const PendingLine& line, double loss);
-  void flush_pending_line();
-  void end_epoch(double epoch_seconds);
-  EvalResult evaluate(bool one_batch);
-  void stop(const StopRequest& request);
-  at::Tensor shared_loss_sum();
-  void write_checkpoint(const Progress& p, const at::Tensor& loss_sum);
-  void collect_checkpoint(bool wait);
-  TrainResult finish();
-  void write_metrics(MetricsRecord record) {
-    record.time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    for (const auto& sink : metrics) sink->write(record);
-  }
-  void for_callbacks(const std::function<void(Callback&)>& fn) {
-    for (const auto& cb : spec->callbacks) fn(*cb);
-  }
-};
-
-Trainer::Trainer(TrainConfig config, DistEnv env) : impl_(std::make_unique<Impl>()) {
-  Impl& t = *impl_;
+Trainer::Trainer(TrainConfig config, DistEnv env) : run_(std::make_unique<Run>()) {
+  Run& t = *run_;
   t.c = std::move(config);
   t.env = std::move(env);
   validate(t.c);
@@ -270,17 +50,17 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : impl_(std::make_unique<Impl>
 }
 
 Trainer::~Trainer() = default;
-const TrainConfig& Trainer::config() const { return impl_->c; }
-const DistEnv& Trainer::env() const { return impl_->env; }
-const at::Device& Trainer::device() const { return impl_->device; }
-ProcessGroup* Trainer::process_group() const { return impl_->pg.get(); }
-torch::nn::Module* Trainer::model() const { return impl_->model.module.get(); }
+const TrainConfig& Trainer::config() const { return run_->c; }
+const DistEnv& Trainer::env() const { return run_->env; }
+const at::Device& Trainer::device() const { return run_->device; }
+ProcessGroup* Trainer::process_group() const { return run_->pg.get(); }
+torch::nn::Module* Trainer::model() const { return run_->model.module.get(); }
 void Trainer::log_metrics(const std::string& event, std::vector<std::pair<std::string, double>> values) {
-  impl_->write_metrics({event, impl_->prog().epoch, impl_->prog().step, std::move(values)});
+  run_->write_metrics({event, run_->prog().epoch, run_->prog().step, std::move(values)});
 }
 
 TrainResult Trainer::fit(const TrainSpec& spec) {
-  Impl& t = *impl_;
+  Run& t = *run_;
   t.setup(spec);
   t.build_model();  // before connect(): the optimizer decides whether the step is captured
   t.connect();
@@ -300,7 +80,7 @@ TrainResult Trainer::fit(const TrainSpec& spec) {
 }
 
 // Checks the spec, moves the data to the device, installs the signal handlers.
-void Trainer::Impl::setup(const TrainSpec& s) {
+void Trainer::Run::setup(const TrainSpec& s) {
   spec = &s;
   if (!s.model || !s.train_data || !s.optimizer || !s.loss) {
     throw ConfigError("TrainSpec: expected a model builder, training data, a loss and an optimizer builder, found " +
@@ -321,7 +101,7 @@ void Trainer::Impl::setup(const TrainSpec& s) {
 }
 
 // How the gradients will travel (comm/comm_plan.h), then the process group.
-void Trainer::Impl::connect() {
+void Trainer::Run::connect() {
   detail::CommFacts f;
   f.gpu = dev->gpu();
   f.world_size = env.world_size;
@@ -351,7 +131,7 @@ void Trainer::Impl::connect() {
 }
 
 // The model is built right after seeding, so every rank (and every run) starts from the same weights.
-void Trainer::Impl::build_model() {
+void Trainer::Run::build_model() {
   torch::manual_seed(c.seed);  // also every GPU's generator
   model = spec->model();
   if (!model.module || !model.forward) {
@@ -384,86 +164,16 @@ void Trainer::Impl::build_model() {
   if (!c.checkpoint_dir.empty()) ckdir = std::make_unique<CheckpointDir>(c.checkpoint_dir, c.keep_checkpoints);
 }
 
-// The flags that shape a run: stored in checkpoints and compared on resume.
-std::string Trainer::Impl::shape_json(double lr0) const {
-  nlohmann::ordered_json j = {
-      {"model", spec->model_name}, {"dataset", spec->data_name}, {"batch_size", batch}, {"lr", lr0},
-      {"lr_schedule", spec->lr_schedule.description}, {"optimizer", c.optimizer}, {"momentum", c.momentum},
-      {"weight_decay", c.weight_decay}, {"seed", c.seed}, {"epochs", c.epochs},
-      {"limit_train_samples", c.limit_train_samples}, {"limit_test_samples", c.limit_test_samples},
-      {"no_dropout", c.no_dropout}};
-  return j.dump();
-}
-
-// Resume before DDP is built: its broadcast then spreads rank 0's restored weights. With
-// --resume auto, rank 0 picks the newest valid checkpoint and tells the others its step, so
-// every rank resumes from the same file.
-void Trainer::Impl::resume() {
-  std::unique_ptr<torch::serialize::InputArchive> archive;
-  std::string path;
-  if (c.resume != "never" && c.resume != "auto") {
-    path = c.resume;
-    archive = CheckpointDir::load_file(c.resume, device);
-  } else if (c.resume == "auto" && ckdir) {
-    int64_t chosen = -1;
-    if (env.rank == 0) {
-      auto found = ckdir->load_latest_valid(device);
-      if (found) {
-        chosen = found->second.step;
-        path = found->second.path;
-        archive = std::move(found->first);
-      }
-    }
-    if (pg) {
-      at::Tensor t = torch::tensor({chosen}, at::kLong).to(device);
-      pg->broadcast(t, 0);
-      chosen = t.cpu().item<int64_t>();
-      if (env.rank != 0 && chosen >= 0) {
-        path = ckdir->path_for(chosen);
-        archive = CheckpointDir::load_file(path, device);
-      }
-    }
-  }
-  if (archive) apply_resumed(*archive, path);
-}
-
-void Trainer::Impl::apply_resumed(torch::serialize::InputArchive& a, const std::string& path) {
-  const auto saved = nlohmann::ordered_json::parse(TrainingState::read_shape(a));
-  const auto now = nlohmann::ordered_json::parse(state.shape_json);
-  for (const char* key : {"model", "dataset"}) {
-    if (saved.value(key, nlohmann::ordered_json()) != now[key]) {
-      throw CheckpointError(path + ": written for --" + std::string(key) + " " + saved.value(key, nlohmann::ordered_json()).dump() +
-                                ", but this run has " + now[key].dump() + ".",
-                            "resume with the same arguments, or point --checkpoint-dir at a fresh folder.");
-    }
-  }
-  for (auto it = saved.begin(); it != saved.end(); ++it) {
-    if (now.contains(it.key()) && now[it.key()] != it.value()) {
-      log::warn("resuming " + path + " with a different " + it.key() + " (" + it.value().dump() + " -> " +
-                now[it.key()].dump() + "): results will differ from an uninterrupted run");
-    }
-  }
-  const int saved_world = state.load(a, device);
-  if (saved_world != env.world_size) {
-    log::warn("resuming a world-size " + std::to_string(saved_world) + " checkpoint with world size " +
-              std::to_string(env.world_size) + ": the sampler re-shards the epoch, so results will differ "
-              "from the uninterrupted run");
-  }
-  result.checkpoint_path = path;
-  log::info("resumed from " + path + ": epoch " + std::to_string(prog().epoch) + ", step " +
-            std::to_string(prog().step) + ", " + std::to_string(prog().batches_done) + " batches into the epoch");
-}
-
 // --precision auto: bf16 autocast only where the spec measured it (TrainSpec::auto_bf16_batch),
 // fp32 otherwise; on the CPU always fp32.
-std::string Trainer::Impl::resolve_precision() const {
+std::string Trainer::Run::resolve_precision() const {
   const detail::PrecisionChoice p =
       detail::resolve_precision(dev->gpu(), dev->bf16_supported(), c.precision, spec->auto_bf16_batch, batch);
   if (!p.why.empty()) log::info(p.why);
   return p.precision;
 }
 
-void Trainer::Impl::make_step() {
+void Trainer::Run::make_step() {
   detail::StepParts parts;
   parts.data = spec->train_data.get();
   parts.model = &model;
@@ -490,7 +200,7 @@ void Trainer::Impl::make_step() {
 // Whether every rank agreed to stop at this step; stops the run when so. CPU ranks agree through
 // one small all-reduce now. CUDA ranks read the agreement they posted `check_every` steps ago (long
 // done on the device, so the host never waits), then post the next.
-bool Trainer::Impl::check_stop(Clock::time_point t0, double earlier_segments) {
+bool Trainer::Run::check_stop(Clock::time_point t0, double earlier_segments) {
   StopRequest request;
   if (device_stop_flags()) {
     request = preemption->collect();
@@ -508,7 +218,7 @@ bool Trainer::Impl::check_stop(Clock::time_point t0, double earlier_segments) {
   return true;
 }
 
-void Trainer::Impl::train() {
+void Trainer::Run::train() {
   if (env.rank == 0) {
     if (!c.metrics.empty()) metrics.push_back(make_jsonl_sink(c.metrics));
     if (!c.tensorboard.empty()) metrics.push_back(make_tensorboard_sink(c.tensorboard));
@@ -535,7 +245,7 @@ void Trainer::Impl::train() {
 
 // One epoch: its steps, then evaluation and the epoch-end checkpoint. Returns false when the run
 // ends here (a stop request, --max-steps, --dry-run's single step is not an end).
-bool Trainer::Impl::train_epoch() {
+bool Trainer::Run::train_epoch() {
   DistributedSampler sampler(spec->train_data->size(), env.world_size, env.rank, /*shuffle=*/true, c.seed);
   set_lr(*optimizer, prog().lr);
   if (prog().lr != step_lr) {
@@ -606,7 +316,7 @@ bool Trainer::Impl::train_epoch() {
   return true;
 }
 
-void Trainer::Impl::log_progress(int64_t b, int64_t batches, int64_t start, const at::Tensor& loss,
+void Trainer::Run::log_progress(int64_t b, int64_t batches, int64_t start, const at::Tensor& loss,
                                  double& images_since_log, Clock::time_point& t_log) {
   const auto now = Clock::now();
   const double dt = std::chrono::duration<double>(now - t_log).count();
@@ -629,7 +339,7 @@ void Trainer::Impl::log_progress(int64_t b, int64_t batches, int64_t start, cons
   if (dev->reads_at_once()) flush_pending_line();
 }
 
-void Trainer::Impl::flush_pending_line() {
+void Trainer::Run::flush_pending_line() {
   if (!pending_line) return;
   const double l = pending_line->loss->get();
   PendingLine line = std::move(*pending_line);
@@ -637,7 +347,7 @@ void Trainer::Impl::flush_pending_line() {
   print_line(line, l);
 }
 
-void Trainer::Impl::print_line(const PendingLine& line, double l) {
+void Trainer::Run::print_line(const PendingLine& line, double l) {
   const int64_t total = spec->train_data->size();
   log::info("Train Epoch: " + std::to_string(line.epoch) + " [" + std::to_string(line.seen) + "/" + std::to_string(total) +
             " (" + fmt("%.0f", 100.0 * static_cast<double>(line.b) / static_cast<double>(line.batches)) + "%)]\tLoss: " +
@@ -649,7 +359,7 @@ void Trainer::Impl::print_line(const PendingLine& line, double l) {
 }
 
 // The epoch's mean loss over ranks, evaluation, the epoch line, and the schedule's next rate.
-void Trainer::Impl::end_epoch(double epoch_seconds) {
+void Trainer::Run::end_epoch(double epoch_seconds) {
   at::Tensor mean_loss =
       (state.loss_sum / static_cast<double>(std::max<int64_t>(1, prog().epoch_steps))).reshape({1});
   if (pg) {
@@ -691,7 +401,7 @@ void Trainer::Impl::end_epoch(double epoch_seconds) {
 
 // Each rank evaluates samples rank, rank + world, ...: no padding, so the all-reduced totals
 // equal single-process evaluation.
-EvalResult Trainer::Impl::evaluate(bool one_batch) {
+EvalResult Trainer::Run::evaluate(bool one_batch) {
   torch::NoGradGuard no_grad;
   model.module->eval();
   Dataset& data = *spec->eval_data;
@@ -723,117 +433,6 @@ EvalResult Trainer::Impl::evaluate(bool one_batch) {
   }
   model.module->train();
   return r;
-}
-
-// A stop every rank agreed on: checkpoint (rank 0), wait until it is durable, then requeue
-// (preemption, time limit) or not (cancel).
-void Trainer::Impl::stop(const StopRequest& request) {
-  result.preempted = request.requeue();
-  result.cancelled = request.kind == StopKind::cancel;
-  result.stop_signal = request.signal;
-  result.preempt_reason = request.reason;
-  log::warn("stopping for " + request.reason + " at epoch " + std::to_string(prog().epoch) + ", step " +
-            std::to_string(prog().step));
-  const at::Tensor loss_sum = ckdir ? shared_loss_sum() : at::Tensor();  // every rank takes part
-  if (ckdir && env.rank == 0) {
-    write_checkpoint(prog(), loss_sum);
-    collect_checkpoint(/*wait=*/true);
-  } else if (!ckdir) {
-    log::warn("no --checkpoint-dir: the progress of this run is lost");
-  }
-  if (pg) pg->barrier();  // the checkpoint is durable before anyone leaves
-  if (result.cancelled) {
-    log::warn(std::string("cancelled: not requeued") +
-              (ckdir ? "; to go on, run train again with --checkpoint-dir " + ckdir->dir() + " (it resumes from " +
-                           result.checkpoint_path + ")"
-                     : std::string()));
-    return;
-  }
-  if (ckdir && env.rank == 0 && c.requeue && !env.job_id.empty()) result.requeued = preemption->requeue_job();
-}
-
-// Mid-epoch, each rank holds the sum of its own step losses, but only rank 0 writes the checkpoint
-// that every rank resumes from. Saving the ranks' mean makes the resumed epoch's mean loss equal
-// the uninterrupted one: every rank restarts from the mean, and the epoch end averages over ranks.
-// Every rank must call it.
-at::Tensor Trainer::Impl::shared_loss_sum() {
-  at::Tensor t = state.loss_sum.detach().clone().reshape({1});
-  if (pg) {
-    pg->allreduce_sum(t);
-    t /= env.world_size;
-  }
-  return t.reshape({});
-}
-
-void Trainer::Impl::write_checkpoint(const Progress& p, const at::Tensor& loss_sum) {
-  const auto t_start = Clock::now();
-  const Progress current_progress = state.progress;
-  const at::Tensor current_loss_sum = state.loss_sum;
-  state.progress = p;
-  state.loss_sum = loss_sum;
-  torch::serialize::OutputArchive a;
-  state.save(a, device);
-  state.progress = current_progress;
-  state.loss_sum = current_loss_sum;
-  collect_checkpoint(/*wait=*/true);  // one write at a time, in order
-  // Serializing copies the state to the host: training waits only for that. Writing the file
-  // (checksum, fsync, rename, pruning) runs in the background while the next steps train.
-  std::string bytes = CheckpointDir::serialize(a, p.step);
-  result.checkpoint_seconds += seconds_since(t_start);
-  checkpoint_progress = p;
-  checkpoint_write = std::async(std::launch::async, [this, bytes = std::move(bytes), step = p.step] {
-    const auto t_write = Clock::now();
-    std::string path = ckdir->write(bytes, step);
-    return std::make_pair(std::move(path), seconds_since(t_write));
-  });
-}
-
-// The background write's outcome, on the training thread: its log line, result, callbacks, or its
-// error (a CheckpointError: earlier checkpoints are intact). wait=false only looks.
-void Trainer::Impl::collect_checkpoint(bool wait) {
-  if (!checkpoint_write.valid()) return;
-  if (!wait && checkpoint_write.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
-  const Progress& p = checkpoint_progress;
-  const auto [path, seconds] = checkpoint_write.get();
-  result.checkpoint_path = path;
-  log::info("checkpoint: " + result.checkpoint_path + " (step " + std::to_string(p.step) + "; resumes at epoch " +
-            std::to_string(p.epoch) + ", batch " + std::to_string(p.batches_done) + "; written in the background in " +
-            fmt("%.3f", seconds) + " s)");
-  for_callbacks([&](Callback& cb) { cb.on_checkpoint_saved(result.checkpoint_path, p.step); });
-}
-
-TrainResult Trainer::Impl::finish() {
-  collect_checkpoint(/*wait=*/true);
-  const bool stopped = result.preempted || result.cancelled;
-  result.epochs = std::min(prog().epoch, c.epochs);
-  result.steps = prog().step;
-  result.train_loss = prog().last_train_loss;
-  result.test_loss = prog().last_test_loss;
-  result.test_accuracy = prog().last_test_accuracy;
-  result.images_per_sec = prog().train_seconds > 0 ? prog().images_total / prog().train_seconds : 0.0;
-  if (!epoch_ips.empty()) {
-    // Steady state: the epochs after the first, which carries start-up (cuDNN tuning, capture).
-    double sum = 0;
-    for (size_t i = epoch_ips.size() > 1 ? 1 : 0; i < epoch_ips.size(); ++i) sum += epoch_ips[i];
-    result.images_per_sec_steady = sum / static_cast<double>(epoch_ips.size() > 1 ? epoch_ips.size() - 1 : 1);
-  }
-  result.peak_gpu_mb = dev->peak_memory_mb();
-  result.params_sha256 = params_sha256(*model.module);
-  if (!stopped && !c.save_model.empty() && env.rank == 0) {
-    save_model_atomically(*model.module, c.save_model);
-    log::info("saved the model to " + c.save_model);
-  }
-  // What the step captured goes before the communicator: destroying an NCCL communicator that a
-  // live CUDA graph still uses hangs in NCCL.
-  if (train_step) train_step->release();
-  train_step.reset();
-  if (pg) {
-    pg->barrier();
-    ddp.reset();
-    pg->shutdown();
-  }
-  preemption.reset();
-  return result;
 }
 
 }  // namespace train

@@ -161,10 +161,10 @@ class Trainer {
   /// event and step, so that the event's steps keep increasing.
   void log_metrics(const std::string& event, std::vector<std::pair<std::string, double>> values);
 
-  struct Impl;  // internal
 
  private:
-  std::unique_ptr<Impl> impl_;
+  struct Run;  // what fit() works with (libtrain/src/trainer_run.h)
+  std::unique_ptr<Run> run_;
 };
 
 /// Trains a built-in model (--model, from the registry) on a built-in dataset (--dataset/--data)

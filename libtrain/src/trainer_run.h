@@ -1,0 +1,141 @@
+// The Trainer's working state while fit() runs (Trainer::Run), shared by trainer.cpp (set-up and
+// the loop) and trainer_end.cpp (resume, stops, checkpoints and the run's end). Private.
+#pragma once
+
+#include "train/trainer.h"
+
+
+#include "train/adadelta.h"
+#include "train/checkpoint.h"
+#include "train/ddp.h"
+#include "train/error.h"
+#include "train/files.h"
+#include "train/launcher/device.h"
+#include "train/log.h"
+#include "train/metrics.h"
+#include "train/process_group.h"
+#include "train/sampler.h"
+#include "train/sha256.h"
+#include "train/training_state.h"
+#include "comm/comm_plan.h"
+#include "comm/reducer.h"
+#include "cpu_kernels.h"
+#include "device/train_device.h"
+#include "profile.h"
+#include "step/train_step.h"
+#include "step_choice.h"
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <nlohmann/json.hpp>
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/serialize.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <future>
+#include <optional>
+#include <thread>
+
+#include <sched.h>
+#include <unistd.h>
+
+namespace train {
+namespace detail {
+
+using Clock = std::chrono::steady_clock;
+
+inline double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+inline std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), f, v);
+  return buf;
+}
+
+}  // namespace detail
+
+struct Trainer::Run {
+  TrainConfig c;
+  DistEnv env;
+  int threads = 1;
+  std::unique_ptr<detail::TrainDevice> dev;  // what differs between the CPU and a GPU
+  at::Device device{at::kCPU};               // dev's
+
+  // While fit() runs.
+  const TrainSpec* spec = nullptr;
+  int64_t batch = 0;
+  std::shared_ptr<ProcessGroup> pg;
+  ModelHandle model;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::unique_ptr<CheckpointDir> ckdir;
+  detail::CommPlan plan;  // how the gradients travel (connect())
+  std::unique_ptr<DistributedDataParallel> ddp;
+  std::unique_ptr<Preemption> preemption;
+  std::vector<std::shared_ptr<MetricsSink>> metrics;  // rank 0: --metrics, --tensorboard, TrainSpec::metrics_sinks
+  std::unique_ptr<detail::StepProfiler> profiler;  // --profile
+  TrainingState state;
+  TrainResult result;
+  std::unique_ptr<detail::TrainStep> train_step;
+  double step_lr = -1;                 // the rate the step was last run (or captured) with
+  std::vector<double> epoch_ips;       // images/s of each epoch this process trained
+  // A progress line waits for its loss to arrive from the device instead of syncing.
+  struct PendingLine {
+    std::shared_ptr<detail::PendingValue> loss;
+    int epoch = 0;
+    int64_t step = 0, b = 0, batches = 0, seen = 0;
+    double ips = 0, lr = 0, step_seconds = 0;
+  };
+  int64_t step_at_log = 0;  // the step of the last progress line (or the epoch's start)
+  std::optional<PendingLine> pending_line;
+  // Rank 0's checkpoint being written in the background (one at a time), and what it holds.
+  std::future<std::pair<std::string, double>> checkpoint_write;  // path, seconds writing
+  Progress checkpoint_progress;
+
+  Progress& prog() { return state.progress; }
+
+  void setup(const TrainSpec& s);
+  void connect();
+  detail::StepChoice choose_step() const {
+    return detail::choose_step(dev->gpu(), c.cuda_graph, spec->lr_schedule.every == LrSchedule::Every::step,
+                               *optimizer);
+  }
+  void build_model();
+  std::string shape_json(double lr0) const;
+  void resume();
+  void apply_resumed(torch::serialize::InputArchive& archive, const std::string& path);
+  void train();
+  bool train_epoch();
+  void make_step();
+  std::string resolve_precision() const;
+  bool check_stop(detail::Clock::time_point t0, double earlier_segments);
+  // The stop flags travel in device memory, posted and read later without host syncs (GPUs with
+  // NCCL or one rank); else ranks sum them on the host (shared memory on one machine).
+  bool device_stop_flags() const {
+    return dev->stop_flags_on_device(pg ? std::optional<Backend>(pg->backend()) : std::nullopt);
+  }
+  void log_progress(int64_t b, int64_t batches, int64_t start, const at::Tensor& loss, double& t_log_images,
+                    detail::Clock::time_point& t_log);
+  void print_line(const PendingLine& line, double loss);
+  void flush_pending_line();
+  void end_epoch(double epoch_seconds);
+  EvalResult evaluate(bool one_batch);
+  void stop(const StopRequest& request);
+  at::Tensor shared_loss_sum();
+  void write_checkpoint(const Progress& p, const at::Tensor& loss_sum);
+  void collect_checkpoint(bool wait);
+  TrainResult finish();
+  void write_metrics(MetricsRecord record) {
+    record.time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    for (const auto& sink : metrics) sink->write(record);
+  }
+  void for_callbacks(const std::function<void(Callback&)>& fn) {
+    for (const auto& cb : spec->callbacks) fn(*cb);
+  }
+};
+
+}  // namespace train
