@@ -229,7 +229,7 @@ TEST_F(SlurmTest, DdpOnTwoNodesWithTwoTasksEach) {
   EXPECT_EQ(job.sbatch_exit, 0) << job.sbatch_err << "\nlog:\n" << log;
   EXPECT_EQ(job_state(job.id, env_), "COMPLETED") << log;
   EXPECT_TRUE(contains(log, "tasks per node 2(x2)")) << log;
-  EXPECT_TRUE(contains(log, "preflight node1: ok (data: 4 IDX files (fashion-mnist) readable in "
+  EXPECT_TRUE(contains(log, "preflight node1: ok (data: 4 IDX files (fashion-mnist) checked whole in "
                             "/usr/share/datasets/fashion-mnist; tasks: 2 on this node")) << log;
   const nlohmann::json done = done_line(log);
   EXPECT_EQ(done.value("event", ""), "done");
@@ -284,7 +284,7 @@ TEST_F(SlurmTest, StagedDataInAnArrayChain) {
   const std::string chunk_id = log.substr(marker.size(), log.find(' ', marker.size()) - marker.size());
   EXPECT_TRUE(contains(log, " (chunk 1 of array " + job.id + ")")) << log;
   const std::string staged = "/tmp/train-" + user_name() + "-" + chunk_id;
-  EXPECT_TRUE(contains(log, "preflight node1: ok (data: 4 IDX files (fashion-mnist) readable in " + staged + "/data/" +
+  EXPECT_TRUE(contains(log, "preflight node1: ok (data: 4 IDX files (fashion-mnist) checked whole in " + staged + "/data/" +
                                 folder + ";")) << log;
   EXPECT_FALSE(exists(staged)) << staged << " was not removed after training";
   EXPECT_TRUE(exists(dir.file("checkpoints/stage-" + job.id))) << "chunks share checkpoints/NAME-ARRAYJOBID";
