@@ -406,6 +406,15 @@ class FakeSlurm {
                "printf 'trainctl'; printf ' [%s]' \"$@\"; echo\n"
                "exit \"${FAKE_PREFLIGHT_RC:-0}\"\n",
                0755);
+    // scontrol show job: the Command= line SLURM keeps (the submitted script and its arguments,
+    // joined by spaces), from $FAKE_COMMAND; no answer when that is unset.
+    write_text(bin + "/scontrol",
+               "#!/bin/bash\n"
+               "[[ -n \"${FAKE_COMMAND:-}\" ]] || exit 1\n"
+               "echo \"JobId=$2 JobName=ddp\"\n"
+               "echo \"   Command=$FAKE_COMMAND\"\n"
+               "echo \"   WorkDir=$SLURM_SUBMIT_DIR\"\n",
+               0755);
   }
 
   /// Runs a script as the batch step of job 123 (2 nodes x 1 task) with the given arguments.
@@ -483,6 +492,36 @@ TEST(SbatchScriptRun, ReportsTrainFailuresAndPreemption) {
   p = slurm.run(source_path("scripts/ddp.sh"), {}, {{"FAKE_TRAIN_RC", "75"}});
   EXPECT_EQ(p->exit_code(), 75);
   EXPECT_TRUE(contains(p->err(), "saved a checkpoint in checkpoints/ddp-123 (exit 75): the requeued job resumes")) << p->err();
+}
+
+// SLURM runs a spool copy of the script ($0), deleted when the job ends: the hint after a cancel or
+// a failure names the script as submitted (scontrol's Command=) with this job's arguments, quoted,
+// and the checkpoint folder, run from the submit dir.
+TEST(SbatchScriptRun, ResumeHintNamesTheSubmittedScriptNotTheSpoolCopy) {
+  FakeSlurm slurm;
+  const std::string spool = slurm.dir().file("spool-slurm_script");
+  write_text(spool, test::read_text(source_path("scripts/ddp.sh")), 0755);
+  const std::string submitted = source_path("scripts/ddp.sh");
+  const Env env = {{"FAKE_TRAIN_RC", "143"}, {"FAKE_COMMAND", submitted + " --epochs 3 --metrics a b.jsonl"}};
+  auto p = slurm.run(spool, {"--epochs", "3", "--metrics", "a b.jsonl"}, env);
+  EXPECT_EQ(p->exit_code(), 143);
+  const std::string resume = "cd " + slurm.dir().path() + " && sbatch " + submitted +
+                             " --epochs 3 --metrics a\\ b.jsonl --checkpoint-dir checkpoints/ddp-123";
+  EXPECT_TRUE(contains(p->err(), "not requeued. To go on from it: " + resume + "  # and the sbatch options")) << p->err();
+  EXPECT_FALSE(contains(p->err(), spool)) << p->err();
+
+  Env failed = env;
+  failed["FAKE_TRAIN_RC"] = "3";
+  p = slurm.run(spool, {"--epochs", "3", "--metrics", "a b.jsonl"}, failed);
+  EXPECT_EQ(p->exit_code(), 3);
+  EXPECT_TRUE(contains(p->err(), "resubmit with --checkpoint-dir checkpoints/ddp-123: " + resume)) << p->err();
+
+  // Without arguments, and without an answer from scontrol: the script is named for the user to fill in.
+  p = slurm.run(spool, {}, {{"FAKE_TRAIN_RC", "143"}, {"FAKE_COMMAND", submitted}});
+  EXPECT_TRUE(contains(p->err(), "To go on from it: cd " + slurm.dir().path() + " && sbatch " + submitted +
+                                     " --checkpoint-dir checkpoints/ddp-123  #")) << p->err();
+  p = slurm.run(spool, {"--epochs", "3"}, {{"FAKE_TRAIN_RC", "143"}});
+  EXPECT_TRUE(contains(p->err(), "&& sbatch YOUR_SCRIPT --epochs 3 --checkpoint-dir checkpoints/ddp-123")) << p->err();
 }
 
 TEST(SbatchScriptRun, FailedPreflightStopsBeforeTraining) {
