@@ -18,6 +18,10 @@ int64_t parse_slurm_timestamp(const std::string& text) {
   return t < 0 ? 0 : static_cast<int64_t>(t);
 }
 
+bool is_no_time_limit(const std::string& limit) {
+  return limit == "UNLIMITED" || limit == "INFINITE" || limit == "365-00:00:00";
+}
+
 std::string describe_duration(int64_t seconds) {
   if (seconds < 0) seconds = 0;
   const int64_t d = seconds / 86400, h = seconds / 3600 % 24, m = seconds / 60 % 60, s = seconds % 60;

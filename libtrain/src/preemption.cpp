@@ -45,7 +45,7 @@ extern "C" void on_signal(int sig) {
 }
 
 // The SLURM job's end time from squeue (%e), or 0 when unknown or not under SLURM; `unlimited` is set
-// when its time limit (%l) is UNLIMITED, where SLURM still shows an end time a year ahead.
+// when it has no time limit (%l UNLIMITED, or the year Slurm puts in its place: no deadline then).
 int64_t slurm_job_end_time(const std::string& job_id, bool& unlimited) {
   unlimited = false;
   if (job_id.empty()) return 0;
@@ -57,7 +57,7 @@ int64_t slurm_job_end_time(const std::string& job_id, bool& unlimited) {
   const std::string line = r.out.substr(0, r.out.find('\n'));
   const std::size_t space = line.find(' ');
   const std::string limit = space == std::string::npos ? "" : line.substr(space + 1);
-  if (limit == "UNLIMITED" || limit == "INFINITE") {
+  if (is_no_time_limit(limit)) {
     unlimited = true;
     return 0;
   }

@@ -329,7 +329,7 @@ with open(out, 'wb') as f:
     train::files::make_dirs(dir);
     auto r = train::test::run_program({py, "-c", script, d.file("samples"), dir + "/test_batch", std::to_string(n)}, {}, 120);
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    const std::string python_bytes = test::read_text(dir + "/test_batch");
+    const std::string python_bytes = train::test::read_text(dir + "/test_batch");
     if (n <= 20) {
       const auto ours = train::test::cifar_pickle5_bytes(samples);
       EXPECT_EQ(python_bytes, std::string(ours.begin(), ours.end())) << n << " samples";

@@ -134,7 +134,8 @@ slurm)
   command -v sbatch >/dev/null || fail "sbatch is not on PATH. Hint: install SLURM's client, or TRAIN_TEST_SLURM=0 skips this test."
   timeout 20 sinfo -h >/dev/null 2>&1 ||
     fail "sinfo doesn't answer (SLURM_CONF=${SLURM_CONF:-unset}). Hint: start the local cluster (scripts/local-slurm.sh start), or TRAIN_TEST_SLURM=0 skips this test."
-  jobdir=$work/slurm
+  # Submitted from outside the checkout, as the C++ suites do: `trainctl status` there never lists it.
+  jobdir=${TRAIN_TEST_JOB_DIR:-${TMPDIR:-/tmp}/libtrain-jobs-$(id -u)}/example-slurm-$$
   rm -rf "$jobdir"
   mkdir -p "$jobdir/logs"
   cd "$jobdir"
@@ -165,6 +166,7 @@ slurm)
   [ "$(json params_sha256 "$line")" = "$(json params_sha256 "$(tail -n 1 "$jobdir/local.out")")" ] ||
     fail "the job's parameters differ from trainctl local's with the same arguments"
   echo "job $id on node[1-2]: test accuracy $acc, parameters equal to trainctl local's"
+  rm -rf "$jobdir"
   ;;
 
 cleanup)

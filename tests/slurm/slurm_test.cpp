@@ -191,7 +191,7 @@ std::vector<std::string> concat(std::vector<std::string> a, const std::vector<st
 
 TEST_F(SlurmTest, DdpOnTwoNodesCompletesLikeTrainctlLocal) {
   if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
-  test::TempDir dir("slurm-ddp-2x1");
+  test::TempDir dir("slurm-ddp-2x1", test::job_root());
   mkdir(dir.file("logs").c_str(), 0755);
   const Job job = submit_and_wait(dir.path(), concat({source_path("scripts/ddp.sh")}, kQuickTrainArgs), env_);
   ASSERT_FALSE(job.id.empty());
@@ -220,7 +220,7 @@ TEST_F(SlurmTest, DdpOnTwoNodesCompletesLikeTrainctlLocal) {
 
 TEST_F(SlurmTest, DdpOnTwoNodesWithTwoTasksEach) {
   if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
-  test::TempDir dir("slurm-ddp-2x2");
+  test::TempDir dir("slurm-ddp-2x2", test::job_root());
   mkdir(dir.file("logs").c_str(), 0755);
   const Job job = submit_and_wait(
       dir.path(), concat({"-N", "2", "--ntasks-per-node=2", source_path("scripts/ddp.sh")}, kQuickTrainArgs), env_);
@@ -238,7 +238,7 @@ TEST_F(SlurmTest, DdpOnTwoNodesWithTwoTasksEach) {
 
 TEST_F(SlurmTest, FailedPreflightStopsTheJobBeforeTraining) {
   if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
-  test::TempDir dir("slurm-preflight");
+  test::TempDir dir("slurm-preflight", test::job_root());
   mkdir(dir.file("logs").c_str(), 0755);
   const Job job = submit_and_wait(dir.path(), {source_path("scripts/ddp.sh"), "--data", "/nonexistent/fm"}, env_);
   ASSERT_FALSE(job.id.empty());
@@ -258,7 +258,7 @@ TEST_F(SlurmTest, StagedDataInAnArrayChain) {
   if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
   const std::string data = test::fashion_mnist_dir();
   if (data.empty()) GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";
-  test::TempDir dir("slurm-stage");
+  test::TempDir dir("slurm-stage", test::job_root());
   const std::string parent = data.substr(0, data.rfind('/'));
   const std::string folder = data.substr(data.rfind('/') + 1);
   const auto tar = test::run_process({"/bin/tar", "-cf", dir.file("fm.tar"), "-C", parent, folder}, env_, 60);
@@ -295,7 +295,7 @@ TEST_F(SlurmTest, StagedDataInAnArrayChain) {
 
 TEST_F(SlurmTest, PreemptionSignalCheckpointsRequeuesAndResumes) {
   if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
-  test::TempDir dir("slurm-requeue");
+  test::TempDir dir("slurm-requeue", test::job_root());
   mkdir(dir.file("logs").c_str(), 0755);
   const std::vector<std::string> args = {"--epochs", "2", "--limit-train-samples", "3000", "--limit-test-samples",
                                          "200", "--threads", "1"};
@@ -332,7 +332,7 @@ TEST_F(SlurmTest, PreemptionSignalCheckpointsRequeuesAndResumes) {
 // margin and finishes. No assumption about how long an epoch takes.
 TEST_F(SlurmTest, TimeLimitIsCheckpointedAndRequeuedNotKilled) {
   if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
-  test::TempDir dir("slurm-timelimit");
+  test::TempDir dir("slurm-timelimit", test::job_root());
   mkdir(dir.file("logs").c_str(), 0755);
   const std::string script =
       "#!/bin/bash\n"
@@ -364,7 +364,7 @@ TEST_F(SlurmTest, TimeLimitIsCheckpointedAndRequeuedNotKilled) {
 // A plain `scancel` means "stop": train checkpoints, never requeues, and the job ends CANCELLED.
 TEST_F(SlurmTest, PlainScancelCancelsWithoutRequeue) {
   if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
-  test::TempDir dir("slurm-scancel");
+  test::TempDir dir("slurm-scancel", test::job_root());
   mkdir(dir.file("logs").c_str(), 0755);
   // 60000 samples x 3 epochs: far more than the test lets run; scancel comes once training logs.
   const std::vector<std::string> args = {"--epochs", "3", "--limit-test-samples", "200", "--threads", "1",
@@ -409,7 +409,7 @@ TEST_F(SlurmTest, PlainScancelCancelsWithoutRequeue) {
 // overrides them, as sbatch options do.
 TEST_F(SlurmTest, TheWikiJobScriptRunsVerbatim) {
   if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
-  test::TempDir dir("slurm-wiki");
+  test::TempDir dir("slurm-wiki", test::job_root());
   mkdir(dir.file("logs").c_str(), 0755);
   const std::string port = std::to_string(test::free_port());
   const std::string script =
@@ -459,7 +459,7 @@ TEST_F(SlurmTest, TheWikiJobScriptRunsVerbatim) {
 // --shm-allreduce off Gloo carries them between the nodes' addresses, with the same result.
 TEST_F(SlurmTest, GlooBetweenTheNodesGivesTheSharedMemoryResult) {
   if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
-  test::TempDir dir("slurm-gloo");
+  test::TempDir dir("slurm-gloo", test::job_root());
   mkdir(dir.file("logs").c_str(), 0755);
   Env env = env_;
   env["TRAIN_LOG_LEVEL"] = "debug";
@@ -497,7 +497,7 @@ int find_task_pid(const std::string& job_id, int procid) {
 // task, and a resubmission pointed at the job's checkpoints resumes from the last one.
 TEST_F(SlurmTest, KilledRankEndsTheJobAndResubmissionResumes) {
   if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
-  test::TempDir dir("slurm-kill9");
+  test::TempDir dir("slurm-kill9", test::job_root());
   mkdir(dir.file("logs").c_str(), 0755);
   const std::vector<std::string> args = {"--epochs", "1", "--limit-train-samples", "12000", "--limit-test-samples",
                                          "300", "--threads", "1", "--checkpoint-every", "10", "--dist-timeout", "60",
@@ -540,7 +540,7 @@ TEST_F(SlurmTest, KilledRankEndsTheJobAndResubmissionResumes) {
 
 TEST_F(SlurmTest, TrainctlSubmitMakesTheLogFolderAndPrintsTheJobId) {
   if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
-  test::TempDir dir("slurm-submit");
+  test::TempDir dir("slurm-submit", test::job_root());
   const auto p = run_in(dir.path(),
                         {bin("trainctl"), "sbatch", "--job-name", "submitted", "--submit", "--", "--epochs", "1",
                          "--max-steps", "2", "--limit-test-samples", "100", "--threads", "1"},
@@ -566,7 +566,7 @@ TEST_F(SlurmTest, TrainctlSubmitMakesTheLogFolderAndPrintsTheJobId) {
 // ---- generated scripts on the live cluster ------------------------------------------------------
 
 TEST_F(SlurmTest, SbatchTestOnlyAcceptsGeneratedScripts) {
-  test::TempDir dir("slurm-test-only");
+  test::TempDir dir("slurm-test-only", test::job_root());
   const std::vector<std::vector<std::string>> option_sets = {
       {},
       {"--job-name", "ddp", "--nodes", "2", "--ntasks-per-node", "2"},
@@ -606,7 +606,7 @@ TEST_F(SlurmTest, SbatchTestOnlyAcceptsGeneratedScripts) {
 }
 
 TEST_F(SlurmTest, CommittedWrappersMatchTheGenerator) {
-  test::TempDir dir("slurm-wrappers");
+  test::TempDir dir("slurm-wrappers", test::job_root());
   Env env = env_;
   env["TRAINCTL"] = bin("trainctl");
   const auto p = test::run_process({"/bin/bash", source_path("scripts/regenerate-wrappers.sh"), dir.path()}, env, 60);

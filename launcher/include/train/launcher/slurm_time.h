@@ -12,6 +12,11 @@ namespace train {
 /// and scontrol print); 0 for "N/A", "Unknown", "UNLIMITED", "None" or anything else unparsable.
 int64_t parse_slurm_timestamp(const std::string& text);
 
+/// Whether a job's time limit as squeue's %l (or scontrol's TimeLimit) prints it means "none":
+/// UNLIMITED or INFINITE, or 365-00:00:00, what Slurm 22.05 shows (with an end time a year ahead)
+/// for a job started without --time in a partition without MaxTime.
+bool is_no_time_limit(const std::string& limit);
+
 /// A duration in words, to the minute above an hour and to the second below: "45 s", "12 min 05 s",
 /// "2 h 05 min", "3 d 04 h". Negative durations read as "0 s".
 std::string describe_duration(int64_t seconds);
