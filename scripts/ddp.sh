@@ -92,7 +92,8 @@ srun --kill-on-bad-exit=1 "$TRAIN_BIN" "${TRAIN_ARGS[@]}" || rc=$?
 resume_command() {
   local cmd=""
   cmd="$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | sed -n 's/^ *Command=//p' | head -n 1)" || true
-  if [[ -z "$cmd" || "$cmd" == "(null)" ]]; then cmd="YOUR_SCRIPT"; elif (( $# > 0 )); then cmd="${cmd% "$*"}"; fi
+  if [[ -z "$cmd" || "$cmd" == "(null)" ]]; then cmd="YOUR_SCRIPT"
+  elif (( $# > 0 )); then cmd="${cmd% "$*"}"; fi  # Command= ends with the arguments, joined by spaces
   printf 'cd %q && sbatch %q' "$SLURM_SUBMIT_DIR" "$cmd"
   if (( $# > 0 )); then printf ' %q' "$@"; fi
   printf ' --checkpoint-dir %q  # and the sbatch options given on its command line, if any' "$CKPT_DIR"

@@ -284,7 +284,8 @@ void add_batch_options(CLI::App* cmd, train::SbatchOptions& o) {
       {"--program", &O::program, "run PATH in the tasks instead of train (default: $TRAIN_BIN, else build/bin/train)", "PATH"},
   });
   // A callback rather than CLI11's "!--no-preflight" negation, which --help shows as `--no-preflight{false}`.
-  cmd->add_flag_callback("--no-preflight", [&o] { o.preflight = false; }, "skip the `trainctl preflight` step before training");
+  cmd->add_flag_callback("--no-preflight", [&o] { o.preflight = false; },
+                         "skip the `trainctl preflight` step before training");
 }
 
 /// The words of a trainctl command line to record in a script's header: without where the script

@@ -892,7 +892,8 @@ struct ScriptWriter {
     line("resume_command() {");
     line("  local cmd=\"\"");
     line("  cmd=\"$(scontrol show job \"$SLURM_JOB_ID\" 2>/dev/null | sed -n 's/^ *Command=//p' | head -n 1)\" || true");
-    line("  if [[ -z \"$cmd\" || \"$cmd\" == \"(null)\" ]]; then cmd=\"YOUR_SCRIPT\"; elif (( $# > 0 )); then cmd=\"${cmd% \"$*\"}\"; fi");
+    line("  if [[ -z \"$cmd\" || \"$cmd\" == \"(null)\" ]]; then cmd=\"YOUR_SCRIPT\"");
+    line("  elif (( $# > 0 )); then cmd=\"${cmd% \"$*\"}\"; fi  # Command= ends with the arguments, joined by spaces");
     line("  printf 'cd %q && sbatch %q' \"$SLURM_SUBMIT_DIR\" \"$cmd\"");
     line("  if (( $# > 0 )); then printf ' %q' \"$@\"; fi");
     line("  printf ' --checkpoint-dir %q  # and the sbatch options given on its command line, if any' \"$CKPT_DIR\"");

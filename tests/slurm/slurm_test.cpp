@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -209,6 +210,10 @@ TEST_F(SlurmTest, DdpOnTwoNodesCompletesLikeTrainctlLocal) {
       << lines[0];
   EXPECT_TRUE(contains(log, "preflight node1: ok (data: 4 IDX files (fashion-mnist)")) << log;
   EXPECT_TRUE(contains(log, "preflight node2: ok (data: 4 IDX files (fashion-mnist)")) << log;
+  // ddp.sh asks for no --time and the partition has no MaxTime: no deadline, and the log says so
+  // (squeue shows UNLIMITED, or the 365 days Slurm puts in its place).
+  EXPECT_TRUE(contains(log, "SLURM job has no time limit")) << log;
+  EXPECT_FALSE(contains(log, "SLURM job ends")) << log;
   const nlohmann::json done = done_line(log);
   EXPECT_EQ(done.value("event", ""), "done");
   EXPECT_EQ(done.value("world_size", 0), 2);
@@ -348,7 +353,9 @@ TEST_F(SlurmTest, TimeLimitIsCheckpointedAndRequeuedNotKilled) {
   ASSERT_FALSE(job.id.empty());
   const std::string log = test::read_text(dir.file("logs/tl-" + job.id + ".out"));
   EXPECT_EQ(job_state(job.id, env_, dir.path()), "COMPLETED") << log;
-  EXPECT_TRUE(contains(log, "SLURM job ends at epoch time")) << log;
+  // The end as a date and the time left (the limit is 1 minute), not epoch seconds.
+  static const std::regex kEnds(R"(SLURM job ends \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+, in (1 min 00 s|\d{1,2} s); checkpointing 60 s before it)");
+  EXPECT_TRUE(std::regex_search(log, kEnds)) << log;
   EXPECT_TRUE(contains(log, "stopping for the job's time limit at epoch 1, step 1")) << log;
   EXPECT_TRUE(contains(log, "requeued job " + job.id)) << log;
   EXPECT_TRUE(contains(log, "tl: restart 1, margin 0")) << log;
@@ -392,6 +399,12 @@ TEST_F(SlurmTest, PlainScancelCancelsWithoutRequeue) {
   EXPECT_TRUE(contains(log, "stopping for SIGTERM (cancelled: no requeue)")) << log;
   EXPECT_TRUE(contains(log, "cancelled: not requeued; to go on, run train again with --checkpoint-dir checkpoints/ddp-" +
                                 job.id + " (it resumes from checkpoints/ddp-" + job.id + "/ckpt-")) << log;
+  // The job script's hint: the script as submitted (not SLURM's spool copy), the job's arguments, the
+  // checkpoint folder, from the submit dir. (KilledRankEndsTheJobAndResubmissionResumes runs it.)
+  std::string expected = "To go on from it: cd " + dir.path() + " && sbatch " + source_path("scripts/ddp.sh");
+  for (const std::string& a : args) expected += " " + a;
+  EXPECT_TRUE(contains(log, expected + " --checkpoint-dir checkpoints/ddp-" + job.id + "  # ")) << expected << "\n" << log;
+  EXPECT_FALSE(contains(log, "slurm_script")) << log;
   EXPECT_FALSE(contains(log, "requeued job")) << log;
   EXPECT_FALSE(contains(log, "restart 1")) << log;
   const std::vector<std::string> ckpts = train::test::lines_of(
@@ -524,12 +537,25 @@ TEST_F(SlurmTest, KilledRankEndsTheJobAndResubmissionResumes) {
   EXPECT_FALSE(contains(log, "(timeout 60 s)")) << log;
   EXPECT_TRUE(contains(log, "task 1")) << "srun names the killed task:\n" << log;
   EXPECT_TRUE(contains(log, "training failed")) << log;
-  EXPECT_TRUE(contains(log, "resubmit with --checkpoint-dir checkpoints/ddp-" + job.id)) << log;
+  const std::string hint = "resubmit with --checkpoint-dir checkpoints/ddp-" + job.id + ": ";
+  ASSERT_TRUE(contains(log, hint)) << log;
 
-  // The resubmission, told where the checkpoints are, goes on from the newest one.
-  const Job again = submit_and_wait(
-      dir.path(), concat(concat({source_path("scripts/ddp.sh")}, args), {"--checkpoint-dir", "checkpoints/ddp-" + job.id}),
-      env_);
+  // The command the log prints, run as a user pastes it (from another folder; SBATCH_WAIT=1 is
+  // sbatch --wait), goes on from the newest checkpoint.
+  std::string command = log.substr(log.find(hint) + hint.size());
+  command = command.substr(0, command.find('\n'));
+  EXPECT_TRUE(contains(command, "sbatch " + source_path("scripts/ddp.sh") + " --epochs 1 ")) << command;
+  Env waiting = env_;
+  waiting["SBATCH_WAIT"] = "1";
+  TestProcess pasted({"/bin/bash", "-c", "cd / && " + command}, waiting);
+  ASSERT_TRUE(pasted.wait_for_stdout([](const std::string& out) { return contains(out, "\n"); }, 30)) << pasted.err();
+  Job again;
+  again.id = test::last_line(pasted.out()).substr(test::last_line(pasted.out()).rfind(' ') + 1);
+  ASSERT_FALSE(again.id.empty()) << pasted.out() << pasted.err();
+  if (!pasted.wait(kJobTimeoutSeconds)) {
+    test::run_process({test::find_on_path("scancel"), again.id}, env_, 20);
+    FAIL() << "job " << again.id << " did not end within " << kJobTimeoutSeconds << " s; cancelled it";
+  }
   const std::string log2 = test::read_text(dir.file("logs/ddp-" + again.id + ".out"));
   EXPECT_EQ(job_state(again.id, env_), "COMPLETED") << log2;
   EXPECT_TRUE(contains(log2, "resumed from checkpoints/ddp-" + job.id + "/ckpt-")) << log2;

@@ -404,9 +404,10 @@ class Unpickler {
   void frombuffer(const std::vector<Ptr>& a) {
     if ((a.size() != 4 && a.size() != 5) || a[0]->kind != Value::Kind::bytes || a[1]->kind != Value::Kind::dtype ||
         a[2]->kind != Value::Kind::tuple || a[3]->kind != Value::Kind::text) {
+      const bool in_band = a.empty() || a[0]->kind == Value::Kind::bytes;
       fail("_frombuffer(bytes, dtype, shape, order)",
            std::to_string(a.size()) + " other arguments" +
-               (a.empty() || a[0]->kind == Value::Kind::bytes ? "" : " (an out-of-band buffer? " + std::string(kind_name(a[0]->kind)) + ")"));
+               (in_band ? "" : " (an out-of-band buffer? " + std::string(kind_name(a[0]->kind)) + ")"));
     }
     if (a.size() == 5 && a[4]->kind != Value::Kind::none) fail("_frombuffer without an axis order", "an axis order");
     if (a[3]->str != "C" && a[3]->str != "F") fail("_frombuffer of order 'C' or 'F'", "order '" + a[3]->str + "'");
