@@ -686,8 +686,11 @@ TEST_F(SlurmTest, TrainctlHostnamesMatchesScontrol) {
     EXPECT_EQ(ours->exit_code(), 0) << expr << ": " << ours->err();
     EXPECT_EQ(ours->out(), theirs->out()) << "expression: " << expr;
   }
-  // Inside a job, both read SLURM_JOB_NODELIST.
-  const auto job = test::run_process(
+  // Inside a job, both read SLURM_JOB_NODELIST. Run from outside the checkout, as every job of the
+  // suite (test::job_root()), so the user's `trainctl status` there never lists it.
+  test::TempDir dir("slurm-hostnames", test::job_root());
+  const auto job = run_in(
+      dir.path(),
       {test::find_on_path("srun"), "-N", "2", "-n", "2", "--time=1", "/bin/sh", "-c",
        "echo \"$(\"$0\" hostnames | tr '\\n' ' ')| $(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | tr '\\n' ' ')\"",
        bin("trainctl")},

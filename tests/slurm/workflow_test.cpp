@@ -414,7 +414,8 @@ TEST_F(Workflow, InteractiveRunsTheSetupLinesOnTheAllocation) {
   EXPECT_EQ(printed->out().rfind("salloc --job-name=wfi --nodes=2 --ntasks-per-node=1 --time=2 bash -c ", 0), 0u)
       << printed->out();
   // --run: salloc's shell reads the session from stdin: srun runs on both nodes, with the setup's variable.
-  std::vector<std::string> argv = {"env"};
+  // From the test's folder, outside the checkout, as every job of the suite (test::job_root()).
+  std::vector<std::string> argv = {"/bin/sh", "-c", "cd \"$0\" && exec \"$@\"", dir.path(), "env"};
   for (const auto& [k, v] : env_) argv.push_back(k + "=" + v);
   argv.insert(argv.end(), args.begin(), args.end());
   argv.push_back("--run");
