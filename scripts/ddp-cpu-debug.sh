@@ -89,13 +89,25 @@ fi
 
 rc=0
 srun --kill-on-bad-exit=1 "$TRAIN_BIN" "${TRAIN_ARGS[@]}" || rc=$?
+# The command that goes on from this job's checkpoints: the script as it was submitted (scontrol's
+# Command=, less this job's arguments; $0 is SLURM's spool copy, deleted when the job ends), the same
+# arguments and the checkpoint folder, run from the submit dir.
+resume_command() {
+  local cmd=""
+  cmd="$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | sed -n 's/^ *Command=//p' | head -n 1)" || true
+  if [[ -z "$cmd" || "$cmd" == "(null)" ]]; then cmd="YOUR_SCRIPT"
+  elif (( $# > 0 )); then cmd="${cmd% "$*"}"; fi  # Command= ends with the arguments, joined by spaces
+  printf 'cd %q && sbatch %q' "$SLURM_SUBMIT_DIR" "$cmd"
+  if (( $# > 0 )); then printf ' %q' "$@"; fi
+  printf ' --checkpoint-dir %q  # and the sbatch options given on its command line, if any' "$CKPT_DIR"
+}
 if (( rc == 75 )); then
   say "train stopped early and saved a checkpoint in $CKPT_DIR (exit 75): the requeued job resumes from it."
 elif (( rc == 143 || rc == 130 )); then
   say "train was stopped by SIGTERM/SIGINT (scancel) and saved a checkpoint in $CKPT_DIR, if it could: \
-not requeued. To go on from it: sbatch $0 [same arguments] --checkpoint-dir $CKPT_DIR"
+not requeued. To go on from it: $(resume_command "$@")"
 elif (( rc != 0 )); then
   say "training failed: srun exit code $rc. Hint: the first error above names the rank and host; \
-to go on from the checkpoints in $CKPT_DIR, if any, resubmit with --checkpoint-dir $CKPT_DIR."
+to go on from the checkpoints in $CKPT_DIR, if any, resubmit with --checkpoint-dir $CKPT_DIR: $(resume_command "$@")"
 fi
 exit "$rc"

@@ -1,67 +1,41 @@
 // CIFAR-10 in either of its layouts: the binary version (data_batch_N.bin: records of 1 label byte
 // then 3072 pixel bytes, R, G, B planes, row-major) and the Python version torchvision downloads
-// (cifar-10-batches-py/data_batch_N: pickles, read by the restricted reader in cifar_pickle.cpp).
+// (cifar-10-batches-py/data_batch_N: pickles), both decoded by train::base (train/cifar_batch.h).
 #include "train/datasets/cifar10.h"
 
-#include "cifar_pickle.h"
 #include "train/catalog.h"
-#include "train/datasets/idx.h"
+#include "train/cifar_batch.h"
 #include "train/error.h"
+#include "train/files.h"
+#include "train/log.h"
 
 #include <ATen/ops/from_blob.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace train::datasets {
-namespace {
-
-// Appends the records of one binary batch file, up to `want` samples in all.
-void read_binary(const std::string& path, int64_t want, std::vector<uint8_t>& labels, std::vector<uint8_t>& pixels) {
-  std::vector<uint8_t> bytes = read_file_bytes(path);
-  if (bytes.empty() || bytes.size() % kCifarRecordBytes != 0) {
-    throw DataError(path + ": expected whole records of " + std::to_string(kCifarRecordBytes) + " bytes (" +
-                        std::to_string(kCifarRecordsPerFile * kCifarRecordBytes) +
-                        " bytes for 10000 records), found " + std::to_string(bytes.size()) +
-                        " bytes (truncated? a record size other than 3073?).",
-                    "re-extract cifar-10-binary.tar.gz.");
-  }
-  const int64_t records = int64_t(bytes.size()) / kCifarRecordBytes;
-  for (int64_t r = 0; r < records && int64_t(labels.size()) < want; ++r) {
-    const uint8_t* rec = bytes.data() + r * kCifarRecordBytes;
-    if (rec[0] >= catalog::kNumClasses) {
-      throw DataError(path + ": expected labels in 0..9, found " + std::to_string(int(rec[0])) + " in record " +
-                          std::to_string(r) + ".",
-                      "this is not the CIFAR-10 binary version (CIFAR-100 has 2 label bytes); "
-                      "re-extract cifar-10-binary.tar.gz.");
-    }
-    labels.push_back(rec[0]);
-    pixels.insert(pixels.end(), rec + 1, rec + kCifarRecordBytes);
-  }
-}
-
-// Appends the samples of one pickled batch, up to `want` samples in all.
-void read_pickle(const std::string& path, int64_t want, std::vector<uint8_t>& labels, std::vector<uint8_t>& pixels) {
-  const detail::CifarPickleBatch b = detail::decode_cifar_pickle(path, read_file_bytes(path));
-  const int64_t take = std::min<int64_t>(int64_t(b.labels.size()), want - int64_t(labels.size()));
-  labels.insert(labels.end(), b.labels.begin(), b.labels.begin() + take);
-  pixels.insert(pixels.end(), b.pixels.begin(), b.pixels.begin() + take * catalog::kCifarPixelBytes);
-}
-
-}  // namespace
 
 TensorDataset load_cifar10(const std::string& dir, Split split, const LoadOptions& options) {
   const catalog::Located found = catalog::locate("cifar10", dir, split);
   const int64_t want = options.limit > 0 ? options.limit : INT64_MAX;
   std::vector<uint8_t> labels;
   std::vector<uint8_t> pixels;
+  int64_t total = 0;
+  // Every file is read and checked whole, also those past a sample limit: a broken data_batch_5
+  // fails a short test run too, not the first full one.
   for (const std::string& path : found.paths) {
-    if (int64_t(labels.size()) >= want) break;
-    if (found.format == catalog::Format::cifar_pickle) {
-      read_pickle(path, want, labels, pixels);
-    } else {
-      read_binary(path, want, labels, pixels);
-    }
+    const cifar::Batch b = cifar::read_batch(path, found.format);
+    const std::string warning = cifar::record_count_warning(path, b.size());
+    if (!warning.empty()) log::warn(warning);
+    total += b.size();
+    const int64_t take = std::min<int64_t>(b.size(), want - int64_t(labels.size()));
+    if (take <= 0) continue;
+    labels.insert(labels.end(), b.labels.begin(), b.labels.begin() + take);
+    pixels.insert(pixels.end(), b.pixels.begin(), b.pixels.begin() + take * catalog::kCifarPixelBytes);
   }
+  log::info(catalog::describe_source(std::string("cifar10/") + (split == Split::train ? "train" : "test"), found, total,
+                            int64_t(labels.size())));
   const int64_t n = int64_t(labels.size());
   TensorDataset ds;
   ds.name = std::string("cifar10/") + (split == Split::train ? "train" : "test");

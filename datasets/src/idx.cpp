@@ -4,6 +4,7 @@
 #include "train/catalog.h"
 #include "train/error.h"
 #include "train/files.h"
+#include "train/log.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
@@ -136,6 +137,8 @@ TensorDataset load_idx(const std::string& dir, Split split, const LoadOptions& o
 
   int64_t n = static_cast<int64_t>(count);
   if (options.limit > 0 && options.limit < n) n = options.limit;
+  log::info(catalog::describe_source(name + "/" + (split == Split::train ? "train" : "test"), found,
+                                     static_cast<int64_t>(count), n));
 
   TensorDataset ds;
   ds.name = name + "/" + (split == Split::train ? "train" : "test");

@@ -286,7 +286,9 @@ void add_batch_options(CLI::App* cmd, train::SbatchOptions& o) {
        "train writes TensorBoard event files into a folder per job under ROOT (ROOT/NAME-JOBID), where a requeued "
        "run goes on; trainctl status shows it", "ROOT"},
   });
-  cmd->add_flag("!--no-preflight", o.preflight, "skip the `trainctl preflight` step before training");
+  // A callback rather than CLI11's "!--no-preflight" negation, which --help shows as `--no-preflight{false}`.
+  cmd->add_flag_callback("--no-preflight", [&o] { o.preflight = false; },
+                         "skip the `trainctl preflight` step before training");
 }
 
 /// The words of a trainctl command line to record in a script's header: without where the script

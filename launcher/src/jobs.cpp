@@ -58,7 +58,10 @@ JobInfo job_from(const KeyValues& kv) {
   j.array_job_id = value_of(kv, "ArrayJobId");
   j.array_task_id = value_of(kv, "ArrayTaskId");
   j.id = j.job_id;
-  if (!j.array_job_id.empty() && !j.array_task_id.empty()) {
+  // An array's own record, once no task is left pending (the rest cancelled: `scancel --state=PENDING`
+  // at the end of a chain), has no task id: scontrol prints NO_VAL (4294967294), squeue the job id alone.
+  const bool no_task = j.array_task_id == "4294967294" || j.array_task_id == "4294967295";
+  if (!j.array_job_id.empty() && !j.array_task_id.empty() && !no_task) {
     const bool single = std::all_of(j.array_task_id.begin(), j.array_task_id.end(),
                                     [](unsigned char c) { return std::isdigit(c) != 0; });
     j.id = j.array_job_id + "_" + (single ? j.array_task_id : "[" + j.array_task_id + "]");
@@ -75,6 +78,7 @@ JobInfo job_from(const KeyValues& kv) {
   j.restarts = int_of(kv, "Restarts");
   j.std_out = value_of(kv, "StdOut");
   j.std_err = value_of(kv, "StdErr");
+  if (no_task) j.std_out = j.std_err = "";  // it never ran: its %a-expanded log name names no file
   j.work_dir = value_of(kv, "WorkDir");
   j.partition = value_of(kv, "Partition");
   j.num_tasks = int_of(kv, "NumTasks");

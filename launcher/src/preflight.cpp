@@ -35,7 +35,7 @@ std::string describe_visible(const EnvMap& env) {
 
 }  // namespace
 
-std::string check_dataset_folder(const std::string& dir, const std::string& dataset) {
+std::string check_dataset_folder(const std::string& dir, const std::string& dataset, std::vector<std::string>* warnings) {
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) {
     const int err = errno;
@@ -69,13 +69,18 @@ std::string check_dataset_folder(const std::string& dir, const std::string& data
       int count = 0;
       std::string where;
       catalog::Format format = catalog::Format::idx;
+      std::vector<std::string> found_warnings;
       for (const catalog::Split split : {catalog::Split::train, catalog::Split::test}) {
         const catalog::Located found = catalog::locate(name, dir, split);
-        for (const std::string& path : found.paths) catalog::check_file_head(path, found.format);
+        for (const std::string& path : found.paths) {
+          const catalog::FileCheck check = catalog::check_file(path, found.format);
+          if (!check.warning.empty()) found_warnings.push_back(check.warning);
+        }
         count += static_cast<int>(found.paths.size());
         where = found.dir;
         format = found.format;
       }
+      if (warnings != nullptr) warnings->insert(warnings->end(), found_warnings.begin(), found_warnings.end());
       const std::string sub = where.size() > dir.size() ? where.substr(dir.size() + (dir.back() == '/' ? 0 : 1)) : "";
       return std::to_string(count) + " " + catalog::format_name(format) + " files (" + name +
              (sub.empty() ? "" : ", in " + sub + "/") + ")";
@@ -112,7 +117,7 @@ void check_data(const PreflightOptions& o, const EnvMap& env, PreflightReport& r
       throw ConfigError("--data: expected the folder holding the " + dataset + " files, found none given.",
                         "pass train --data DIR after '--' (or stage it with trainctl sbatch --stage-data).");
     }
-    report.passed.push_back("data: " + check_dataset_folder(data, dataset) + " readable in " + data);
+    report.passed.push_back("data: " + check_dataset_folder(data, dataset, &report.warnings) + " checked whole in " + data);
   } catch (const Error& e) {
     report.errors.push_back(e.what());
   }

@@ -918,15 +918,27 @@ struct ScriptWriter {
       line("  scancel --state=PENDING \"$SLURM_ARRAY_JOB_ID\" || true  # training is done: drop the chunks left");
       line("fi");
     }
+    line("# The command that goes on from this job's checkpoints: the script as it was submitted (scontrol's");
+    line("# Command=, less this job's arguments; $0 is SLURM's spool copy, deleted when the job ends), the same");
+    line("# arguments and the checkpoint folder, run from the submit dir.");
+    line("resume_command() {");
+    line("  local cmd=\"\"");
+    line("  cmd=\"$(scontrol show job \"$SLURM_JOB_ID\" 2>/dev/null | sed -n 's/^ *Command=//p' | head -n 1)\" || true");
+    line("  if [[ -z \"$cmd\" || \"$cmd\" == \"(null)\" ]]; then cmd=\"YOUR_SCRIPT\"");
+    line("  elif (( $# > 0 )); then cmd=\"${cmd% \"$*\"}\"; fi  # Command= ends with the arguments, joined by spaces");
+    line("  printf 'cd %q && sbatch %q' \"$SLURM_SUBMIT_DIR\" \"$cmd\"");
+    line("  if (( $# > 0 )); then printf ' %q' \"$@\"; fi");
+    line("  printf ' --checkpoint-dir %q  # and the sbatch options given on its command line, if any' \"$CKPT_DIR\"");
+    line("}");
     line("if (( rc == 75 )); then");
     line("  say \"train stopped early and saved a checkpoint in $CKPT_DIR (exit 75): " +
          std::string(chain ? "the next chunk resumes from it.\"" : "the requeued job resumes from it.\""));
     line("elif (( rc == 143 || rc == 130 )); then");
     line("  say \"train was stopped by SIGTERM/SIGINT (scancel) and saved a checkpoint in $CKPT_DIR, if it could: \\");
-    line("not requeued. To go on from it: sbatch $0 [same arguments] --checkpoint-dir $CKPT_DIR\"");
+    line("not requeued. To go on from it: $(resume_command \"$@\")\"");
     line("elif (( rc != 0 )); then");
     line("  say \"training failed: srun exit code $rc. Hint: the first error above names the rank and host; \\");
-    line("to go on from the checkpoints in $CKPT_DIR, if any, resubmit with --checkpoint-dir $CKPT_DIR.\"");
+    line("to go on from the checkpoints in $CKPT_DIR, if any, resubmit with --checkpoint-dir $CKPT_DIR: $(resume_command \"$@\")\"");
     line("fi");
     line("exit \"$rc\"");
   }

@@ -181,7 +181,9 @@ void add_checkpoint_flags(CLI::App& app, TrainConfig& c) {
                  "SIGINT mean checkpoint and stop unless listed here")->capture_default_str();
   app.add_option("--time-margin", c.time_margin_sec, "checkpoint and requeue this many seconds before the SLURM job's end")->capture_default_str()
       ->check(non_negative("0 or more seconds", "the default is 60"));
-  app.add_flag("!--no-requeue", c.requeue, "under SLURM, don't run scontrol requeue after a preemption checkpoint");
+  // A callback rather than CLI11's "!--no-requeue" negation, which --help shows as `--no-requeue{false}`.
+  app.add_flag_callback("--no-requeue", [&c] { c.requeue = false; },
+                        "under SLURM, don't run scontrol requeue after a preemption checkpoint");
 }
 
 }  // namespace

@@ -44,16 +44,24 @@ extern "C" void on_signal(int sig) {
   }
 }
 
-// The SLURM job's end time from squeue, or 0 when unknown or not under SLURM.
-int64_t slurm_job_end_time(const std::string& job_id) {
+// The SLURM job's end time from squeue (%e), or 0 when unknown or not under SLURM; `unlimited` is set
+// when it has no time limit (%l UNLIMITED, or the year Slurm puts in its place: no deadline then).
+int64_t slurm_job_end_time(const std::string& job_id, bool& unlimited) {
+  unlimited = false;
   if (job_id.empty()) return 0;
-  const CommandResult r = run_command({"squeue", "-h", "-j", job_id, "-o", "%e"}, "", kSlurmCommandTimeoutSec);
+  const CommandResult r = run_command({"squeue", "-h", "-j", job_id, "-o", "%e %l"}, "", kSlurmCommandTimeoutSec);
   if (!r.started || r.timed_out || r.exit_code != 0) {
     log::debug("squeue -j " + job_id + " gave no end time (" + (r.started ? r.err : "squeue not found") + ")");
     return 0;
   }
-  std::string line = r.out.substr(0, r.out.find('\n'));
-  return parse_slurm_timestamp(line);
+  const std::string line = r.out.substr(0, r.out.find('\n'));
+  const std::size_t space = line.find(' ');
+  const std::string limit = space == std::string::npos ? "" : line.substr(space + 1);
+  if (is_no_time_limit(limit)) {
+    unlimited = true;
+    return 0;
+  }
+  return parse_slurm_timestamp(line.substr(0, space));
 }
 
 }  // namespace
@@ -114,7 +122,7 @@ Preemption::Preemption(PreemptionOptions options, const DistEnv& env) : options_
     sigaction(sig, &sa, old);
     previous_.emplace_back(sig, old);
   }
-  if (env_.rank == 0) end_time_ = slurm_job_end_time(env_.job_id);
+  if (env_.rank == 0) end_time_ = slurm_job_end_time(env_.job_id, no_time_limit_);
   if (const char* fault = std::getenv("TRAIN_FAULT_SIGNAL_AT_STEP")) {
     // STEP:SIG[:RANK]
     std::stringstream ss(fault);

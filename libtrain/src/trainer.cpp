@@ -234,8 +234,10 @@ void Trainer::Run::train() {
             std::to_string(batch) + " per rank x " + std::to_string(env.world_size) + " ranks, lr " +
             fmt("%g", prog().lr) + ", device " + device.str() + ", " + std::to_string(threads) + " threads");
   if (preemption->job_end_time() > 0) {
-    log::info("SLURM job ends at epoch time " + std::to_string(preemption->job_end_time()) + "; checkpointing " +
-              fmt("%.0f", c.time_margin_sec) + " s before it");
+    log::info("SLURM job ends " + describe_end_time(preemption->job_end_time(), std::time(nullptr)) +
+              "; checkpointing " + fmt("%.0f", c.time_margin_sec) + " s before it");
+  } else if (preemption->job_has_no_time_limit()) {
+    log::info("SLURM job has no time limit: no checkpoint before a deadline (signals and --checkpoint-every still apply)");
   }
   for (; prog().epoch <= c.epochs; ++prog().epoch) {
     if (!train_epoch()) break;

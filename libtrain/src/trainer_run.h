@@ -11,6 +11,7 @@
 #include "train/error.h"
 #include "train/files.h"
 #include "train/launcher/device.h"
+#include "train/launcher/slurm_time.h"
 #include "train/log.h"
 #include "train/metrics.h"
 #include "train/process_group.h"

@@ -1,12 +1,14 @@
 // Writes CIFAR-10-shaped files for tests, in both layouts: the binary version (data_batch_N.bin)
 // and the Python version (cifar-10-batches-py/data_batch_N), the latter byte by byte as Python 2's
-// cPickle (protocol 2) wrote the real files, so no test needs Python. The classes are learnable:
+// cPickle (protocol 2) wrote the real files and as Python 3.14 writes them by default (protocol 5),
+// so no test needs Python. The classes are learnable:
 // each has a bright square of its own place and colour on noise from a fixed LCG.
 #pragma once
 
 #include "test_util.h"
 #include "train/files.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -114,6 +116,83 @@ inline std::vector<uint8_t> cifar_pickle_bytes(const CifarSamples& s, const Pick
   lit(b, "]q\x0b(");
   for (uint64_t i = 0; i < n; ++i) short_binstring(b, "img_" + std::to_string(i) + ".png");
   lit(b, "eu.");
+  return b;
+}
+
+namespace detail {
+/// Python's pickler, protocol 4 and later: a str as SHORT_BINUNICODE, then MEMOIZE.
+inline void unicode_memo(std::vector<uint8_t>& b, const std::string& s) {
+  b.push_back(0x8c);
+  b.push_back(static_cast<uint8_t>(s.size()));
+  put(b, s);
+  b.push_back(0x94);
+}
+/// Python's pickler: a non-negative int as BININT1, BININT2 or BININT.
+inline void small_int(std::vector<uint8_t>& b, uint64_t v) {
+  if (v <= 0xff) {
+    b.push_back('K');
+    put_le(b, v, 1);
+  } else if (v <= 0xffff) {
+    b.push_back('M');
+    put_le(b, v, 2);
+  } else {
+    b.push_back('J');
+    put_le(b, v, 4);
+  }
+}
+}  // namespace detail
+
+/// A CIFAR-10 batch pickle as Python 3.14's pickle.dump(d, f) writes it by default (protocol 5)
+/// with numpy 2: str keys and values, data through `numpy._core.numeric._frombuffer(bytearray,
+/// dtype('u1'), (n, 3072), 'C')` with the pixels in-band as BYTEARRAY8, every str, container and
+/// call memoized (MEMOIZE), labels appended in batches of 1000 (APPENDS; APPEND for one), all of it
+/// in one FRAME (what Python writes while the whole pickle is under 64 KiB, i.e. up to 20 samples).
+/// `module` names the module of _frombuffer (numpy 1 wrote numpy.core.numeric).
+inline std::vector<uint8_t> cifar_pickle5_bytes(const CifarSamples& s, const std::string& module = "numpy._core.numeric") {
+  using namespace detail;
+  const uint64_t n = s.labels.size();
+  const auto appends = [](std::vector<uint8_t>& b, std::size_t count, const auto& save) {
+    for (std::size_t start = 0; start < count; start += 1000) {
+      const std::size_t batch = std::min<std::size_t>(1000, count - start);
+      if (batch > 1) b.push_back('(');
+      for (std::size_t i = start; i < start + batch; ++i) save(i);
+      b.push_back(batch > 1 ? 'e' : 'a');
+    }
+  };
+  std::vector<uint8_t> f;  // the frame's bytes
+  lit(f, "}\x94(");
+  unicode_memo(f, "batch_label");
+  unicode_memo(f, "training batch 1 of 5");
+  unicode_memo(f, "labels");
+  lit(f, "]\x94");
+  appends(f, n, [&](std::size_t i) { small_int(f, s.labels[i]); });
+  unicode_memo(f, "data");
+  unicode_memo(f, module);
+  unicode_memo(f, "_frombuffer");
+  lit(f, "\x93\x94(");
+  f.push_back(0x96);  // BYTEARRAY8: the array's buffer
+  put_le(f, s.pixels.size(), 8);
+  f.insert(f.end(), s.pixels.begin(), s.pixels.end());
+  f.push_back(0x94);
+  unicode_memo(f, "numpy");
+  unicode_memo(f, "dtype");
+  lit(f, "\x93\x94");
+  unicode_memo(f, "u1");
+  lit(f, "\x89\x88\x87\x94R\x94(K\x03");
+  unicode_memo(f, "|");
+  lit(f, "NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00t\x94" "b");
+  small_int(f, n);
+  small_int(f, 3072);
+  lit(f, "\x86\x94");
+  unicode_memo(f, "C");
+  lit(f, "t\x94R\x94");
+  unicode_memo(f, "filenames");
+  lit(f, "]\x94");
+  appends(f, n, [&](std::size_t i) { unicode_memo(f, "img_" + std::to_string(i) + ".png"); });
+  lit(f, "u.");
+  std::vector<uint8_t> b = {0x80, 0x05, 0x95};
+  put_le(b, f.size(), 8);
+  b.insert(b.end(), f.begin(), f.end());
   return b;
 }
 

@@ -22,10 +22,17 @@
 
 namespace train::test {
 
-TempDir::TempDir(const std::string& tag) {
+std::string job_root() {
+  const char* dir = std::getenv("TRAIN_TEST_JOB_DIR");
+  if (dir != nullptr && *dir != '\0') return dir;
+  const char* tmp = std::getenv("TMPDIR");
+  return std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/libtrain-jobs-" + std::to_string(::getuid());
+}
+
+TempDir::TempDir(const std::string& tag, const std::string& root) {
   static std::atomic<int> counter{0};
-  path_ = std::string(TRAIN_BINARY_DIR) + "/test-tmp/" + tag + "-" + std::to_string(::getpid()) + "-" +
-          std::to_string(counter++);
+  path_ = (root.empty() ? std::string(TRAIN_BINARY_DIR) + "/test-tmp" : root) + "/" + tag + "-" +
+          std::to_string(::getpid()) + "-" + std::to_string(counter++);
   files::remove_tree(path_);
   files::make_dirs(path_);
 }

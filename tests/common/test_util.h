@@ -7,10 +7,15 @@
 
 namespace train::test {
 
-/// A fresh folder under the build tree, removed by the destructor.
+/// Where the SLURM tests submit their jobs from, outside the project: $TRAIN_TEST_JOB_DIR, else
+/// ${TMPDIR:-/tmp}/libtrain-jobs-UID. `trainctl status` lists the user's jobs under the folder it is
+/// run in, so jobs submitted from the build tree would crowd the user's view of their checkout.
+std::string job_root();
+
+/// A fresh folder under the build tree (or under `root`), removed by the destructor.
 class TempDir {
  public:
-  explicit TempDir(const std::string& tag);
+  explicit TempDir(const std::string& tag, const std::string& root = "");
   ~TempDir();
   const std::string& path() const { return path_; }
   std::string file(const std::string& name) const { return path_ + "/" + name; }

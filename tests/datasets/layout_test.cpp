@@ -1,17 +1,23 @@
 // Tests for the folders --data accepts (flat, torchvision's roots: MNIST/raw, FashionMNIST/raw,
-// cifar-10-batches-py, cifar-10-batches-bin) and for the CIFAR-10 Python batches: the restricted
-// unpickler on files written byte by byte and by the venv's Python, and every malformed file
-// rejected with the file named.
+// cifar-10-batches-py, cifar-10-batches-bin) and for the CIFAR-10 batches: the restricted
+// unpickler on files written byte by byte (protocol 2 as cPickle, protocol 5 as Python 3.14) and by
+// the venv's Python, every malformed file rejected with the file named, short batches warned
+// about, and the log line saying where each split was read from.
 #include "cifar_files.h"
 #include "test_util.h"
 #include "train/catalog.h"
+#include "train/cifar_batch.h"
 #include "train/datasets/cifar10.h"
 #include "train/datasets/dataset.h"
 #include "train/error.h"
+#include "train/log.h"
 
 #include <ATen/ops/equal.h>
 #include <gtest/gtest.h>
 #include <zlib.h>
+
+#include <algorithm>
+#include <utility>
 
 using train::datasets::Split;
 using train::test::TempDir;
@@ -275,4 +281,194 @@ TEST(CifarPickle, NothingAPickleAsksForIsRun) {
   path = write_test_pickle(d, {0x80, 0x02, 'i', 'o', 's', '\n', 's', 'y', 's', 't', 'e', 'm', '\n', '.'});
   expect_cifar_error(d.file("data"), Split::test, {path, "opcode 0x69 'i'", "at byte 2"});
   EXPECT_FALSE(train::files::exists(marker));
+}
+
+// Python 3.14 pickles with protocol 5 by default: numpy writes the array through
+// numpy._core.numeric._frombuffer with its bytes in-band (BYTEARRAY8), and memoizes everything.
+TEST(CifarPickle, Protocol5AsPython314WritesItLoads) {
+  TempDir d("cifar-proto5");
+  const auto samples = train::test::learnable_cifar(7, 5);
+  train::files::make_dirs(d.file("bin"));
+  write_file(d.file("bin/test_batch.bin"), train::test::cifar_binary_bytes(samples));
+  const auto reference = train::datasets::load_cifar10(d.file("bin"), Split::test);
+  for (const std::string module : {"numpy._core.numeric", "numpy.core.numeric"}) {
+    write_test_pickle(d, train::test::cifar_pickle5_bytes(samples, module));
+    const auto loaded = train::datasets::load_dataset("cifar10", d.file("data"), Split::test);
+    ASSERT_EQ(loaded.size(), 7) << module;
+    EXPECT_TRUE(at::equal(loaded.labels, reference.labels)) << module;
+    EXPECT_TRUE(at::equal(loaded.images, reference.images)) << module;
+  }
+  // Still nothing else: a _frombuffer from another module is a global that is named, not run.
+  const std::string path = write_test_pickle(d, train::test::cifar_pickle5_bytes(samples, "os"));
+  expect_cifar_error(d.file("data"), Split::test, {path, "global 'os._frombuffer'", "not run"});
+}
+
+// The fixture above is byte for byte what Python's pickle writes with protocol 5 (and numpy 2),
+// and Python's own protocol-5 files of more than one frame (a buffer outside the frames) load too.
+TEST(CifarPickle, Protocol5FixtureIsWhatPythonWrites) {
+  const std::string py = train::test::venv_python();
+  if (py.empty()) GTEST_SKIP() << "no venv Python with torch (scripts/setup.sh makes it)";
+  TempDir d("cifar-proto5-py");
+  const std::string script = R"(
+import pickle, sys, numpy as np
+samples, out, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+raw = open(samples, 'rb').read()
+labels = list(raw[:n])
+data = np.frombuffer(raw[n:], dtype=np.uint8).reshape(n, 3072).copy()
+d = {'batch_label': 'training batch 1 of 5', 'labels': labels, 'data': data,
+     'filenames': ['img_%d.png' % i for i in range(n)]}
+with open(out, 'wb') as f:
+    pickle.dump(d, f, protocol=5)
+)";
+  for (const int n : {3, 20, 1500}) {  // 1500: several frames, the pixels outside them, labels in 2 APPENDS
+    const auto samples = train::test::learnable_cifar(n, 9);
+    std::vector<uint8_t> raw = samples.labels;
+    raw.insert(raw.end(), samples.pixels.begin(), samples.pixels.end());
+    write_file(d.file("samples"), raw);
+    const std::string dir = d.file("py" + std::to_string(n));
+    train::files::make_dirs(dir);
+    auto r = train::test::run_program({py, "-c", script, d.file("samples"), dir + "/test_batch", std::to_string(n)}, {}, 120);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::string python_bytes = train::test::read_text(dir + "/test_batch");
+    if (n <= 20) {
+      const auto ours = train::test::cifar_pickle5_bytes(samples);
+      EXPECT_EQ(python_bytes, std::string(ours.begin(), ours.end())) << n << " samples";
+    }
+    const auto loaded = train::datasets::load_cifar10(dir, Split::test);
+    ASSERT_EQ(loaded.size(), n);
+    train::files::make_dirs(dir + "-bin");
+    write_file(dir + "-bin/test_batch.bin", train::test::cifar_binary_bytes(samples));
+    const auto reference = train::datasets::load_cifar10(dir + "-bin", Split::test);
+    EXPECT_TRUE(at::equal(loaded.labels, reference.labels)) << n;
+    EXPECT_TRUE(at::equal(loaded.images, reference.images)) << n;
+  }
+}
+
+// A whole file (it ends as a batch pickle does) whose length byte is corrupted is malformed, not
+// truncated; a file that is cut short still says truncated.
+TEST(CifarPickle, CorruptedLengthInAWholeFileIsMalformedNotTruncated) {
+  TempDir d("cifar-malformed");
+  const auto samples = train::test::learnable_cifar(4, 6);
+  auto bytes = train::test::cifar_pickle_bytes(samples);
+  // The pixels' BINSTRING: 'T' and the 4-byte length 4 x 3072, little-endian; its top byte made 0x7f.
+  const std::vector<uint8_t> op = {'T', 0x00, 0x30, 0x00, 0x00};
+  const auto at = std::search(bytes.begin(), bytes.end(), op.begin(), op.end());
+  ASSERT_NE(at, bytes.end());
+  *(at + 4) = 0x7f;
+  std::string path = write_test_pickle(d, bytes);
+  expect_cifar_error(d.file("data"), Split::test, {path, "malformed", "not truncated", "ends with STOP"});
+  try {
+    train::datasets::load_cifar10(d.file("data/cifar-10-batches-py"), Split::test);
+  } catch (const train::DataError& e) {
+    EXPECT_EQ(std::string(e.what()).find("truncated?"), std::string::npos) << e.what();
+  }
+  // The same for protocol 5's BYTEARRAY8.
+  auto bytes5 = train::test::cifar_pickle5_bytes(samples);
+  const std::vector<uint8_t> op5 = {0x96, 0x00, 0x30, 0x00, 0x00};
+  const auto at5 = std::search(bytes5.begin(), bytes5.end(), op5.begin(), op5.end());
+  ASSERT_NE(at5, bytes5.end());
+  *(at5 + 8) = 0x01;  // the length's 8th byte: 2^56 bytes more
+  path = write_test_pickle(d, bytes5);
+  expect_cifar_error(d.file("data"), Split::test, {path, "malformed"});
+  // Cut in the middle of the pixels: truncated.
+  bytes5 = train::test::cifar_pickle5_bytes(samples);
+  bytes5.resize(bytes5.size() / 2);
+  path = write_test_pickle(d, bytes5);
+  expect_cifar_error(d.file("data"), Split::test, {path, "truncated?"});
+}
+
+namespace {
+
+/// Collects what the library logs while it lives.
+class LogCapture {
+ public:
+  LogCapture() {
+    train::log::set_sink([this](train::log::Level level, const std::string& line) {
+      lines_.push_back({level, line});
+    });
+  }
+  ~LogCapture() { train::log::set_sink(nullptr); }
+  /// The lines at `level` that hold `part`.
+  std::vector<std::string> find(train::log::Level level, const std::string& part) const {
+    std::vector<std::string> out;
+    for (const auto& [l, line] : lines_) {
+      if (l == level && line.find(part) != std::string::npos) out.push_back(line);
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::pair<train::log::Level, std::string>> lines_;
+};
+
+}  // namespace
+
+// The official batches hold 10000 records each: a batch of fewer (cut at a record boundary) is
+// used, with a warning naming the file and both counts; in either layout.
+TEST(CifarBatches, FewerThan10000RecordsAreWarnedAbout) {
+  TempDir d("cifar-short");
+  train::test::write_cifar_layout(d.file("bin"), /*binary=*/true, 5, 3);
+  train::test::write_cifar_layout(d.file("py"), /*binary=*/false, 5, 3);
+  for (const std::string layout : {"bin", "py"}) {
+    LogCapture log;
+    EXPECT_EQ(train::datasets::load_cifar10(d.file(layout), Split::train).size(), 25);
+    const std::string file = d.file(layout + "/data_batch_3" + (layout == "bin" ? ".bin" : ""));
+    const auto warned = log.find(train::log::Level::warn, file + ": holds 5 records");
+    ASSERT_EQ(warned.size(), 1u) << layout;
+    EXPECT_NE(warned.front().find("each official CIFAR-10 batch holds 10000"), std::string::npos) << warned.front();
+    EXPECT_NE(warned.front().find("re-extract"), std::string::npos) << warned.front();
+    EXPECT_EQ(log.find(train::log::Level::warn, ": holds 5 records").size(), 5u) << "one warning per batch file";
+  }
+  // A whole batch says nothing.
+  EXPECT_EQ(train::cifar::record_count_warning("data_batch_1.bin", 10000), "");
+}
+
+// With a sample limit the first file holds enough, but every file is still read and checked: a
+// broken data_batch_5 fails a short run too.
+TEST(CifarBatches, ABrokenLaterFileFailsWithASampleLimit) {
+  TempDir d("cifar-limit");
+  train::test::write_cifar_layout(d.file("bin"), /*binary=*/true, 6, 3);
+  write_file(d.file("bin/data_batch_5.bin"), std::vector<uint8_t>(3073 * 2 + 100, 1));
+  train::datasets::LoadOptions first_two;
+  first_two.limit = 2;
+  try {
+    train::datasets::load_cifar10(d.file("bin"), Split::train, first_two);
+    ADD_FAILURE() << "expected DataError for data_batch_5.bin";
+  } catch (const train::DataError& e) {
+    EXPECT_NE(std::string(e.what()).find(d.file("bin/data_batch_5.bin") + ": expected whole records"), std::string::npos)
+        << e.what();
+  }
+  train::test::write_cifar_layout(d.file("py"), /*binary=*/false, 6, 3);
+  auto cut = train::test::cifar_pickle_bytes(train::test::learnable_cifar(6, 5));
+  cut.resize(cut.size() - 40);
+  write_file(d.file("py/data_batch_5"), cut);
+  EXPECT_EQ(train::datasets::load_cifar10(d.file("py"), Split::test).size(), 3);  // the test split has no data_batch_5
+  try {
+    train::datasets::load_cifar10(d.file("py"), Split::train, first_two);
+    ADD_FAILURE() << "expected DataError for data_batch_5";
+  } catch (const train::DataError& e) {
+    EXPECT_NE(std::string(e.what()).find(d.file("py/data_batch_5") + ": expected"), std::string::npos) << e.what();
+  }
+}
+
+// Each split's log line says which layout and folder it was read from, and how much was kept.
+TEST(DataLayout, EachSplitLogsItsLayoutAndFolder) {
+  TempDir d("layout-log");
+  train::test::write_cifar_layout(d.file("data/cifar-10-batches-py"), /*binary=*/false, 4, 3);
+  write_idx(d.file("data/FashionMNIST/raw"), 12, /*gz=*/true);
+  LogCapture log;
+  train::datasets::LoadOptions limit;
+  limit.limit = 10;
+  train::datasets::load_dataset("cifar10", d.file("data"), Split::train, limit);
+  train::datasets::load_dataset("cifar10", d.file("data"), Split::test);
+  train::datasets::load_dataset("fashion-mnist", d.file("data"), Split::test);
+  EXPECT_EQ(log.find(train::log::Level::info,
+                     "cifar10/train: 20 samples from 5 CIFAR-10 Python pickle files (data_batch_1, data_batch_2, "
+                     "data_batch_3, data_batch_4, data_batch_5) in " + d.file("data/cifar-10-batches-py") +
+                         "; the first 10 kept (sample limit)").size(), 1u);
+  EXPECT_EQ(log.find(train::log::Level::info, "cifar10/test: 3 samples from 1 CIFAR-10 Python pickle file (test_batch) in " +
+                                                  d.file("data/cifar-10-batches-py")).size(), 1u);
+  EXPECT_EQ(log.find(train::log::Level::info,
+                     "fashion-mnist/test: 12 samples from 2 IDX files (t10k-images-idx3-ubyte.gz, "
+                     "t10k-labels-idx1-ubyte.gz) in " + d.file("data/FashionMNIST/raw")).size(), 1u);
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Keeps docs/reference.md in step with the programs: every flag that `train --help` and each
 # `trainctl SUBCOMMAND --help` list is documented in its section, every flag the page documents
-# is listed by a --help, and every environment variable the sources and scripts read is named.
+# is listed by a --help (and shown there as typed, without CLI11's `{false}`), and every
+# environment variable the sources and scripts read is named.
 # usage: reference_doc_test.sh SOURCE_DIR BIN_DIR
 set -uo pipefail
 src=$1 bindir=$2
@@ -31,7 +32,10 @@ env_sec=$(section '## Environment variables' 2)
 [[ -n $train_sec && -n $trainctl_sec && -n $shape_sec && -n $env_sec ]] || fail "reference.md lacks one of its sections"
 
 # train
+# A flag's name as --help prints it is the flag a user types: no CLI11 decoration such as `{false}`.
+plain_names() { ! grep -E '^  +-[^ ]*\{' <<<"$2" || fail "$1 --help shows a flag with CLI11's {...} decoration (above)"; }
 train_help=$("$train" --help) || fail "train --help failed"
+plain_names train "$train_help"
 mapfile -t tflags < <(help_flags <<<"$train_help" | sort -u)
 ((${#tflags[@]} > 30)) || fail "train --help: expected over 30 flags, parsed ${#tflags[@]}"
 for f in "${tflags[@]}"; do documented "$f" <<<"$train_sec" || fail "train $f is not documented in docs/reference.md (## \`train\`)"; done
@@ -47,6 +51,7 @@ for s in "${subs[@]}"; do
   sub_sec=$(section "### \`trainctl $s" 3)
   [[ -n $sub_sec ]] || { fail "trainctl $s has no section (### \`trainctl $s ...) in docs/reference.md"; continue; }
   h=$("$trainctl" "$s" --help) || fail "trainctl $s --help failed"
+  plain_names "trainctl $s" "$h"
   mapfile -t sflags < <(help_flags <<<"$h" | grep -vxE -- '-h|--help' | sort -u)
   all_ctl+=("${sflags[@]}")
   for f in "${sflags[@]}"; do

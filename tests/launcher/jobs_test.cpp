@@ -1,12 +1,15 @@
 // Tests for launcher/src/jobs.cpp and `trainctl status`, `logs` and `cancel` as programs, against
 // fake scontrol and scancel programs that print what Slurm 22.05 prints (key=value job records, the
 // jobcomp/filetxt log, "Invalid job id specified"). No cluster: tests/slurm/workflow_test.cpp runs
-// the same commands on real jobs.
+// the same commands on real jobs. Also SLURM's times in words (launcher/src/slurm_time.cpp).
 #include "train/launcher/jobs.h"
+#include "train/launcher/slurm_time.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -80,6 +83,46 @@ TEST(JobRecords, ParsesScontrolJobsAndArrayTasks) {
   EXPECT_EQ(jobs[2].id, "20_[2-3%2]");
   EXPECT_EQ(jobs[2].reason, "JobArrayTaskLimit");
   EXPECT_EQ(jobs[2].nodes, "");  // (null)
+}
+
+// A chain's array record after its pending tasks were cancelled: scontrol shows ArrayTaskId=NO_VAL
+// (4294967294), squeue shows the job id alone (as seen on the local Slurm 22.05).
+TEST(JobRecords, ArrayRecordWithoutTasksShowsAsSqueueShowsIt) {
+  const std::vector<JobInfo> jobs = parse_scontrol_jobs(
+      "JobId=57 ArrayJobId=57 ArrayTaskId=4294967294 JobName=chain UserId=alice(1000) JobState=CANCELLED "
+      "Reason=None WorkDir=/w/p StdOut=/w/p/logs/chain-57_4294967294.out\n"
+      "JobId=58 ArrayJobId=57 ArrayTaskId=0 JobName=chain UserId=alice(1000) JobState=COMPLETED Reason=None "
+      "WorkDir=/w/p StdOut=/w/p/logs/chain-57_0.out\n");
+  ASSERT_EQ(jobs.size(), 2u);
+  EXPECT_EQ(jobs[0].id, "57");
+  EXPECT_EQ(jobs[0].std_out, "");  // the record never ran: no log
+  EXPECT_EQ(jobs[1].id, "57_0");
+  EXPECT_EQ(render_status(jobs, {}).find("4294967294"), std::string::npos) << render_status(jobs, {});
+}
+
+// The job's end in train's log: a date and the time left, not epoch seconds; and what "no limit" looks like.
+TEST(SlurmTime, EndTimesAndDurationsInWords) {
+  const char* old_tz = std::getenv("TZ");
+  const std::string saved = old_tz != nullptr ? old_tz : "";
+  setenv("TZ", "UTC", 1);
+  tzset();
+  const int64_t end = parse_slurm_timestamp("2026-11-27T01:30:00");
+  ASSERT_GT(end, 0);
+  EXPECT_EQ(describe_end_time(end, end - 7200), "2026-11-27 01:30:00 UTC, in 2 h 00 min");
+  EXPECT_EQ(describe_end_time(end, end - 59), "2026-11-27 01:30:00 UTC, in 59 s");
+  EXPECT_EQ(describe_end_time(end, end + 5), "2026-11-27 01:30:00 UTC, already past");
+  if (old_tz != nullptr) {
+    setenv("TZ", saved.c_str(), 1);
+  } else {
+    unsetenv("TZ");
+  }
+  tzset();
+  EXPECT_EQ(describe_duration(0), "0 s");
+  EXPECT_EQ(describe_duration(725), "12 min 05 s");
+  EXPECT_EQ(describe_duration(3 * 86400 + 4 * 3600 + 59), "3 d 04 h");
+  EXPECT_EQ(describe_duration(-3), "0 s");
+  for (const char* none : {"UNLIMITED", "INFINITE", "365-00:00:00"}) EXPECT_TRUE(is_no_time_limit(none)) << none;
+  for (const char* limit : {"5:00", "1-00:00:00", "364-23:59:59", ""}) EXPECT_FALSE(is_no_time_limit(limit)) << limit;
 }
 
 TEST(JobRecords, ParsesTheJobcompLog) {

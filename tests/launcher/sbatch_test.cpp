@@ -7,13 +7,17 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
+#include <algorithm>
 #include <csignal>
 #include <fstream>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "cifar_files.h"
 #include "test_process.h"
 #include "test_util.h"
 #include "train/error.h"
@@ -403,6 +407,15 @@ class FakeSlurm {
                "printf 'trainctl'; printf ' [%s]' \"$@\"; echo\n"
                "exit \"${FAKE_PREFLIGHT_RC:-0}\"\n",
                0755);
+    // scontrol show job: the Command= line SLURM keeps (the submitted script and its arguments,
+    // joined by spaces), from $FAKE_COMMAND; no answer when that is unset.
+    write_text(bin + "/scontrol",
+               "#!/bin/bash\n"
+               "[[ -n \"${FAKE_COMMAND:-}\" ]] || exit 1\n"
+               "echo \"JobId=$2 JobName=ddp\"\n"
+               "echo \"   Command=$FAKE_COMMAND\"\n"
+               "echo \"   WorkDir=$SLURM_SUBMIT_DIR\"\n",
+               0755);
   }
 
   /// Runs a script as the batch step of job 123 (2 nodes x 1 task) with the given arguments.
@@ -515,6 +528,36 @@ TEST(SbatchScriptRun, ReportsTrainFailuresAndPreemption) {
   p = slurm.run(source_path("scripts/ddp.sh"), {}, {{"FAKE_TRAIN_RC", "75"}});
   EXPECT_EQ(p->exit_code(), 75);
   EXPECT_TRUE(contains(p->err(), "saved a checkpoint in checkpoints/ddp-123 (exit 75): the requeued job resumes")) << p->err();
+}
+
+// SLURM runs a spool copy of the script ($0), deleted when the job ends: the hint after a cancel or
+// a failure names the script as submitted (scontrol's Command=) with this job's arguments, quoted,
+// and the checkpoint folder, run from the submit dir.
+TEST(SbatchScriptRun, ResumeHintNamesTheSubmittedScriptNotTheSpoolCopy) {
+  FakeSlurm slurm;
+  const std::string spool = slurm.dir().file("spool-slurm_script");
+  write_text(spool, test::read_text(source_path("scripts/ddp.sh")), 0755);
+  const std::string submitted = source_path("scripts/ddp.sh");
+  const Env env = {{"FAKE_TRAIN_RC", "143"}, {"FAKE_COMMAND", submitted + " --epochs 3 --metrics a b.jsonl"}};
+  auto p = slurm.run(spool, {"--epochs", "3", "--metrics", "a b.jsonl"}, env);
+  EXPECT_EQ(p->exit_code(), 143);
+  const std::string resume = "cd " + slurm.dir().path() + " && sbatch " + submitted +
+                             " --epochs 3 --metrics a\\ b.jsonl --checkpoint-dir checkpoints/ddp-123";
+  EXPECT_TRUE(contains(p->err(), "not requeued. To go on from it: " + resume + "  # and the sbatch options")) << p->err();
+  EXPECT_FALSE(contains(p->err(), spool)) << p->err();
+
+  Env failed = env;
+  failed["FAKE_TRAIN_RC"] = "3";
+  p = slurm.run(spool, {"--epochs", "3", "--metrics", "a b.jsonl"}, failed);
+  EXPECT_EQ(p->exit_code(), 3);
+  EXPECT_TRUE(contains(p->err(), "resubmit with --checkpoint-dir checkpoints/ddp-123: " + resume)) << p->err();
+
+  // Without arguments, and without an answer from scontrol: the script is named for the user to fill in.
+  p = slurm.run(spool, {}, {{"FAKE_TRAIN_RC", "143"}, {"FAKE_COMMAND", submitted}});
+  EXPECT_TRUE(contains(p->err(), "To go on from it: cd " + slurm.dir().path() + " && sbatch " + submitted +
+                                     " --checkpoint-dir checkpoints/ddp-123  #")) << p->err();
+  p = slurm.run(spool, {"--epochs", "3"}, {{"FAKE_TRAIN_RC", "143"}});
+  EXPECT_TRUE(contains(p->err(), "&& sbatch YOUR_SCRIPT --epochs 3 --checkpoint-dir checkpoints/ddp-123")) << p->err();
 }
 
 TEST(SbatchScriptRun, FailedPreflightStopsBeforeTraining) {
@@ -663,15 +706,22 @@ TEST(SbatchOutput, FolderToCreateBeforeSubmission) {
 
 // ---- preflight ------------------------------------------------------------------------------------
 
-/// A folder with the four IDX files (raw or .gz) as train reads them.
+/// A folder with the four IDX files (raw or .gz) as train reads them: 2 images of 2x2 and their labels.
 void make_idx(const std::string& dir, bool gz) {
   mkdir(dir.c_str(), 0755);
-  const std::string raw_images("\x00\x00\x08\x03\x00\x00\x00\x01", 8);
-  const std::string raw_labels("\x00\x00\x08\x01\x00\x00\x00\x01", 8);
-  const std::string gzip("\x1f\x8b\x08\x00", 4);
+  const std::string images("\x00\x00\x08\x03\x00\x00\x00\x02\x00\x00\x00\x02\x00\x00\x00\x02" "abcdefgh", 24);
+  const std::string labels("\x00\x00\x08\x01\x00\x00\x00\x02\x03\x07", 10);
   for (const char* split : {"train", "t10k"}) {
-    write_text(dir + "/" + split + "-images-idx3-ubyte" + (gz ? ".gz" : ""), gz ? gzip : raw_images);
-    write_text(dir + "/" + split + "-labels-idx1-ubyte" + (gz ? ".gz" : ""), gz ? gzip : raw_labels);
+    for (const auto& [name, bytes] : {std::pair{std::string(split) + "-images-idx3-ubyte", images},
+                                      std::pair{std::string(split) + "-labels-idx1-ubyte", labels}}) {
+      if (!gz) {
+        write_text(dir + "/" + name, bytes);
+        continue;
+      }
+      gzFile f = gzopen((dir + "/" + name + ".gz").c_str(), "wb");
+      gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+      gzclose(f);
+    }
   }
 }
 
@@ -734,9 +784,7 @@ TEST(SbatchPreflight, TorchvisionRoots) {
   mkdir(tmp.file("data/FashionMNIST").c_str(), 0755);
   make_idx(tmp.file("data/FashionMNIST/raw"), true);
   mkdir(tmp.file("data/cifar-10-batches-py").c_str(), 0755);
-  for (const char* name : {"data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch"}) {
-    write_text(tmp.file(std::string("data/cifar-10-batches-py/") + name), std::string("\x80\x02}q\x00.", 6));
-  }
+  test::write_cifar_layout(tmp.file("data/cifar-10-batches-py"), /*binary=*/false, 2, 2);
   EXPECT_EQ(check_dataset_folder(tmp.file("data"), "fashion-mnist"), "4 IDX files (fashion-mnist, in FashionMNIST/raw/)");
   EXPECT_EQ(check_dataset_folder(tmp.file("data"), "cifar10"),
             "6 CIFAR-10 Python pickle files (cifar10, in cifar-10-batches-py/)");
@@ -745,6 +793,68 @@ TEST(SbatchPreflight, TorchvisionRoots) {
   write_text(tmp.file("data/cifar-10-batches-py/test_batch"), "PK\x03\x04");
   expect_error<DataError>([&] { check_dataset_folder(tmp.file("data"), "cifar10"); },
                           {tmp.file("data/cifar-10-batches-py/test_batch"), "expected a Python pickle"}, "not a pickle");
+}
+
+// Preflight checks each file's whole structure, as train would read it, without training: a
+// truncated or mis-shaped pickle, a corrupt label, an IDX file of the wrong size or a cut gzip
+// stream fail with the file named; a batch of fewer than 10000 records is a warning.
+TEST(SbatchPreflight, ChecksEachFilesWholeStructure) {
+  test::TempDir tmp("preflight-whole");
+  const std::string py = tmp.file("data/cifar-10-batches-py");
+  test::write_cifar_layout(py, /*binary=*/false, 3, 2);
+  std::vector<std::string> warnings;
+  EXPECT_EQ(check_dataset_folder(tmp.file("data"), "cifar10", &warnings),
+            "6 CIFAR-10 Python pickle files (cifar10, in cifar-10-batches-py/)");
+  ASSERT_EQ(warnings.size(), 6u);
+  EXPECT_TRUE(contains(warnings[0], py + "/data_batch_1: holds 3 records, where each official CIFAR-10 batch holds 10000"))
+      << warnings[0];
+  PreflightOptions o;
+  o.proc_gpus_dir = tmp.file("no-driver");
+  o.train_args = {"--model", "cifar10", "--data", tmp.file("data")};
+  PreflightReport r = run_preflight(o, {});
+  EXPECT_TRUE(r.ok()) << r.errors.front();
+  EXPECT_TRUE(contains(r.passed.front(), "checked whole in " + tmp.file("data"))) << r.passed.front();
+  const auto short_batch = [](const std::string& w) { return contains(w, "where each official CIFAR-10 batch holds 10000"); };
+  EXPECT_EQ(std::count_if(r.warnings.begin(), r.warnings.end(), short_batch), 6);
+
+  // A pickle cut short (it starts right, so a look at its head passed it).
+  auto bytes = test::cifar_pickle_bytes(test::learnable_cifar(3, 5));
+  test::write_file(py + "/data_batch_5", std::vector<uint8_t>(bytes.begin(), bytes.begin() + bytes.size() / 2));
+  expect_error<DataError>([&] { check_dataset_folder(tmp.file("data"), "cifar10"); },
+                          {py + "/data_batch_5: expected", "truncated?"}, "truncated pickle");
+  r = run_preflight(o, {});
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_TRUE(contains(r.errors[0], py + "/data_batch_5")) << r.errors[0];
+  // A pickle of another shape: 3 rows of 3000 bytes.
+  test::PickleShape wide;
+  wide.columns = 3000;
+  auto samples = test::learnable_cifar(3, 5);
+  samples.pixels.resize(3 * 3000);
+  test::write_file(py + "/data_batch_5", test::cifar_pickle_bytes(samples, wide));
+  expect_error<DataError>([&] { check_dataset_folder(tmp.file("data"), "cifar10"); },
+                          {py + "/data_batch_5: expected 'data' of shape N x 3072", "found shape 3 x 3000"}, "shape");
+  // The binary version: a label byte outside 0..9 in the last record of the last file.
+  test::write_cifar_layout(tmp.file("bin"), /*binary=*/true, 2, 2);
+  auto records = test::cifar_binary_bytes(test::learnable_cifar(2, 4));
+  records[3073] = 12;
+  test::write_file(tmp.file("bin/data_batch_5.bin"), records);
+  expect_error<DataError>([&] { check_dataset_folder(tmp.file("bin"), "cifar10"); },
+                          {tmp.file("bin/data_batch_5.bin") + ": expected labels in 0..9, found 12 in record 1"}, "label");
+  // IDX: the images file one byte short, a gzip stream cut short, a label of 10.
+  make_idx(tmp.file("raw"), false);
+  write_text(tmp.file("raw/t10k-images-idx3-ubyte"),
+             std::string("\x00\x00\x08\x03\x00\x00\x00\x02\x00\x00\x00\x02\x00\x00\x00\x02" "abcdefg", 23));
+  expect_error<DataError>([&] { check_dataset_folder(tmp.file("raw"), "mnist"); },
+                          {"t10k-images-idx3-ubyte: expected 24 bytes for 2 images of 2x2", "found 23 (truncated?)"}, "idx size");
+  make_idx(tmp.file("raw"), false);
+  write_text(tmp.file("raw/train-labels-idx1-ubyte"), std::string("\x00\x00\x08\x01\x00\x00\x00\x02\x03\x0a", 10));
+  expect_error<DataError>([&] { check_dataset_folder(tmp.file("raw"), "mnist"); },
+                          {"train-labels-idx1-ubyte: expected labels in 0..9, found 10 at index 1"}, "idx label");
+  make_idx(tmp.file("gz"), true);
+  const std::string whole = test::read_text(tmp.file("gz/train-images-idx3-ubyte.gz"));
+  write_text(tmp.file("gz/train-images-idx3-ubyte.gz"), whole.substr(0, whole.size() - 6));
+  expect_error<DataError>([&] { check_dataset_folder(tmp.file("gz"), "mnist"); },
+                          {"train-images-idx3-ubyte.gz: expected a whole gzip stream"}, "cut gzip");
 }
 
 TEST(SbatchPreflight, FindsTheDataTrainWillRead) {
@@ -756,7 +866,7 @@ TEST(SbatchPreflight, FindsTheDataTrainWillRead) {
   o.train_args = {"--data", tmp.file("cifar"), "--epochs", "1", "--data=" + tmp.file("fm")};  // the last wins
   PreflightReport r = run_preflight(o, {});
   EXPECT_TRUE(r.ok()) << r.errors.front();
-  EXPECT_EQ(r.passed.front(), "data: 4 IDX files (fashion-mnist) readable in " + tmp.file("fm"));
+  EXPECT_EQ(r.passed.front(), "data: 4 IDX files (fashion-mnist) checked whole in " + tmp.file("fm"));
 
   o.train_args = {"--model", "cifar10", "--data", tmp.file("cifar")};
   r = run_preflight(o, {});
@@ -954,7 +1064,7 @@ TEST(TrainctlPreflight, OneLinePerNodeAndExitOneOnFailure) {
                         env);
   ASSERT_EQ(p->exit_code(), 0) << p->err();
   EXPECT_EQ(test::lines_of(p->out()).size(), 1u) << p->out();
-  EXPECT_TRUE(contains(p->out(), ": ok (data: 4 IDX files (fashion-mnist) readable in " + tmp.file("fm") +
+  EXPECT_TRUE(contains(p->out(), ": ok (data: 4 IDX files (fashion-mnist) checked whole in " + tmp.file("fm") +
                                      "; tasks: 1 on this node (--tasks-per-node=1(x2)); device: CPU")) << p->out();
 
   p = run_trainctl({"preflight", "--data", tmp.file("nope"), "--expect-gpus", "2", "--", "--epochs", "1"},

@@ -2,9 +2,12 @@
 # SLURM test (label slurm, run alone): job ids never repeat on this machine. Submits a job, stops
 # and starts the local cluster, submits again, and checks that the new id is above every id in the
 # completion log, and that the log's line for it is the new job's (its own work dir).
-# usage: restart_keeps_ids.sh SOURCE_DIR WORK_DIR
+# usage: restart_keeps_ids.sh SOURCE_DIR
+# The jobs are submitted from outside the checkout (TRAIN_TEST_JOB_DIR, as the C++ suites do), so
+# `trainctl status` there never lists them.
 set -euo pipefail
-src=$1 work=$2
+src=$1
+work=${TRAIN_TEST_JOB_DIR:-${TMPDIR:-/tmp}/libtrain-jobs-$(id -u)}/restart-ids-$$
 if [ "${TRAIN_TEST_SLURM:-1}" = 0 ]; then echo "skipped: TRAIN_TEST_SLURM=0 turns the slurm tests off"; exit 77; fi
 conf=${SLURM_CONF:-$src/.slurm/slurm.conf}
 export SLURM_CONF=$conf

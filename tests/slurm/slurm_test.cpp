@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -191,7 +192,7 @@ std::vector<std::string> concat(std::vector<std::string> a, const std::vector<st
 
 TEST_F(SlurmTest, DdpOnTwoNodesCompletesLikeTrainctlLocal) {
   if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
-  test::TempDir dir("slurm-ddp-2x1");
+  test::TempDir dir("slurm-ddp-2x1", test::job_root());
   mkdir(dir.file("logs").c_str(), 0755);
   const Job job = submit_and_wait(dir.path(), concat({source_path("scripts/ddp.sh")}, kQuickTrainArgs), env_);
   ASSERT_FALSE(job.id.empty());
@@ -209,6 +210,10 @@ TEST_F(SlurmTest, DdpOnTwoNodesCompletesLikeTrainctlLocal) {
       << lines[0];
   EXPECT_TRUE(contains(log, "preflight node1: ok (data: 4 IDX files (fashion-mnist)")) << log;
   EXPECT_TRUE(contains(log, "preflight node2: ok (data: 4 IDX files (fashion-mnist)")) << log;
+  // ddp.sh asks for no --time and the partition has no MaxTime: no deadline, and the log says so
+  // (squeue shows UNLIMITED, or the 365 days Slurm puts in its place).
+  EXPECT_TRUE(contains(log, "SLURM job has no time limit")) << log;
+  EXPECT_FALSE(contains(log, "SLURM job ends")) << log;
   const nlohmann::json done = done_line(log);
   EXPECT_EQ(done.value("event", ""), "done");
   EXPECT_EQ(done.value("world_size", 0), 2);
@@ -220,7 +225,7 @@ TEST_F(SlurmTest, DdpOnTwoNodesCompletesLikeTrainctlLocal) {
 
 TEST_F(SlurmTest, DdpOnTwoNodesWithTwoTasksEach) {
   if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
-  test::TempDir dir("slurm-ddp-2x2");
+  test::TempDir dir("slurm-ddp-2x2", test::job_root());
   mkdir(dir.file("logs").c_str(), 0755);
   const Job job = submit_and_wait(
       dir.path(), concat({"-N", "2", "--ntasks-per-node=2", source_path("scripts/ddp.sh")}, kQuickTrainArgs), env_);
@@ -229,7 +234,7 @@ TEST_F(SlurmTest, DdpOnTwoNodesWithTwoTasksEach) {
   EXPECT_EQ(job.sbatch_exit, 0) << job.sbatch_err << "\nlog:\n" << log;
   EXPECT_EQ(job_state(job.id, env_), "COMPLETED") << log;
   EXPECT_TRUE(contains(log, "tasks per node 2(x2)")) << log;
-  EXPECT_TRUE(contains(log, "preflight node1: ok (data: 4 IDX files (fashion-mnist) readable in "
+  EXPECT_TRUE(contains(log, "preflight node1: ok (data: 4 IDX files (fashion-mnist) checked whole in "
                             "/usr/share/datasets/fashion-mnist; tasks: 2 on this node")) << log;
   const nlohmann::json done = done_line(log);
   EXPECT_EQ(done.value("event", ""), "done");
@@ -238,7 +243,7 @@ TEST_F(SlurmTest, DdpOnTwoNodesWithTwoTasksEach) {
 
 TEST_F(SlurmTest, FailedPreflightStopsTheJobBeforeTraining) {
   if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
-  test::TempDir dir("slurm-preflight");
+  test::TempDir dir("slurm-preflight", test::job_root());
   mkdir(dir.file("logs").c_str(), 0755);
   const Job job = submit_and_wait(dir.path(), {source_path("scripts/ddp.sh"), "--data", "/nonexistent/fm"}, env_);
   ASSERT_FALSE(job.id.empty());
@@ -258,7 +263,7 @@ TEST_F(SlurmTest, StagedDataInAnArrayChain) {
   if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
   const std::string data = test::fashion_mnist_dir();
   if (data.empty()) GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";
-  test::TempDir dir("slurm-stage");
+  test::TempDir dir("slurm-stage", test::job_root());
   const std::string parent = data.substr(0, data.rfind('/'));
   const std::string folder = data.substr(data.rfind('/') + 1);
   const auto tar = test::run_process({"/bin/tar", "-cf", dir.file("fm.tar"), "-C", parent, folder}, env_, 60);
@@ -284,7 +289,7 @@ TEST_F(SlurmTest, StagedDataInAnArrayChain) {
   const std::string chunk_id = log.substr(marker.size(), log.find(' ', marker.size()) - marker.size());
   EXPECT_TRUE(contains(log, " (chunk 1 of array " + job.id + ")")) << log;
   const std::string staged = "/tmp/train-" + user_name() + "-" + chunk_id;
-  EXPECT_TRUE(contains(log, "preflight node1: ok (data: 4 IDX files (fashion-mnist) readable in " + staged + "/data/" +
+  EXPECT_TRUE(contains(log, "preflight node1: ok (data: 4 IDX files (fashion-mnist) checked whole in " + staged + "/data/" +
                                 folder + ";")) << log;
   EXPECT_FALSE(exists(staged)) << staged << " was not removed after training";
   EXPECT_TRUE(exists(dir.file("checkpoints/stage-" + job.id))) << "chunks share checkpoints/NAME-ARRAYJOBID";
@@ -295,7 +300,7 @@ TEST_F(SlurmTest, StagedDataInAnArrayChain) {
 
 TEST_F(SlurmTest, PreemptionSignalCheckpointsRequeuesAndResumes) {
   if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
-  test::TempDir dir("slurm-requeue");
+  test::TempDir dir("slurm-requeue", test::job_root());
   mkdir(dir.file("logs").c_str(), 0755);
   const std::vector<std::string> args = {"--epochs", "2", "--limit-train-samples", "3000", "--limit-test-samples",
                                          "200", "--threads", "1"};
@@ -332,7 +337,7 @@ TEST_F(SlurmTest, PreemptionSignalCheckpointsRequeuesAndResumes) {
 // margin and finishes. No assumption about how long an epoch takes.
 TEST_F(SlurmTest, TimeLimitIsCheckpointedAndRequeuedNotKilled) {
   if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
-  test::TempDir dir("slurm-timelimit");
+  test::TempDir dir("slurm-timelimit", test::job_root());
   mkdir(dir.file("logs").c_str(), 0755);
   const std::string script =
       "#!/bin/bash\n"
@@ -348,7 +353,9 @@ TEST_F(SlurmTest, TimeLimitIsCheckpointedAndRequeuedNotKilled) {
   ASSERT_FALSE(job.id.empty());
   const std::string log = test::read_text(dir.file("logs/tl-" + job.id + ".out"));
   EXPECT_EQ(job_state(job.id, env_, dir.path()), "COMPLETED") << log;
-  EXPECT_TRUE(contains(log, "SLURM job ends at epoch time")) << log;
+  // The end as a date and the time left (the limit is 1 minute), not epoch seconds.
+  static const std::regex kEnds(R"(SLURM job ends \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+, in (1 min 00 s|\d{1,2} s); checkpointing 60 s before it)");
+  EXPECT_TRUE(std::regex_search(log, kEnds)) << log;
   EXPECT_TRUE(contains(log, "stopping for the job's time limit at epoch 1, step 1")) << log;
   EXPECT_TRUE(contains(log, "requeued job " + job.id)) << log;
   EXPECT_TRUE(contains(log, "tl: restart 1, margin 0")) << log;
@@ -364,7 +371,7 @@ TEST_F(SlurmTest, TimeLimitIsCheckpointedAndRequeuedNotKilled) {
 // A plain `scancel` means "stop": train checkpoints, never requeues, and the job ends CANCELLED.
 TEST_F(SlurmTest, PlainScancelCancelsWithoutRequeue) {
   if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
-  test::TempDir dir("slurm-scancel");
+  test::TempDir dir("slurm-scancel", test::job_root());
   mkdir(dir.file("logs").c_str(), 0755);
   // 60000 samples x 3 epochs: far more than the test lets run; scancel comes once training logs.
   const std::vector<std::string> args = {"--epochs", "3", "--limit-test-samples", "200", "--threads", "1",
@@ -392,6 +399,12 @@ TEST_F(SlurmTest, PlainScancelCancelsWithoutRequeue) {
   EXPECT_TRUE(contains(log, "stopping for SIGTERM (cancelled: no requeue)")) << log;
   EXPECT_TRUE(contains(log, "cancelled: not requeued; to go on, run train again with --checkpoint-dir checkpoints/ddp-" +
                                 job.id + " (it resumes from checkpoints/ddp-" + job.id + "/ckpt-")) << log;
+  // The job script's hint: the script as submitted (not SLURM's spool copy), the job's arguments, the
+  // checkpoint folder, from the submit dir. (KilledRankEndsTheJobAndResubmissionResumes runs it.)
+  std::string expected = "To go on from it: cd " + dir.path() + " && sbatch " + source_path("scripts/ddp.sh");
+  for (const std::string& a : args) expected += " " + a;
+  EXPECT_TRUE(contains(log, expected + " --checkpoint-dir checkpoints/ddp-" + job.id + "  # ")) << expected << "\n" << log;
+  EXPECT_FALSE(contains(log, "slurm_script")) << log;
   EXPECT_FALSE(contains(log, "requeued job")) << log;
   EXPECT_FALSE(contains(log, "restart 1")) << log;
   const std::vector<std::string> ckpts = train::test::lines_of(
@@ -409,7 +422,7 @@ TEST_F(SlurmTest, PlainScancelCancelsWithoutRequeue) {
 // overrides them, as sbatch options do.
 TEST_F(SlurmTest, TheWikiJobScriptRunsVerbatim) {
   if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
-  test::TempDir dir("slurm-wiki");
+  test::TempDir dir("slurm-wiki", test::job_root());
   mkdir(dir.file("logs").c_str(), 0755);
   const std::string port = std::to_string(test::free_port());
   const std::string script =
@@ -459,7 +472,7 @@ TEST_F(SlurmTest, TheWikiJobScriptRunsVerbatim) {
 // --shm-allreduce off Gloo carries them between the nodes' addresses, with the same result.
 TEST_F(SlurmTest, GlooBetweenTheNodesGivesTheSharedMemoryResult) {
   if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
-  test::TempDir dir("slurm-gloo");
+  test::TempDir dir("slurm-gloo", test::job_root());
   mkdir(dir.file("logs").c_str(), 0755);
   Env env = env_;
   env["TRAIN_LOG_LEVEL"] = "debug";
@@ -497,7 +510,7 @@ int find_task_pid(const std::string& job_id, int procid) {
 // task, and a resubmission pointed at the job's checkpoints resumes from the last one.
 TEST_F(SlurmTest, KilledRankEndsTheJobAndResubmissionResumes) {
   if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
-  test::TempDir dir("slurm-kill9");
+  test::TempDir dir("slurm-kill9", test::job_root());
   mkdir(dir.file("logs").c_str(), 0755);
   const std::vector<std::string> args = {"--epochs", "1", "--limit-train-samples", "12000", "--limit-test-samples",
                                          "300", "--threads", "1", "--checkpoint-every", "10", "--dist-timeout", "60",
@@ -524,12 +537,25 @@ TEST_F(SlurmTest, KilledRankEndsTheJobAndResubmissionResumes) {
   EXPECT_FALSE(contains(log, "(timeout 60 s)")) << log;
   EXPECT_TRUE(contains(log, "task 1")) << "srun names the killed task:\n" << log;
   EXPECT_TRUE(contains(log, "training failed")) << log;
-  EXPECT_TRUE(contains(log, "resubmit with --checkpoint-dir checkpoints/ddp-" + job.id)) << log;
+  const std::string hint = "resubmit with --checkpoint-dir checkpoints/ddp-" + job.id + ": ";
+  ASSERT_TRUE(contains(log, hint)) << log;
 
-  // The resubmission, told where the checkpoints are, goes on from the newest one.
-  const Job again = submit_and_wait(
-      dir.path(), concat(concat({source_path("scripts/ddp.sh")}, args), {"--checkpoint-dir", "checkpoints/ddp-" + job.id}),
-      env_);
+  // The command the log prints, run as a user pastes it (from another folder; SBATCH_WAIT=1 is
+  // sbatch --wait), goes on from the newest checkpoint.
+  std::string command = log.substr(log.find(hint) + hint.size());
+  command = command.substr(0, command.find('\n'));
+  EXPECT_TRUE(contains(command, "sbatch " + source_path("scripts/ddp.sh") + " --epochs 1 ")) << command;
+  Env waiting = env_;
+  waiting["SBATCH_WAIT"] = "1";
+  TestProcess pasted({"/bin/bash", "-c", "cd / && " + command}, waiting);
+  ASSERT_TRUE(pasted.wait_for_stdout([](const std::string& out) { return contains(out, "\n"); }, 30)) << pasted.err();
+  Job again;
+  again.id = test::last_line(pasted.out()).substr(test::last_line(pasted.out()).rfind(' ') + 1);
+  ASSERT_FALSE(again.id.empty()) << pasted.out() << pasted.err();
+  if (!pasted.wait(kJobTimeoutSeconds)) {
+    test::run_process({test::find_on_path("scancel"), again.id}, env_, 20);
+    FAIL() << "job " << again.id << " did not end within " << kJobTimeoutSeconds << " s; cancelled it";
+  }
   const std::string log2 = test::read_text(dir.file("logs/ddp-" + again.id + ".out"));
   EXPECT_EQ(job_state(again.id, env_), "COMPLETED") << log2;
   EXPECT_TRUE(contains(log2, "resumed from checkpoints/ddp-" + job.id + "/ckpt-")) << log2;
@@ -540,7 +566,7 @@ TEST_F(SlurmTest, KilledRankEndsTheJobAndResubmissionResumes) {
 
 TEST_F(SlurmTest, TrainctlSubmitMakesTheLogFolderAndPrintsTheJobId) {
   if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
-  test::TempDir dir("slurm-submit");
+  test::TempDir dir("slurm-submit", test::job_root());
   const auto p = run_in(dir.path(),
                         {bin("trainctl"), "sbatch", "--job-name", "submitted", "--submit", "--", "--epochs", "1",
                          "--max-steps", "2", "--limit-test-samples", "100", "--threads", "1"},
@@ -566,7 +592,7 @@ TEST_F(SlurmTest, TrainctlSubmitMakesTheLogFolderAndPrintsTheJobId) {
 // ---- generated scripts on the live cluster ------------------------------------------------------
 
 TEST_F(SlurmTest, SbatchTestOnlyAcceptsGeneratedScripts) {
-  test::TempDir dir("slurm-test-only");
+  test::TempDir dir("slurm-test-only", test::job_root());
   const std::vector<std::vector<std::string>> option_sets = {
       {},
       {"--job-name", "ddp", "--nodes", "2", "--ntasks-per-node", "2"},
@@ -606,7 +632,7 @@ TEST_F(SlurmTest, SbatchTestOnlyAcceptsGeneratedScripts) {
 }
 
 TEST_F(SlurmTest, CommittedWrappersMatchTheGenerator) {
-  test::TempDir dir("slurm-wrappers");
+  test::TempDir dir("slurm-wrappers", test::job_root());
   Env env = env_;
   env["TRAINCTL"] = bin("trainctl");
   const auto p = test::run_process({"/bin/bash", source_path("scripts/regenerate-wrappers.sh"), dir.path()}, env, 60);
@@ -660,8 +686,11 @@ TEST_F(SlurmTest, TrainctlHostnamesMatchesScontrol) {
     EXPECT_EQ(ours->exit_code(), 0) << expr << ": " << ours->err();
     EXPECT_EQ(ours->out(), theirs->out()) << "expression: " << expr;
   }
-  // Inside a job, both read SLURM_JOB_NODELIST.
-  const auto job = test::run_process(
+  // Inside a job, both read SLURM_JOB_NODELIST. Run from outside the checkout, as every job of the
+  // suite (test::job_root()), so the user's `trainctl status` there never lists it.
+  test::TempDir dir("slurm-hostnames", test::job_root());
+  const auto job = run_in(
+      dir.path(),
       {test::find_on_path("srun"), "-N", "2", "-n", "2", "--time=1", "/bin/sh", "-c",
        "echo \"$(\"$0\" hostnames | tr '\\n' ' ')| $(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | tr '\\n' ' ')\"",
        bin("trainctl")},

@@ -136,7 +136,7 @@ echo "$done_line"
 )";
 
 TEST_F(Workflow, SweepRunsAsOneArrayAndTheReportMatchesTheIndex) {
-  test::TempDir dir("workflow-sweep");
+  test::TempDir dir("workflow-sweep", test::job_root());
   write_text(dir.file("fake_train.sh"), kSweepProgram, 0755);
   const auto submit = run_in(dir.path(),
                              {bin("trainctl"), "sweep", "--param", "lr=0.1,0.5", "--param", "batch-size=64,128",
@@ -292,8 +292,46 @@ while true; do
 done
 )";
 
+// The suite's jobs stay out of the user's view: they are submitted from outside the project
+// (test::job_root()), and `trainctl status` in the checkout lists only the user's jobs under it. An
+// array whose pending tasks were cancelled (as a finished chain does) shows as squeue shows it.
+TEST_F(Workflow, SuiteJobsStayOutOfTheProjectsStatusAndArraysShowAsSqueueDoes) {
+  const std::string root = test::job_root();
+  for (const std::string project : {std::string(TRAIN_SOURCE_DIR), std::string(TRAIN_BINARY_DIR)}) {
+    EXPECT_NE(root.rfind(project + "/", 0), 0u) << "the jobs' folder " << root << " is inside " << project;
+  }
+  test::TempDir dir("workflow-view", root);
+  write_text(dir.file("chain.sh"),
+             "#!/bin/bash\n#SBATCH --job-name=view --array=0-3%1 --output=" + dir.file("view-%A_%a.out") +
+                 "\nscancel --state=PENDING \"$SLURM_ARRAY_JOB_ID\"\n",
+             0755);
+  const auto submit = run_in(dir.path(), {test::find_on_path("sbatch"), "--parsable", "--wait", "chain.sh"}, env_, kWaitSeconds);
+  ASSERT_TRUE(submit->finished()) << submit->err();
+  const std::string id = test::last_line(submit->out()).substr(0, test::last_line(submit->out()).find(';'));
+  ASSERT_FALSE(id.empty()) << submit->out() << submit->err();
+  CancelAtExit guard{id, env_};
+  ASSERT_TRUE(wait_until([&] { return is_final(job_state(id, env_)); })) << job_state(id, env_);
+
+  const auto here = run_in(dir.path(), {bin("trainctl"), "status"}, env_);
+  ASSERT_EQ(here->exit_code(), 0) << here->err();
+  const auto rows = status_rows(here->out());
+  EXPECT_EQ(rows.count(id), 1u) << "the array's own record, as squeue shows it:\n" << here->out();
+  EXPECT_EQ(rows.count(id + "_0"), 1u) << here->out();
+  EXPECT_FALSE(contains(here->out(), "4294967294")) << here->out();
+  const auto squeue = test::run_process({test::find_on_path("squeue"), "-h", "--states=all", "-j", id, "-o", "%i"}, env_, 20);
+  for (const std::string& shown : test::lines_of(squeue->out())) {
+    if (!shown.empty()) EXPECT_EQ(rows.count(shown), 1u) << "squeue shows " << shown << "; status:\n" << here->out();
+  }
+  // From the checkout: none of it.
+  const auto project = run_in(TRAIN_SOURCE_DIR, {bin("trainctl"), "status"}, env_);
+  ASSERT_EQ(project->exit_code(), 0) << project->err();
+  const auto project_rows = status_rows(project->out());
+  EXPECT_EQ(project_rows.count(id), 0u) << project->out();
+  EXPECT_EQ(project_rows.count(id + "_0"), 0u) << project->out();
+}
+
 TEST_F(Workflow, StatusLogsFollowAndCancelWithSignalOnARunningJob) {
-  test::TempDir dir("workflow-jobs");
+  test::TempDir dir("workflow-jobs", test::job_root());
   write_text(dir.file("long.sh"), kLongProgram, 0755);
   const auto submit = run_in(dir.path(),
                              {bin("trainctl"), "sbatch", "--job-name", "wf", "--nodes", "2", "--ntasks-per-node", "1",
@@ -368,7 +406,7 @@ TEST_F(Workflow, StatusLogsFollowAndCancelWithSignalOnARunningJob) {
 }
 
 TEST_F(Workflow, InteractiveRunsTheSetupLinesOnTheAllocation) {
-  test::TempDir dir("workflow-interactive");
+  test::TempDir dir("workflow-interactive", test::job_root());
   const std::vector<std::string> args = {bin("trainctl"), "interactive", "--nodes", "2", "--ntasks-per-node", "1",
                                          "--time", "2", "--job-name", "wfi", "--setup", "export WF_MARK=ready"};
   const auto printed = run_in(dir.path(), args, env_);
@@ -376,7 +414,8 @@ TEST_F(Workflow, InteractiveRunsTheSetupLinesOnTheAllocation) {
   EXPECT_EQ(printed->out().rfind("salloc --job-name=wfi --nodes=2 --ntasks-per-node=1 --time=2 bash -c ", 0), 0u)
       << printed->out();
   // --run: salloc's shell reads the session from stdin: srun runs on both nodes, with the setup's variable.
-  std::vector<std::string> argv = {"env"};
+  // From the test's folder, outside the checkout, as every job of the suite (test::job_root()).
+  std::vector<std::string> argv = {"/bin/sh", "-c", "cd \"$0\" && exec \"$@\"", dir.path(), "env"};
   for (const auto& [k, v] : env_) argv.push_back(k + "=" + v);
   argv.insert(argv.end(), args.begin(), args.end());
   argv.push_back("--run");
@@ -390,7 +429,7 @@ TEST_F(Workflow, InteractiveRunsTheSetupLinesOnTheAllocation) {
 }
 
 TEST_F(Workflow, CancelWithSignalStopsASweepCheckpointingTheRunningTask) {
-  test::TempDir dir("workflow-sweep-cancel");
+  test::TempDir dir("workflow-sweep-cancel", test::job_root());
   write_text(dir.file("long.sh"), kLongProgram, 0755);
   // Three tasks one at a time: task 0 runs, tasks 1 and 2 wait for the throttle.
   const auto submit = run_in(dir.path(),
@@ -425,7 +464,7 @@ TEST_F(Workflow, CancelWithSignalStopsASweepCheckpointingTheRunningTask) {
 }
 
 TEST_F(Workflow, StatusExplainsAWaitingJobAndCancelDropsIt) {
-  test::TempDir dir("workflow-waiting");
+  test::TempDir dir("workflow-waiting", test::job_root());
   // A job that can't start for an hour: it waits with the reason BeginTime.
   const auto submit = run_in(dir.path(), {test::find_on_path("sbatch"), "--parsable", "--begin=now+3600",
                                           "--job-name=later", "--output=/dev/null", "--wrap=true"},

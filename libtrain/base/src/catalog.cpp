@@ -1,13 +1,16 @@
 // The catalog's tables (recipes, datasets, layouts) and the folder search that --data and
-// `trainctl preflight` share. POSIX only: it runs next to LibTorch (see train/files.h).
+// `trainctl preflight` share, and the whole-file checks preflight makes. POSIX only: it runs next
+// to LibTorch (see train/files.h).
 #include "train/catalog.h"
 
+#include "train/cifar_batch.h"
 #include "train/error.h"
 #include "train/files.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cerrno>
 #include <cstring>
@@ -202,47 +205,107 @@ Located locate(const std::string& dataset, const std::string& data_dir, Split sp
                   (other.empty() ? "" : other.substr(1) + " Otherwise, ") + info.how_to_get);
 }
 
-void check_file_head(const std::string& path, Format format) {
-  const std::string head = read_head(path, 4);
+std::string describe_source(const std::string& split_name, const Located& found, int64_t samples,
+                            int64_t kept) {
+  std::string names;
+  for (const std::string& p : found.paths) names += (names.empty() ? "" : ", ") + files::basename(p);
+  return split_name + ": " + std::to_string(samples) + " samples from " + std::to_string(found.paths.size()) + " " +
+         format_name(found.format) + " file" + (found.paths.size() == 1 ? "" : "s") + " (" + names +
+         ") in " + found.dir + (kept < samples ? "; the first " + std::to_string(kept) + " kept (sample limit)" : "");
+}
+
+namespace {
+
+uint32_t be32(const std::vector<uint8_t>& b, std::size_t off) {
+  return (uint32_t(b[off]) << 24) | (uint32_t(b[off + 1]) << 16) | (uint32_t(b[off + 2]) << 8) | uint32_t(b[off + 3]);
+}
+
+// The whole file, gunzipped where it is gzip (zlib reads plain files as they are).
+std::vector<uint8_t> read_all(const std::string& path) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    throw DataError(path + ": expected a file this user can read on this node, found it unreadable (" +
+                        std::strerror(errno) + ").",
+                    "check that the file exists and its filesystem is mounted on this node.");
+  }
+  std::vector<uint8_t> out;
+  std::vector<uint8_t> chunk(1 << 20);
+  int n = 0;
+  while ((n = gzread(f, chunk.data(), static_cast<unsigned>(chunk.size()))) > 0) {
+    out.insert(out.end(), chunk.begin(), chunk.begin() + n);
+  }
+  int errnum = 0;
+  const std::string msg = gzerror(f, &errnum);
+  const int rc = gzclose(f);
+  if (n < 0 || (errnum != Z_OK && errnum != Z_STREAM_END) || rc == Z_BUF_ERROR) {
+    throw DataError(path + ": expected a whole gzip stream, found it cut short or corrupt after " +
+                        std::to_string(out.size()) + " bytes (" + (msg.empty() ? "no end marker" : msg) + ").",
+                    "re-download the file (or re-copy it), or drop the .gz suffix if it is not compressed.");
+  }
+  return out;
+}
+
+// An IDX file's header, size and (labels file) labels, as datasets/src/idx.cpp checks them.
+FileCheck check_idx(const std::string& path, const std::vector<uint8_t>& b) {
+  const bool images = path.find("images") != std::string::npos;
+  const std::size_t header = images ? kIdxImagesHeaderBytes : kIdxLabelsHeaderBytes;
+  const uint32_t magic = images ? kIdxImagesMagic : kIdxLabelsMagic;
+  const std::string what = images ? "images" : "labels";
+  if (b.size() >= 4 && be32(b, 0) != magic) {
+    throw DataError(path + ": expected the IDX magic " + std::to_string(magic) + " (00 00 08 0" +
+                        std::to_string(magic & 0xff) + ") of an " + what + " file, found " + std::to_string(be32(b, 0)) +
+                        ".",
+                    "this is not an uncompressed IDX " + what + " file; re-extract the dataset.");
+  }
+  if (b.size() < header) {
+    throw DataError(path + ": expected an IDX " + what + " header of " + std::to_string(header) +
+                        " bytes, found a file of " + std::to_string(b.size()) + " bytes.",
+                    "the file is empty or truncated; re-extract the dataset archive.");
+  }
+  const uint64_t count = be32(b, 4);
+  const uint64_t per_sample = images ? uint64_t(be32(b, 8)) * be32(b, 12) : 1;
+  const uint64_t expected = header + count * per_sample;
+  if (count == 0 || per_sample == 0 || b.size() != expected) {
+    throw DataError(path + ": expected " + std::to_string(expected) + " bytes for " + std::to_string(count) + " " +
+                        what + (images ? " of " + std::to_string(be32(b, 8)) + "x" + std::to_string(be32(b, 12)) : "") +
+                        " (a positive count), found " + std::to_string(b.size()) +
+                        (b.size() < expected ? " (truncated?)." : b.size() > expected ? " (trailing bytes?)." : "."),
+                    "re-extract the dataset archive.");
+  }
+  if (!images) {
+    for (uint64_t i = 0; i < count; ++i) {
+      if (b[header + i] >= kNumClasses) {
+        throw DataError(path + ": expected labels in 0..9, found " + std::to_string(int(b[header + i])) +
+                            " at index " + std::to_string(i) + ".",
+                        "the labels file is corrupt; re-extract the dataset archive.");
+      }
+    }
+  }
+  return FileCheck{static_cast<int64_t>(count), ""};
+}
+
+}  // namespace
+
+FileCheck check_file(const std::string& path, Format format) {
+  const std::string head = read_head(path, 4);  // an unreadable file, with why
   const auto byte = [&head](std::size_t i) { return static_cast<unsigned char>(head[i]); };
   const bool gz = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
   if (format == Format::idx) {
-    const bool images = path.find("images") != std::string::npos;
-    const uint32_t magic = images ? kIdxImagesMagic : kIdxLabelsMagic;
-    if (gz) {
-      if (head.size() < 2 || byte(0) != 0x1f || byte(1) != 0x8b) {
-        throw DataError(path + ": expected a gzip file (starting 1f 8b), found other bytes.",
-                        "re-download the file, or drop the .gz suffix if it was already uncompressed.");
-      }
-      return;
+    if (gz && (head.size() < 2 || byte(0) != 0x1f || byte(1) != 0x8b)) {
+      throw DataError(path + ": expected a gzip file (starting 1f 8b), found other bytes.",
+                      "re-download the file, or drop the .gz suffix if it was already uncompressed.");
     }
-    if (head.size() < 4 || byte(0) != 0 || byte(1) != 0 || byte(2) != 0x08 || byte(3) != (magic & 0xff)) {
-      throw DataError(path + ": expected the IDX magic " + std::to_string(magic) + " (00 00 08 0" +
-                          std::to_string(magic & 0xff) + "), found " +
-                          (head.size() < 4 ? "a file of " + std::to_string(head.size()) + " bytes" : "other bytes") + ".",
-                      "this is not an uncompressed IDX file; re-extract the dataset.");
-    }
-    return;
+    return check_idx(path, read_all(path));
   }
-  if (format == Format::cifar_binary) {
-    struct stat st {};
-    ::stat(path.c_str(), &st);
-    if (st.st_size == 0 || st.st_size % kCifarRecordBytes != 0) {
-      throw DataError(path + ": expected whole records of " + std::to_string(kCifarRecordBytes) + " bytes (" +
-                          std::to_string(kCifarRecordBytes * kCifarRecordsPerFile) + " bytes for " +
-                          std::to_string(kCifarRecordsPerFile) + "), found " + std::to_string(st.st_size) +
-                          " bytes (truncated?).",
-                      "re-extract cifar-10-binary.tar.gz.");
-    }
-    return;
-  }
-  // A pickle of protocol 2 or later starts with PROTO (0x80) and its version.
-  if (head.size() < 2 || byte(0) != 0x80 || byte(1) < 2 || byte(1) > 5) {
+  if (format == Format::cifar_pickle && (head.size() < 2 || byte(0) != 0x80 || byte(1) < 2 || byte(1) > 5)) {
+    // A pickle of protocol 2 or later starts with PROTO (0x80) and its version.
     throw DataError(path + ": expected a Python pickle (protocol 2 to 5, starting 80 0N), found " +
                         (head.empty() ? std::string("an empty file") : "other bytes") + ".",
                     "this is not torchvision's cifar-10-batches-py file; re-extract cifar-10-python.tar.gz "
                     "(or download again with torchvision's download=True).");
   }
+  const cifar::Batch batch = cifar::read_batch(path, format);
+  return FileCheck{batch.size(), cifar::record_count_warning(path, batch.size())};
 }
 
 }  // namespace train::catalog

@@ -82,8 +82,12 @@ class Preemption {
   void post(ProcessGroup* process_group, const at::Device& device);
   StopRequest collect();
 
-  /// The SLURM job's end time (epoch seconds) as squeue reported it at start; 0 when unknown.
+  /// The SLURM job's end time (epoch seconds) as squeue reported it at start; 0 when unknown or
+  /// when the job has no time limit. Rank 0 only (0 on the others).
   int64_t job_end_time() const { return end_time_; }
+
+  /// Whether squeue said at start that the SLURM job has no time limit (UNLIMITED). Rank 0 only.
+  bool job_has_no_time_limit() const { return no_time_limit_; }
 
   /// Runs `scontrol requeue` for this job (or array task); logs and returns false on failure.
   bool requeue_job() const;
@@ -96,6 +100,7 @@ class Preemption {
   PreemptionOptions options_;
   DistEnv env_;
   int64_t end_time_ = 0;
+  bool no_time_limit_ = false;
   int64_t fault_step_ = -1;
   int fault_signal_ = 0;
   std::vector<std::pair<int, void*>> previous_;  // signal, saved struct sigaction

@@ -44,11 +44,14 @@ struct PreflightReport {
 
 /// Checks the dataset files under `dir` by train's rules (catalog::locate: the folder itself or
 /// torchvision's subfolders; IDX raw or .gz, CIFAR-10 binary or pickles), both splits; an empty or
-/// unknown `dataset` accepts any dataset of the catalog. Each file must exist, be readable and
-/// start like its format (catalog::check_file_head).
-/// @return a one-line summary ("4 IDX files (fashion-mnist) in DIR").
+/// unknown `dataset` accepts any dataset of the catalog. Each file must exist, be readable and hold
+/// the whole structure train reads (catalog::check_file: every header, size, record, label and
+/// pickle opcode), without training.
+/// @param warnings receives what is worth a warning (a CIFAR-10 batch of other than 10000 records).
+/// @return a one-line summary ("4 IDX files (fashion-mnist)").
 /// @throws train::DataError naming the folder or file, with what was expected and found.
-std::string check_dataset_folder(const std::string& dir, const std::string& dataset);
+std::string check_dataset_folder(const std::string& dir, const std::string& dataset,
+                                 std::vector<std::string>* warnings = nullptr);
 
 /// Runs every check for this node and collects the results (never throws for a failed check).
 /// @param env the environment: SLURM_NODEID, SLURM_TASKS_PER_NODE, SLURM_GPUS_ON_NODE,

@@ -112,10 +112,22 @@ struct Located {
 ///   the missing ones.
 Located locate(const std::string& dataset, const std::string& data_dir, Split split);
 
-/// Checks that a found file starts like its format, without decoding it (what `trainctl
-/// preflight` checks on every node): IDX magic (or the gzip magic for .gz), a CIFAR binary file
-/// of whole records, a pickle's PROTO opcode.
+/// What the readers log for a split they loaded: "cifar10/train: 50000 samples from 5 CIFAR-10
+/// binary files (data_batch_1.bin, ...) in DIR", and "; the first N kept (sample limit)" when
+/// `kept` is less than `samples`.
+std::string describe_source(const std::string& split_name, const Located& found, int64_t samples, int64_t kept);
+
+/// What check_file found in a file.
+struct FileCheck {
+  int64_t samples = 0;  ///< images (IDX images file), labels (IDX labels file) or records (CIFAR-10)
+  std::string warning;  ///< "" or something worth saying that doesn't stop training (a short CIFAR-10 batch)
+};
+
+/// Checks a found file's whole structure the way train's readers do, without keeping its data
+/// (what `trainctl preflight` checks on every node): IDX magic, dimensions, size and labels (raw or
+/// gzip-compressed); a CIFAR-10 binary file of whole records with labels in 0..9; a CIFAR-10 pickle
+/// decoded whole by the restricted reader (never executed).
 /// @throws train::DataError naming the file, what was expected and what was found.
-void check_file_head(const std::string& path, Format format);
+FileCheck check_file(const std::string& path, Format format);
 
 }  // namespace train::catalog

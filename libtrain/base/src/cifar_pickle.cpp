@@ -2,16 +2,15 @@
 // this one knows only the instructions a CIFAR-10 batch uses, builds plain values from them, and
 // treats the few globals it accepts as names of values it constructs itself (an ndarray, a dtype,
 // latin-1 bytes). Any other opcode or global stops the read with the file and offset named.
-#include "cifar_pickle.h"
-
 #include "train/catalog.h"
+#include "train/cifar_batch.h"
 #include "train/error.h"
 
 #include <cstdio>
 #include <memory>
 #include <unordered_map>
 
-namespace train::datasets::detail {
+namespace train::cifar {
 namespace {
 
 const char* kHint =
@@ -162,6 +161,7 @@ class Unpickler {
       case 'C': push_str(Value::Kind::bytes, u8()); break;        // SHORT_BINBYTES
       case 'B': push_str(Value::Kind::bytes, uint_le(4)); break;  // BINBYTES
       case 0x8e: push_str(Value::Kind::bytes, uint_le(8)); break;  // BINBYTES8
+      case 0x96: push_str(Value::Kind::bytes, uint_le(8)); break;  // BYTEARRAY8 (protocol 5: an array's buffer)
       case 0x8c: push_str(Value::Kind::text, u8()); break;        // SHORT_BINUNICODE
       case 'X': push_str(Value::Kind::text, uint_le(4)); break;   // BINUNICODE
       case 0x8d: push_str(Value::Kind::text, uint_le(8)); break;  // BINUNICODE8
@@ -258,12 +258,24 @@ class Unpickler {
   }
 
   void need(uint64_t n) const {
-    if (n > b_.size() - pos_) {
-      throw DataError(path_ + ": expected " + std::to_string(n) + " more bytes for the pickle opcode at byte " +
-                          std::to_string(op_at_) + ", found the file ending at byte " + std::to_string(b_.size()) +
-                          " (truncated?).",
-                      "the file is cut short: re-extract cifar-10-python.tar.gz or download it again.");
+    if (n <= b_.size() - pos_) return;
+    // A batch ends as its dict is closed: SETITEMS (or SETITEM), then STOP. A file cut short almost
+    // never ends in those two bytes; one that does is whole, and a length that runs past its end
+    // is a corrupted byte, not missing ones.
+    const std::size_t size = b_.size();
+    const bool whole = size >= 2 && b_[size - 1] == '.' && (b_[size - 2] == 'u' || b_[size - 2] == 's');
+    if (pos_ != op_at_ && whole) {
+      throw DataError(path_ + ": expected the length " + std::to_string(n) + " of the pickle opcode at byte " +
+                          std::to_string(op_at_) + " to fit in the file, found only " +
+                          std::to_string(b_.size() - pos_) + " bytes left of " + std::to_string(b_.size()) +
+                          "; the file ends with STOP as a whole pickle does, so it is malformed (a corrupted byte), "
+                          "not truncated.",
+                      "the file is damaged: re-extract cifar-10-python.tar.gz or download it again.");
     }
+    throw DataError(path_ + ": expected " + std::to_string(n) + " more bytes for the pickle opcode at byte " +
+                        std::to_string(op_at_) + ", found the file ending at byte " + std::to_string(b_.size()) +
+                        " (truncated?).",
+                    "the file is cut short: re-extract cifar-10-python.tar.gz or download it again.");
   }
   uint8_t u8() {
     need(1);
@@ -337,16 +349,17 @@ class Unpickler {
 
   void push_global(const std::string& module, const std::string& name) {
     const bool ok = ((module == "numpy.core.multiarray" || module == "numpy._core.multiarray") && name == "_reconstruct") ||
+                    ((module == "numpy.core.numeric" || module == "numpy._core.numeric") && name == "_frombuffer") ||
                     (module == "numpy" && (name == "ndarray" || name == "dtype")) ||
                     (module == "_codecs" && name == "encode");
     if (!ok) {
-      throw DataError(path_ + ": expected only the globals of a CIFAR-10 batch (numpy's _reconstruct, ndarray, dtype; "
-                          "_codecs.encode), found global '" + module + "." + name + "' at byte " +
+      throw DataError(path_ + ": expected only the globals of a CIFAR-10 batch (numpy's _reconstruct, _frombuffer, "
+                          "ndarray, dtype; _codecs.encode), found global '" + module + "." + name + "' at byte " +
                           std::to_string(op_at_) + "; it was not run.",
                       kHint);
     }
     auto g = make(Value::Kind::global);
-    g->str = name == "_reconstruct" ? "_reconstruct" : module + "." + name;
+    g->str = name == "_reconstruct" || name == "_frombuffer" ? name : module + "." + name;
     push(g);
   }
 
@@ -371,6 +384,8 @@ class Unpickler {
         fail("_reconstruct(numpy.ndarray, shape, dtype)", "other arguments");
       }
       push(make(Value::Kind::array));
+    } else if (fn->str == "_frombuffer") {  // protocol 5: _frombuffer(buffer, dtype, shape, order)
+      frombuffer(a);
     } else if (fn->str == "numpy.dtype") {  // dtype('u1', False, True)
       if (a.empty() || (a[0]->kind != Value::Kind::text && a[0]->kind != Value::Kind::bytes)) {
         fail("numpy.dtype(code, ...)", "other arguments");
@@ -379,8 +394,33 @@ class Unpickler {
       v->str = a[0]->str;
       push(v);
     } else {
-      fail("REDUCE of _reconstruct, dtype or _codecs.encode", "REDUCE of '" + fn->str + "'");
+      fail("REDUCE of _reconstruct, _frombuffer, dtype or _codecs.encode", "REDUCE of '" + fn->str + "'");
     }
+  }
+
+  // numpy's protocol-5 spelling of an array: the raw buffer (in-band, as BYTEARRAY8), the dtype, the
+  // shape and the order ('C' or 'F'; 'K' with an axis order for other layouts). The array is built
+  // here, whole; BUILD never follows.
+  void frombuffer(const std::vector<Ptr>& a) {
+    if ((a.size() != 4 && a.size() != 5) || a[0]->kind != Value::Kind::bytes || a[1]->kind != Value::Kind::dtype ||
+        a[2]->kind != Value::Kind::tuple || a[3]->kind != Value::Kind::text) {
+      const bool in_band = a.empty() || a[0]->kind == Value::Kind::bytes;
+      fail("_frombuffer(bytes, dtype, shape, order)",
+           std::to_string(a.size()) + " other arguments" +
+               (in_band ? "" : " (an out-of-band buffer? " + std::string(kind_name(a[0]->kind)) + ")"));
+    }
+    if (a.size() == 5 && a[4]->kind != Value::Kind::none) fail("_frombuffer without an axis order", "an axis order");
+    if (a[3]->str != "C" && a[3]->str != "F") fail("_frombuffer of order 'C' or 'F'", "order '" + a[3]->str + "'");
+    auto v = make(Value::Kind::array);
+    for (const Ptr& d : a[2]->items) {
+      if (d->kind != Value::Kind::integer || d->integer < 0) fail("a shape of non-negative ints", "other values");
+      v->shape.push_back(d->integer);
+    }
+    v->dtype = a[1]->str;
+    v->fortran = a[3]->str == "F";
+    v->str = a[0]->str;
+    v->built = true;
+    push(v);
   }
 
   // BUILD: sets an object's state. Arrays get (version, shape, dtype, fortran, raw bytes); a dtype
@@ -427,7 +467,7 @@ std::string key_text(const Ptr& k) {
 
 }  // namespace
 
-CifarPickleBatch decode_cifar_pickle(const std::string& path, const std::vector<uint8_t>& bytes) {
+Batch decode_pickle(const std::string& path, const std::vector<uint8_t>& bytes) {
   Unpickler u(path, bytes);
   Ptr top = u.run();
   const auto bad = [&path](const std::string& expected, const std::string& found) {
@@ -464,7 +504,7 @@ CifarPickleBatch decode_cifar_pickle(const std::string& path, const std::vector<
   if (int64_t(labels->items.size()) != n) {
     bad(std::to_string(n) + " labels (one per row of 'data')", std::to_string(labels->items.size()));
   }
-  CifarPickleBatch out;
+  Batch out;
   out.labels.reserve(n);
   for (int64_t i = 0; i < n; ++i) {
     const Ptr& l = labels->items[i];
@@ -478,4 +518,4 @@ CifarPickleBatch decode_cifar_pickle(const std::string& path, const std::vector<
   return out;
 }
 
-}  // namespace train::datasets::detail
+}  // namespace train::cifar
