@@ -123,26 +123,6 @@ Preemption::Preemption(PreemptionOptions options, const DistEnv& env) : options_
     previous_.emplace_back(sig, old);
   }
   if (env_.rank == 0) end_time_ = slurm_job_end_time(env_.job_id, no_time_limit_);
-  if (const char* fault = std::getenv("TRAIN_FAULT_SIGNAL_AT_STEP")) {
-    // STEP:SIG[:RANK]
-    std::stringstream ss(fault);
-    std::string step, sig, rank;
-    std::getline(ss, step, ':');
-    std::getline(ss, sig, ':');
-    std::getline(ss, rank, ':');
-    try {
-      const int64_t s = std::stoll(step);
-      const int n = signal_number(sig);
-      if (n == 0 || s < 1) throw std::invalid_argument("bad");
-      if (rank.empty() || std::stoi(rank) == env_.rank) {
-        fault_step_ = s;
-        fault_signal_ = n;
-      }
-    } catch (const std::exception&) {
-      throw ConfigError(std::string("TRAIN_FAULT_SIGNAL_AT_STEP='") + fault + "': expected STEP:SIGNAL[:RANK], e.g. 12:USR2.",
-                        "it is a testing aid; unset it for real runs.");
-    }
-  }
 }
 
 Preemption::~Preemption() {
@@ -261,10 +241,6 @@ bool Preemption::requeue_job() const {
   }
   log::warn("requeued job " + id + "; it resumes from the checkpoint when it starts again");
   return true;
-}
-
-void Preemption::maybe_raise_at_step(int64_t step) const {
-  if (fault_step_ > 0 && step == fault_step_) std::raise(fault_signal_);
 }
 
 }  // namespace train

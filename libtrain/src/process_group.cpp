@@ -154,7 +154,9 @@ void ProcessGroupImpl::wait(const c10::intrusive_ptr<c10d::Work>& work, const st
 
 }  // namespace detail
 
-ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ProcessGroup::ProcessGroup(std::unique_ptr<details::ProcessGroupCore> core) : core_(std::move(core)) {}
+
+details::ProcessGroupCore& details::core_of(ProcessGroup& pg) { return *pg.core_; }
 
 ProcessGroup::~ProcessGroup() {
   try {
@@ -166,7 +168,7 @@ ProcessGroup::~ProcessGroup() {
 
 std::shared_ptr<ProcessGroup> ProcessGroup::create(const DistEnv& env,
                                                    const ProcessGroupOptions& options) {
-  auto impl = std::make_unique<ProcessGroup::Impl>();
+  auto impl = std::make_unique<details::ProcessGroupCore>();
   impl->env = env;
   impl->backend = options.backend;
   impl->timeout = options.timeout;
@@ -224,14 +226,14 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const DistEnv& env,
   return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
 }
 
-int ProcessGroup::rank() const { return impl_->env.rank; }
-int ProcessGroup::size() const { return impl_->env.world_size; }
-Backend ProcessGroup::backend() const { return impl_->backend; }
-const DistEnv& ProcessGroup::env() const { return impl_->env; }
-std::chrono::milliseconds ProcessGroup::timeout() const { return impl_->timeout; }
+int ProcessGroup::rank() const { return core_->env.rank; }
+int ProcessGroup::size() const { return core_->env.world_size; }
+Backend ProcessGroup::backend() const { return core_->backend; }
+const DistEnv& ProcessGroup::env() const { return core_->env; }
+std::chrono::milliseconds ProcessGroup::timeout() const { return core_->timeout; }
 
 void ProcessGroup::allreduce_sum(at::Tensor& tensor) {
-  detail::ShmGroup* shm = impl_->small_shm.get();
+  detail::ShmGroup* shm = core_->small_shm.get();
   const auto dtype = detail::shm_dtype_of(tensor.scalar_type());
   // The choice depends only on what the contract makes equal on every rank (device, dtype,
   // size), never on memory layout, so all ranks always take the same path.
@@ -249,39 +251,39 @@ void ProcessGroup::allreduce_sum(at::Tensor& tensor) {
   std::vector<at::Tensor> v{tensor};
   c10d::AllreduceOptions o;
   o.reduceOp = c10d::ReduceOp::SUM;
-  o.timeout = impl_->timeout;
+  o.timeout = core_->timeout;
   c10::intrusive_ptr<c10d::Work> work;
-  impl_->guarded("allreduce", [&] { work = impl_->pg->allreduce(v, o); });
-  impl_->wait(work, "allreduce");
+  core_->guarded("allreduce", [&] { work = core_->pg->allreduce(v, o); });
+  core_->wait(work, "allreduce");
 }
 
 void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
   std::vector<at::Tensor> v{tensor};
   c10d::BroadcastOptions o;
   o.rootRank = root;
-  o.timeout = impl_->timeout;
+  o.timeout = core_->timeout;
   c10::intrusive_ptr<c10d::Work> work;
-  impl_->guarded("broadcast", [&] { work = impl_->pg->broadcast(v, o); });
-  impl_->wait(work, "broadcast");
+  core_->guarded("broadcast", [&] { work = core_->pg->broadcast(v, o); });
+  core_->wait(work, "broadcast");
 }
 
 void ProcessGroup::barrier() {
   c10d::BarrierOptions o;
-  o.timeout = impl_->timeout;
-  if (impl_->backend == Backend::nccl) o.device_ids = {static_cast<int64_t>(impl_->device_index)};
+  o.timeout = core_->timeout;
+  if (core_->backend == Backend::nccl) o.device_ids = {static_cast<int64_t>(core_->device_index)};
   c10::intrusive_ptr<c10d::Work> work;
-  impl_->guarded("barrier", [&] { work = impl_->pg->barrier(o); });
-  impl_->wait(work, "barrier");
+  core_->guarded("barrier", [&] { work = core_->pg->barrier(o); });
+  core_->wait(work, "barrier");
 }
 
 void ProcessGroup::shutdown() {
-  if (impl_->shut_down) return;
-  impl_->shut_down = true;
-  impl_->stop_heartbeat();
-  impl_->small_shm.reset();
-  if (impl_->pg) impl_->pg->shutdown();
-  impl_->pg.reset();
-  impl_->store.reset();
+  if (core_->shut_down) return;
+  core_->shut_down = true;
+  core_->stop_heartbeat();
+  core_->small_shm.reset();
+  if (core_->pg) core_->pg->shutdown();
+  core_->pg.reset();
+  core_->store.reset();
 }
 
 }  // namespace train

@@ -81,6 +81,8 @@ struct ProcessGroupImpl {
 }  // namespace train::detail
 
 namespace train {
-// The public handle to the objects above (ProcessGroup::impl()).
-struct ProcessGroup::Impl : detail::ProcessGroupImpl {};
+// What the public header names (train/details/process_group_core.h): the objects above.
+namespace details {
+struct ProcessGroupCore : detail::ProcessGroupImpl {};
+}  // namespace details
 }  // namespace train

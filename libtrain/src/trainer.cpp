@@ -55,6 +55,7 @@ const DistEnv& Trainer::env() const { return run_->env; }
 const at::Device& Trainer::device() const { return run_->device; }
 ProcessGroup* Trainer::process_group() const { return run_->pg.get(); }
 torch::nn::Module* Trainer::model() const { return run_->model.module.get(); }
+torch::optim::Optimizer* Trainer::optimizer() const { return run_->optimizer.get(); }
 void Trainer::log_metrics(const std::string& event, std::vector<std::pair<std::string, double>> values) {
   run_->write_metrics({event, run_->prog().epoch, run_->prog().step, std::move(values)});
 }
@@ -88,6 +89,11 @@ void Trainer::Run::setup(const TrainSpec& s) {
                                       : !s.loss ? "no loss" : "no optimizer") + ".",
                       "fill TrainSpec::model, train_data, loss and optimizer (docs/api.md).");
   }
+  if (!(s.units_per_sample > 0) || s.unit.empty()) {
+    throw ConfigError("TrainSpec::unit/units_per_sample: expected a unit's name and a positive count per sample, found '" +
+                          s.unit + "' and " + fmt("%g", s.units_per_sample) + ".",
+                      "e.g. unit = \"tokens\", units_per_sample = 256 for sequences of 256 tokens.");
+  }
   batch = c.batch_size > 0 ? c.batch_size : s.batch_size;
   if (batch < 1) {
     throw ConfigError("--batch-size: expected a positive per-rank batch size, found " + std::to_string(batch) + ".",
@@ -97,6 +103,7 @@ void Trainer::Run::setup(const TrainSpec& s) {
   if (s.eval_data) s.eval_data->to(device);
   log::configure(env.rank, env.world_size, env.host, c.log_all_ranks);
   preemption = std::make_unique<Preemption>(preemption_options(c), env);
+  faults = detail::FaultInjection::from_env(env.rank);
   result.world_size = env.world_size;
 }
 
@@ -273,6 +280,8 @@ bool Trainer::Run::train_epoch() {
     const int64_t len = std::min(batch, n_local - start);
     if (profiler) profiler->before_step(prog().step + 1);
     at::Tensor loss = train_step->run(order, start, len);
+    const double lr_used = prog().lr;
+    last_step_lr = lr_used;
     ++prog().epoch_steps;
     ++prog().step;
     if (profiler) profiler->after_step(prog().step);
@@ -284,11 +293,11 @@ bool Trainer::Run::train_epoch() {
     prog().batches_done = b + 1;
     images_since_log += static_cast<double>(len * env.world_size);
     prog().images_total += len * env.world_size;
-    preemption->maybe_raise_at_step(prog().step);
+    faults.after_step(prog().step);
     max_steps_reached = c.max_steps > 0 && prog().step >= c.max_steps;
     const bool last = b + 1 == batches || c.dry_run || max_steps_reached;
     if (b % c.log_interval == 0 || last) log_progress(b, batches, start, loss, images_since_log, t_log);
-    for_callbacks([&](Callback& cb) { cb.on_step_end({prog().epoch, prog().step, b, batches, len, loss.detach()}); });
+    for_callbacks([&](Callback& cb) { cb.on_step_end({prog().epoch, prog().step, b, batches, len, loss.detach(), lr_used, optimizer.get()}); });
     collect_checkpoint(/*wait=*/false);
     if (c.dry_run || max_steps_reached) break;
     if (b + 1 == batches) break;
@@ -353,7 +362,7 @@ void Trainer::Run::print_line(const PendingLine& line, double l) {
   const int64_t total = spec->train_data->size();
   log::info("Train Epoch: " + std::to_string(line.epoch) + " [" + std::to_string(line.seen) + "/" + std::to_string(total) +
             " (" + fmt("%.0f", 100.0 * static_cast<double>(line.b) / static_cast<double>(line.batches)) + "%)]\tLoss: " +
-            fmt("%.6f", l) + "\t" + fmt("%.0f", line.ips) + " img/s");
+            fmt("%.6f", l) + "\t" + fmt("%.0f", line.ips * spec->units_per_sample) + " " + spec->unit + "/s");
   MetricsRecord r{"train", line.epoch, line.step,
                   {{"loss", l}, {"lr", line.lr}, {"images_per_sec", line.ips}, {"step_seconds", line.step_seconds}}};
   if (dev->gpu()) r.values.emplace_back("peak_gpu_mb", dev->peak_memory_mb());
@@ -393,7 +402,8 @@ void Trainer::Run::end_epoch(double epoch_seconds) {
     if (name != "accuracy") line.values.emplace_back(name, value);  // accuracy is test_accuracy
   }
   write_metrics(std::move(line));
-  for_callbacks([&](Callback& cb) { cb.on_epoch_end({prog().epoch, prog().step, prog().last_train_loss, ev, epoch_seconds}); });
+  for_callbacks([&](Callback& cb) { cb.on_epoch_end({prog().epoch, prog().step, prog().last_train_loss, ev, epoch_seconds, last_step_lr, optimizer.get()});
+  });
   result.epochs = prog().epoch;
   if (spec->lr_schedule.every == LrSchedule::Every::epoch) prog().lr = spec->lr_schedule.next(prog().epoch, prog().lr);
   prog().batches_done = 0;

@@ -3,6 +3,8 @@
 // background checkpoint writes, and the done line's contents.
 #include "trainer_run.h"
 
+#include <cerrno>  // program_invocation_short_name (glibc): argv[0]'s last part
+
 namespace train {
 
 using detail::Clock;
@@ -118,7 +120,7 @@ void Trainer::Run::stop(const StopRequest& request) {
   if (pg) pg->barrier();  // the checkpoint is durable before anyone leaves
   if (result.cancelled) {
     log::warn(std::string("cancelled: not requeued") +
-              (ckdir ? "; to go on, run train again with --checkpoint-dir " + ckdir->dir() + " (it resumes from " +
+              (ckdir ? "; to go on, run " + std::string(program_invocation_short_name) + " again with --checkpoint-dir " + ckdir->dir() + " (it resumes from " +
                            result.checkpoint_path + ")"
                      : std::string()));
     return;

@@ -22,6 +22,7 @@
 #include "comm/reducer.h"
 #include "cpu_kernels.h"
 #include "device/train_device.h"
+#include "fault_injection.h"
 #include "profile.h"
 #include "step/train_step.h"
 #include "step_choice.h"
@@ -77,11 +78,13 @@ struct Trainer::Run {
   detail::CommPlan plan;  // how the gradients travel (connect())
   std::unique_ptr<DistributedDataParallel> ddp;
   std::unique_ptr<Preemption> preemption;
+  detail::FaultInjection faults;  // a test's injected faults (TRAIN_FAULT_SIGNAL_AT_STEP)
   std::vector<std::shared_ptr<MetricsSink>> metrics;  // rank 0: --metrics, --tensorboard, TrainSpec::metrics_sinks
   std::unique_ptr<detail::StepProfiler> profiler;  // --profile
   TrainingState state;
   TrainResult result;
   std::unique_ptr<detail::TrainStep> train_step;
+  double last_step_lr = 0;  // the rate the last step ran with (EpochInfo::lr)
   double step_lr = -1;                 // the rate the step was last run (or captured) with
   std::vector<double> epoch_ips;       // images/s of each epoch this process trained
   // A progress line waits for its loss to arrive from the device instead of syncing.

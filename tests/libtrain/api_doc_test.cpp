@@ -5,6 +5,7 @@
 #include "test_util.h"
 
 #include <train/checkpoint.h>
+#include <train/error.h>
 #include <train/cli.h>
 #include <train/ddp.h>
 #include <train/event_file.h>
@@ -395,6 +396,80 @@ TEST(ApiDoc, PluggedInPartsTrainAndResume) {
   EXPECT_EQ(second.steps, 24);
   EXPECT_EQ(epochs2, 3);
   EXPECT_FALSE(second.checkpoint_path.empty());
+}
+
+// A callback sees the optimizer and the rate each step ran with (a per-step schedule moves it),
+// the epoch's last rate, and the progress lines count the spec's unit. (Issue 25: a user's
+// program had to keep a raw pointer from inside its optimizer builder.)
+class RateRecorder : public train::Callback {
+ public:
+  std::vector<double> step_lrs, epoch_lrs;
+  std::vector<torch::optim::Optimizer*> optimizers;
+  void on_step_end(const train::StepInfo& info) override {
+    step_lrs.push_back(info.lr);
+    optimizers.push_back(info.optimizer);
+  }
+  void on_epoch_end(const train::EpochInfo& info) override {
+    epoch_lrs.push_back(info.lr);
+    optimizers.push_back(info.optimizer);
+  }
+};
+
+TEST(ApiDoc, CallbacksSeeTheOptimizerAndRateAndTheSpecsUnit) {
+  std::vector<std::string> lines;
+  train::log::set_sink([&](train::log::Level, const std::string& line) { lines.push_back(line); });
+  train::TrainConfig config;
+  config.epochs = 2;
+  config.device = "cpu";
+  config.threads = 1;
+  config.log_interval = 1;
+  train::Trainer trainer(config, train::DistEnv{});
+  auto rec = std::make_shared<RateRecorder>();
+  train::TrainSpec spec;
+  spec.model = [] { return train::wrap_model(Net()); };
+  spec.train_data = std::make_shared<WavesDataset>(128);
+  spec.optimizer = [](const std::vector<at::Tensor>& params) {
+    return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.05));
+  };
+  spec.lr_schedule = warmup_cosine(0.05, /*warmup=*/2, /*total=*/8);
+  spec.callbacks = {rec};
+  spec.batch_size = 32;
+  spec.unit = "tokens";
+  spec.units_per_sample = 16;
+  const train::TrainResult r = trainer.fit(spec);
+  train::log::set_sink(nullptr);
+  ASSERT_EQ(r.steps, 8);
+  ASSERT_EQ(rec->step_lrs.size(), 8u);
+  // The schedule's rates, step by step: what the optimizer's group held when each step ran.
+  const train::LrSchedule sched = warmup_cosine(0.05, 2, 8);
+  double want = 0.05;
+  for (int64_t s = 0; s < 8; ++s) {
+    EXPECT_DOUBLE_EQ(rec->step_lrs[static_cast<size_t>(s)], want) << "step " << s + 1;
+    want = sched.next(s + 1, want);
+  }
+  EXPECT_NE(rec->step_lrs[0], rec->step_lrs[3]);
+  ASSERT_EQ(rec->epoch_lrs.size(), 2u);
+  EXPECT_DOUBLE_EQ(rec->epoch_lrs[0], rec->step_lrs[3]);
+  EXPECT_DOUBLE_EQ(rec->epoch_lrs[1], rec->step_lrs[7]);
+  for (auto* o : rec->optimizers) EXPECT_EQ(o, rec->optimizers.front());
+  EXPECT_NE(rec->optimizers.front(), nullptr);
+  bool tokens = false, images = false;
+  for (const auto& l : lines) {
+    tokens = tokens || l.find(" tokens/s") != std::string::npos;
+    images = images || l.find(" img/s") != std::string::npos;
+  }
+  EXPECT_TRUE(tokens);
+  EXPECT_FALSE(images);
+
+  // A unit without a positive count is refused, naming the fields.
+  train::Trainer again(config, train::DistEnv{});
+  spec.units_per_sample = 0;
+  try {
+    again.fit(spec);
+    FAIL() << "expected a ConfigError";
+  } catch (const train::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("TrainSpec::unit/units_per_sample"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -7,10 +7,6 @@
 #include <functional>
 #include <vector>
 
-namespace train::optim {
-
-}  // namespace train::optim
-
 namespace train::detail {
 struct AdadeltaFusedTensor;   // libtrain's CUDA kernels' view of one parameter's update
 struct AdadeltaFusedOptions;
@@ -87,12 +83,14 @@ class Adadelta : public torch::optim::Optimizer {
  private:
   // The state of `p`, created (zeros) on its first update.
   AdadeltaParamState& state_for(const torch::Tensor& p);
-  // The update of a group of CUDA parameters with torch's foreach ops; false when it doesn't apply.
+  // The update of a group's parameters with gradients as libtrain's fused CUDA kernel; false when
+  // it doesn't apply (then foreach_step or the per-parameter loop runs).
   bool fused_step(size_t group_index, torch::optim::OptimizerParamGroup& group, const AdadeltaOptions& options);
   // The fused update of `params` (all of group `group_index`, all with gradients): with
   // launch=false only whether it applies.
   bool fused_update(size_t group_index, const std::vector<torch::Tensor>& params, const AdadeltaOptions& options,
                     bool launch, const FusedLaunch* launcher = nullptr);
+  // The update of a group of CUDA parameters with torch's foreach ops; false when it doesn't apply.
   bool foreach_step(torch::optim::OptimizerParamGroup& group, const AdadeltaOptions& options);
   struct DeviceLr {
     torch::Tensor tensor;  // float32 [1] on the group's device, read by the fused kernel

@@ -92,17 +92,11 @@ class Preemption {
   /// Runs `scontrol requeue` for this job (or array task); logs and returns false on failure.
   bool requeue_job() const;
 
-  /// Testing aid: TRAIN_FAULT_SIGNAL_AT_STEP=STEP:SIG[:RANK] makes the rank(s) raise SIG right
-  /// after optimizer step STEP, so a test can stop a run at an exact step. Called after every step.
-  void maybe_raise_at_step(int64_t step) const;
-
  private:
   PreemptionOptions options_;
   DistEnv env_;
   int64_t end_time_ = 0;
   bool no_time_limit_ = false;
-  int64_t fault_step_ = -1;
-  int fault_signal_ = 0;
   std::vector<std::pair<int, void*>> previous_;  // signal, saved struct sigaction
   at::Tensor posted_;                            // pinned host copy of the summed flags
   std::shared_ptr<void> posted_event_;           // c10::Event recorded after that copy

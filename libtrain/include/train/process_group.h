@@ -2,6 +2,7 @@
 // The c10d types stay behind this interface; user code never includes c10d headers.
 #pragma once
 
+#include "train/details/process_group_core.h"
 #include "train/launcher/env.h"
 
 #include <ATen/core/Tensor.h>
@@ -36,8 +37,8 @@ struct ProcessGroupOptions {
 /// The ranks of one job and the collectives among them.
 ///
 /// Contract: every collective must be called by every rank, in the same order, with tensors of
-/// the same shape and dtype. Collectives are synchronous from the caller's view unless named
-/// *_async. Failures throw train::CommError (or train::TimeoutError) naming this rank and host.
+/// the same shape and dtype. Collectives are synchronous from the caller's view. Failures throw
+/// train::CommError (or train::TimeoutError) naming this rank and host.
 class ProcessGroup {
  public:
   /// Rendezvous through a TCPStore at env.master_addr:env.master_port (rank 0 serves it), then
@@ -65,13 +66,11 @@ class ProcessGroup {
   /// calls it too.
   void shutdown();
 
-  /// The c10d objects behind the group; defined in libtrain's sources only (ddp.cpp uses them).
-  struct Impl;
-  Impl& impl() { return *impl_; }
 
  private:
-  explicit ProcessGroup(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  friend details::ProcessGroupCore& details::core_of(ProcessGroup& pg);
+  explicit ProcessGroup(std::unique_ptr<details::ProcessGroupCore> core);
+  std::unique_ptr<details::ProcessGroupCore> core_;
 };
 
 }  // namespace train

@@ -80,6 +80,8 @@ struct StepInfo {
   int64_t batches = 0;        ///< batches in the epoch on this rank
   int64_t batch_size = 0;     ///< samples in this batch on this rank
   at::Tensor loss;            ///< the step's mean loss, on the device (reading it syncs the device)
+  double lr = 0;              ///< the learning rate the step ran with
+  torch::optim::Optimizer* optimizer = nullptr;  ///< the run's optimizer (its state, its groups' rates)
 };
 
 /// Passed to Callback::on_epoch_end.
@@ -89,6 +91,8 @@ struct EpochInfo {
   double train_loss = 0;      ///< mean step loss of the epoch over all ranks
   EvalResult eval;
   double seconds = 0;         ///< training time of the epoch
+  double lr = 0;              ///< the learning rate of the epoch's last step (before an epoch schedule's next)
+  torch::optim::Optimizer* optimizer = nullptr;  ///< the run's optimizer
 };
 
 /// Hooks into the loop (Lightning's names). Every method is optional; all run on every rank.
@@ -131,6 +135,10 @@ struct TrainSpec {
   /// is yours to measure; --precision bf16 asks for it outright. The built-in MNIST recipe sets
   /// kAutoBf16Batch, where bf16 was measured within half a point of fp32.
   std::optional<int64_t> auto_bf16_batch;
+  /// What the progress lines count per second: `units_per_sample` `unit`s per sample ("img" and 1
+  /// by default: "N img/s"; e.g. "tokens" and a sequence's length).
+  std::string unit = "img";
+  double units_per_sample = 1;
 };
 
 /// Trains a TrainSpec under a TrainConfig (the `train` flags: epochs, seed, device, checkpoints,
@@ -155,6 +163,8 @@ class Trainer {
   ProcessGroup* process_group() const;
   /// The model while fit() runs.
   torch::nn::Module* model() const;
+  /// The optimizer while fit() runs (e.g. from on_train_start; StepInfo and EpochInfo carry it too).
+  torch::optim::Optimizer* optimizer() const;
   /// Adds a record of your own at the current step, e.g. from a callback kept from on_train_start:
   /// trainer.log_metrics("grad", {{"norm", 1.5}}) writes a "grad" line to --metrics and the scalar
   /// grad/norm to --tensorboard. Every rank may call it; rank 0 writes. At most one record per

@@ -129,7 +129,7 @@ class SharedMemoryHook : public FlatBucketHook {
 
 std::shared_ptr<CommHook> make_eager_hook(Reducer& r, ProcessGroup& process_group, bool shared_memory,
                                           std::string* why) {
-  detail::ProcessGroupImpl& pg = process_group.impl();
+  detail::ProcessGroupImpl& pg = details::core_of(process_group);
   // Floating-point gradients only: an integer parameter can't require grad.
   bool shm_dtypes = r.params().front().device().is_cpu();
   std::vector<size_t> offsets;

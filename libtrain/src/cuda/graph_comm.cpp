@@ -294,7 +294,7 @@ void setup_peer(GraphCommState& s, ProcessGroup& pg, const std::string& peer_fla
   }
   if (slots == 0) return;
   std::string why;
-  s.peer = PeerReduce::create(pg.impl(), slots, capacity, &why);
+  s.peer = PeerReduce::create(details::core_of(pg), slots, capacity, &why);
   if (!s.peer) {
     for (GraphCommState::Bucket& b : s.buckets) b.peer_slot = -1;
     for (size_t k : peer_flat) s.buckets[k].flat = at::Tensor();  // NCCL sends large buckets as they are
@@ -316,7 +316,7 @@ std::unique_ptr<GraphComm> GraphComm::create(Reducer& reducer, ProcessGroup& pg,
   auto s = std::make_shared<GraphCommState>();
   s->reducer = &reducer;
   s->nccl = nccl_calls();
-  s->comm = static_cast<ncclComm_t>(pg.impl().nccl_comm());
+  s->comm = static_cast<ncclComm_t>(details::core_of(pg).nccl_comm());
   s->world = pg.size();
   for (const GradBucket& gb : reducer.buckets()) {
     GraphCommState::Bucket b;

@@ -1,6 +1,6 @@
-// SLURM's time formats, parsed once for everyone: timestamps as squeue/scontrol print them
-// (2026-11-26T08:15:00) and durations as --time takes them (1-02:03:04, 90, 30:00); and times put
-// back into words for logs ("2026-11-27 01:30:00 UTC, in 2 h 00 min").
+// SLURM's times for everyone: timestamps as squeue/scontrol print them (2026-11-26T08:15:00)
+// parsed, whether a time limit means "none", and times and durations put into words for logs
+// ("2026-11-27 01:30:00 UTC, in 2 h 00 min").
 #pragma once
 
 #include <cstdint>
