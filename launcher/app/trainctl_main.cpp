@@ -793,18 +793,8 @@ Command add_interactive(CLI::App& app) {
     o->signal = "none";
     if (o->job_name.empty()) o->job_name = "interactive";
     const train::SbatchPlan plan = plan_job(*o, *cmd, /*with_plan_warnings=*/false);
-    std::vector<std::string> argv = {"salloc", "--job-name=" + plan.job_name, "--nodes=" + std::to_string(plan.nodes)};
-    if (plan.ntasks > 0) argv.push_back("--ntasks=" + std::to_string(plan.ntasks));
-    if (plan.ntasks == 0 || !o->ntasks_per_node.empty()) {
-      argv.push_back("--ntasks-per-node=" + std::to_string(plan.tasks_per_node));
-    }
-    if (plan.cpus_per_task > 0) argv.push_back("--cpus-per-task=" + std::to_string(plan.cpus_per_task));
-    for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
-             {"--gpus-per-node", o->gpus_per_node}, {"--gres", o->gres}, {"--mem", o->mem}, {"--time", o->time},
-             {"--partition", o->partition}, {"--account", o->account}, {"--qos", o->qos},
-             {"--constraint", o->constraint}}) {
-      if (!value.empty()) argv.push_back(flag + "=" + value);
-    }
+    std::vector<std::string> argv = {"salloc"};
+    for (const std::string& flag : train::job_shape_flags(*o, plan)) argv.push_back(flag);
     if (*pty) {
       for (const char* a : {"srun", "--pty", "--overlap", "--nodes=1", "--ntasks=1"}) argv.push_back(a);
     }

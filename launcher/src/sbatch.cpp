@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "train/error.h"
@@ -672,21 +673,7 @@ struct ScriptWriter {
 
   // The #SBATCH lines: the job's shape, resources, logs, requeue and the preemption signal.
   void write_directives() {
-    line("#SBATCH --job-name=" + name);
-    line("#SBATCH --nodes=" + std::to_string(plan.nodes));
-    if (plan.ntasks > 0) line("#SBATCH --ntasks=" + std::to_string(plan.ntasks));
-    if (plan.ntasks == 0 || !o.ntasks_per_node.empty()) {
-      line("#SBATCH --ntasks-per-node=" + std::to_string(plan.tasks_per_node));
-    }
-    if (plan.cpus_per_task > 0) line("#SBATCH --cpus-per-task=" + std::to_string(plan.cpus_per_task));
-    if (!o.gpus_per_node.empty()) line("#SBATCH --gpus-per-node=" + o.gpus_per_node);
-    if (!o.gres.empty()) line("#SBATCH --gres=" + o.gres);
-    if (!o.mem.empty()) line("#SBATCH --mem=" + o.mem);
-    if (!o.time.empty()) line("#SBATCH --time=" + o.time);
-    if (!o.partition.empty()) line("#SBATCH --partition=" + o.partition);
-    if (!o.account.empty()) line("#SBATCH --account=" + o.account);
-    if (!o.qos.empty()) line("#SBATCH --qos=" + o.qos);
-    if (!o.constraint.empty()) line("#SBATCH --constraint=" + o.constraint);
+    for (const std::string& flag : job_shape_flags(o, plan)) line("#SBATCH " + flag);
     if (chain) {
       line("# A chain of " + std::to_string(plan.array_chain) + " chunks, one at a time (%1): each resumes from the "
            "checkpoint the last one");
@@ -954,6 +941,22 @@ struct ScriptWriter {
 };
 
 }  // namespace
+
+std::vector<std::string> job_shape_flags(const SbatchOptions& o, const SbatchPlan& plan) {
+  std::vector<std::string> flags = {"--job-name=" + plan.job_name, "--nodes=" + std::to_string(plan.nodes)};
+  if (plan.ntasks > 0) flags.push_back("--ntasks=" + std::to_string(plan.ntasks));
+  if (plan.ntasks == 0 || !o.ntasks_per_node.empty()) {
+    flags.push_back("--ntasks-per-node=" + std::to_string(plan.tasks_per_node));
+  }
+  if (plan.cpus_per_task > 0) flags.push_back("--cpus-per-task=" + std::to_string(plan.cpus_per_task));
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--gpus-per-node", o.gpus_per_node}, {"--gres", o.gres}, {"--mem", o.mem}, {"--time", o.time},
+           {"--partition", o.partition}, {"--account", o.account}, {"--qos", o.qos},
+           {"--constraint", o.constraint}}) {
+    if (!value.empty()) flags.push_back(flag + "=" + value);
+  }
+  return flags;
+}
 
 std::string render_sbatch_script(const SbatchOptions& o, const SbatchPlan& plan) {
   ScriptWriter w(o, plan);

@@ -1081,5 +1081,22 @@ TEST(TrainctlPreflight, OneLinePerNodeAndExitOneOnFailure) {
   EXPECT_TRUE(contains(p->out(), "Usage: trainctl preflight")) << p->out();
 }
 
+// ---- one flag list for #SBATCH and salloc ----------------------------------------------------
+
+TEST(SbatchJobShapeFlags, ListsTheShapeInDirectiveOrder) {
+  SbatchOptions o;
+  o.job_name = "shape";
+  o.gres = "gpu:4";
+  o.time = "1:00:00";
+  o.partition = "gpu";
+  const SbatchPlan plan = plan_sbatch(o);
+  const std::vector<std::string> flags = job_shape_flags(o, plan);
+  const std::vector<std::string> expected = {"--job-name=shape", "--nodes=1", "--ntasks-per-node=4", "--gres=gpu:4",
+                                             "--time=1:00:00", "--partition=gpu"};
+  EXPECT_EQ(flags, expected);
+  const std::string script = render_sbatch_script(o, plan);
+  for (const std::string& flag : flags) EXPECT_TRUE(contains(script, "#SBATCH " + flag + "\n")) << flag;
+}
+
 }  // namespace
 }  // namespace train

@@ -132,6 +132,12 @@ struct SbatchPlan {
 /// @throws train::ConfigError naming the option, with what was expected and found, and a hint.
 SbatchPlan plan_sbatch(const SbatchOptions& options);
 
+/// The job's shape and resource flags as sbatch and salloc take them, in #SBATCH order: --job-name,
+/// --nodes, --ntasks, --ntasks-per-node, --cpus-per-task, --gpus-per-node, --gres, --mem, --time,
+/// --partition, --account, --qos, --constraint (each "--flag=value", only those that apply). The batch
+/// script's directives and `trainctl interactive`'s salloc line both come from this one list.
+std::vector<std::string> job_shape_flags(const SbatchOptions& options, const SbatchPlan& plan);
+
 /// The batch script for a request that plan_sbatch() accepted.
 std::string render_sbatch_script(const SbatchOptions& options, const SbatchPlan& plan);
 
