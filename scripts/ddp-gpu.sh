@@ -45,7 +45,7 @@ mkdir -p logs
 trap 'say "batch shell got SIGUSR2; the train tasks handle it"' USR2
 # scancel (and the time limit) send SIGTERM to this shell too: with a trap it waits for the tasks,
 # which checkpoint and stop, and says how they ended instead of dying first.
-trap 'say "batch shell got SIGTERM (scancel or the time limit); the train tasks checkpoint and stop"' TERM
+trap 'say "batch shell got SIGTERM (scancel or the time limit); the train tasks checkpoint and stop"; got_term=1' TERM
 # Since Slurm 22.05 srun doesn't take --cpus-per-task from the job; SRUN_CPUS_PER_TASK passes it on.
 if [[ -n "${SLURM_CPUS_PER_TASK:-}" ]]; then export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"; fi
 
@@ -102,7 +102,10 @@ resume_command() {
 }
 if (( rc == 75 )); then
   say "train stopped early and saved a checkpoint in $CKPT_DIR (exit 75): the requeued job resumes from it."
-elif (( rc == 143 || rc == 130 )); then
+# srun's 143 is a scancel only if this shell got SIGTERM too or the job isn't RUNNING any more: when a
+# task dies, srun terminates the others (143) while the job still runs, and that is a failure.
+elif (( rc == 143 || rc == 130 )) && [[ -n "${got_term:-}" || "$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | \
+      sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p' | head -n 1)" != RUNNING ]]; then
   say "train was stopped by SIGTERM/SIGINT (scancel) and saved a checkpoint in $CKPT_DIR, if it could: \
 not requeued. To go on from it: $(resume_command "$@")"
 elif (( rc != 0 )); then

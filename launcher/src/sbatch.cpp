@@ -730,7 +730,7 @@ struct ScriptWriter {
     }
     line("# scancel (and the time limit) send SIGTERM to this shell too: with a trap it waits for the tasks,");
     line("# which checkpoint and stop, and says how they ended instead of dying first.");
-    line("trap 'say \"batch shell got SIGTERM (scancel or the time limit); the train tasks checkpoint and stop\"' TERM");
+    line("trap 'say \"batch shell got SIGTERM (scancel or the time limit); the train tasks checkpoint and stop\"; got_term=1' TERM");
     line("# Since Slurm 22.05 srun doesn't take --cpus-per-task from the job; SRUN_CPUS_PER_TASK passes it on.");
     line("if [[ -n \"${SLURM_CPUS_PER_TASK:-}\" ]]; then export SRUN_CPUS_PER_TASK=\"$SLURM_CPUS_PER_TASK\"; fi");
     if (!o.setup.empty()) {
@@ -920,7 +920,10 @@ struct ScriptWriter {
     line("if (( rc == 75 )); then");
     line("  say \"train stopped early and saved a checkpoint in $CKPT_DIR (exit 75): " +
          std::string(chain ? "the next chunk resumes from it.\"" : "the requeued job resumes from it.\""));
-    line("elif (( rc == 143 || rc == 130 )); then");
+    line("# srun's 143 is a scancel only if this shell got SIGTERM too or the job isn't RUNNING any more: when a");
+    line("# task dies, srun terminates the others (143) while the job still runs, and that is a failure.");
+    line("elif (( rc == 143 || rc == 130 )) && [[ -n \"${got_term:-}\" || \"$(scontrol show job \"$SLURM_JOB_ID\" 2>/dev/null | \\");
+    line("      sed -n 's/.*JobState=\\([A-Z_]*\\).*/\\1/p' | head -n 1)\" != RUNNING ]]; then");
     line("  say \"train was stopped by SIGTERM/SIGINT (scancel) and saved a checkpoint in $CKPT_DIR, if it could: \\");
     line("not requeued. To go on from it: $(resume_command \"$@\")\"");
     line("elif (( rc != 0 )); then");
