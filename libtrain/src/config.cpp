@@ -2,6 +2,7 @@
 #include "train/config.h"
 
 #include "train/augment.h"
+#include "train/text.h"
 #include "train/error.h"
 #include "train/files.h"
 #include "train/preemption.h"
@@ -13,11 +14,7 @@
 namespace train {
 namespace {
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), f, v);
-  return buf;
-}
+std::string fmt(const char* f, double v) { return text::format(f, v); }
 
 }  // namespace
 

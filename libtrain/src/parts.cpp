@@ -2,6 +2,7 @@
 // accuracy metric, the parameters' fingerprint and the done line.
 #include "train/trainer.h"
 
+#include "train/text.h"
 #include "train/error.h"
 #include "train/sha256.h"
 
@@ -14,11 +15,7 @@
 namespace train {
 namespace {
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), f, v);
-  return buf;
-}
+std::string fmt(const char* f, double v) { return text::format(f, v); }
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 #include "train/adadelta.h"
 #include "train/checkpoint.h"
 #include "train/ddp.h"
+#include "train/text.h"
 #include "train/error.h"
 #include "train/files.h"
 #include "train/launcher/device.h"
@@ -53,11 +54,7 @@ using Clock = std::chrono::steady_clock;
 
 inline double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-inline std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), f, v);
-  return buf;
-}
+inline std::string fmt(const char* f, double v) { return text::format(f, v); }
 
 }  // namespace detail
 

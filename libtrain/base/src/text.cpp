@@ -1,6 +1,8 @@
 // String helpers shared by the launcher's parsers.
 #include "train/text.h"
 
+#include <cstdio>
+
 #include <algorithm>
 #include <cctype>
 
@@ -25,6 +27,12 @@ std::string trim(const std::string& s) {
 
 bool all_digits(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
+}
+
+std::string format(const char* printf_format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), printf_format, v);
+  return buf;
 }
 
 }  // namespace train::text

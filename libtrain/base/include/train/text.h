@@ -15,4 +15,7 @@ std::string trim(const std::string& s);
 /// Whether `s` is one or more decimal digits and nothing else.
 bool all_digits(const std::string& s);
 
+/// `v` formatted with one printf conversion, e.g. format("%.3f", 0.5) gives "0.500".
+std::string format(const char* printf_format, double v);
+
 }  // namespace train::text
