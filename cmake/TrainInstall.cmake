@@ -1,5 +1,5 @@
 # Installs the libraries, headers, programs and a CMake package so that out-of-tree projects can
-# `find_package(libtrain)` and link `train::train`.
+# `find_package(libtrain)` and link `train::train` (and `train::builtin` for the built-in models).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -8,7 +8,7 @@ if(TARGET trainctl)
   list(APPEND _train_targets trainctl)
 endif()
 if(TRAIN_WITH_TORCH)
-  list(APPEND _train_targets train_datasets train_models train train_program)
+  list(APPEND _train_targets train_datasets train_models train train_builtin train_program)
 endif()
 # Installed programs find LibTorch (in its venv) and the other shared libraries where they were
 # linked from. CMake keeps link folders outside the project only, and the repo's .venv is inside
@@ -26,7 +26,7 @@ install(TARGETS ${_train_targets} EXPORT libtrainTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-foreach(_dir libtrain/base libtrain launcher datasets models)
+foreach(_dir libtrain/base libtrain libtrain/builtin launcher datasets models)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${_dir}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endforeach()
 install(EXPORT libtrainTargets NAMESPACE train:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/libtrain)

@@ -7,7 +7,6 @@ set(_train_src ${CMAKE_CURRENT_LIST_DIR}/src)
 add_library(train STATIC
   ${_train_src}/adadelta.cpp
   ${_train_src}/augment.cpp
-  ${_train_src}/builtin.cpp
   ${_train_src}/checkpoint.cpp
   ${_train_src}/cli.cpp
   ${_train_src}/comm/comm_plan.cpp
@@ -33,11 +32,11 @@ add_library(train STATIC
 add_library(train::train ALIAS train)
 target_include_directories(train PUBLIC
   $<BUILD_INTERFACE:${CMAKE_CURRENT_LIST_DIR}/include> $<INSTALL_INTERFACE:include>)
-target_include_directories(train PRIVATE ${_train_src} ${CMAKE_CURRENT_LIST_DIR}/base/src ${TRAIN_GLOO_INCLUDE_DIR})
+target_include_directories(train PRIVATE ${_train_src} ${TRAIN_GLOO_INCLUDE_DIR})
 target_compile_definitions(train PRIVATE USE_C10D_GLOO)
 target_compile_options(train PRIVATE $<$<CXX_COMPILER_ID:GNU>:-Wno-interference-size>)
 target_link_libraries(train
-  PUBLIC train::base train::launcher train::models train::datasets ${TORCH_LIBRARIES}
+  PUBLIC train::base train::launcher ${TORCH_LIBRARIES}
   PRIVATE nlohmann_json::nlohmann_json CLI11::CLI11)
 set_target_properties(train PROPERTIES EXPORT_NAME train)
 

@@ -1,9 +1,7 @@
-// The `train` flags for any program, their checks, and the shared main(): environment, logging,
-// the run, the done line, the exit status.
+// The Trainer's flags and the opt-in recipe flags for any program, their checks, and the shared
+// main(): environment, logging, the run, the done line, the exit status.
 #include "train/cli.h"
 
-#include "train/augment.h"
-#include "train/catalog.h"
 #include "train/error.h"
 #include "train/host_memory.h"
 #include "train/log.h"
@@ -13,6 +11,7 @@
 
 #include <cmath>
 #include <iostream>
+#include <memory>
 
 namespace train::cli {
 namespace {
@@ -62,152 +61,204 @@ CLI::Validator one_of(const std::vector<std::string>& choices, const std::string
       list);
 }
 
-void add_model_and_data_flags(CLI::App& app, TrainConfig& c) {
-  app.add_option("--model", c.model, "model to train (see --list-models)")->capture_default_str();
-  app.add_option("--dataset", c.dataset, "mnist | fashion-mnist | cifar10 (default: the model's)");
-  app.add_option("--data", c.data_dir,
-                 "folder with the dataset files, or torchvision's root holding MNIST/raw, FashionMNIST/raw, "
-                 "cifar-10-batches-py or cifar-10-batches-bin (default for fashion-mnist: /usr/share/datasets/fashion-mnist)");
-  app.add_option("--epochs", c.epochs, "number of epochs (default: the recipe's, mnist 14, cifar10 4)")
-      ->check(number("at least 1 epoch", [](double v) { return v >= 1 && v == std::floor(v); }, "e.g. --epochs 14"));
-  app.add_option("--batch-size,--batch_size", c.batch_size, "batch size per rank (default: recipe's, mnist 64, cifar10 256)")
-      ->check(positive("per-rank batch size", "leave --batch-size out for the recipe's, or e.g. --batch-size 64"));
-  app.add_option("--test-batch-size", c.test_batch_size, "evaluation batch size")->capture_default_str()
-      ->check(positive("batch size", "e.g. --test-batch-size 1000"));
-  app.add_option("--lr", c.lr, "learning rate (default: recipe's, Adadelta 1.0, SGD 0.1; Adam/AdamW 1e-3)")
-      ->check(positive("learning rate", "the recipes use 1.0 (Adadelta) and 0.1 (SGD)"));
-  app.add_option("--gamma", c.gamma, "StepLR factor per epoch (default: recipe's, 0.7 for mnist)")
-      ->check(number("a factor in (0, 1]", [](double v) { return v > 0 && v <= 1; }, "the MNIST recipe uses 0.7"));
-  app.add_option("--optimizer", c.optimizer, "auto | adadelta | sgd | adam | adamw")->capture_default_str()
-      ->check(one_of({"auto", "adadelta", "sgd", "adam", "adamw"}, "auto takes the model's recipe"));
-  app.add_option("--momentum", c.momentum, "SGD momentum")->capture_default_str()
-      ->check(number("a momentum in [0, 1)", [](double v) { return v >= 0 && v < 1; }, "the CIFAR-10 recipe uses 0.9"));
-  app.add_option("--weight-decay", c.weight_decay, "weight decay (default: recipe's, SGD 1e-4; Adam 0, AdamW 1e-2)")
-      ->check(non_negative("a weight decay of 0 or more", "the CIFAR-10 recipe uses 1e-4"));
-  app.add_option("--seed", c.seed, "random seed (model init, dropout, sampler)")->capture_default_str();
-  app.add_option("--max-steps", c.max_steps, "stop after this many optimizer steps (0: no limit)")->capture_default_str()
-      ->check(non_negative("0 (no limit) or a positive number of steps", "e.g. --max-steps 100"));
-  app.add_option("--limit-train-samples", c.limit_train_samples, "use the first N training samples (0: all)")->capture_default_str()
-      ->check(non_negative("0 (all) or a positive count", "e.g. --limit-train-samples 5000"));
-  app.add_option("--limit-test-samples", c.limit_test_samples, "use the first N test samples (0: all)")->capture_default_str()
-      ->check(non_negative("0 (all) or a positive count", "e.g. --limit-test-samples 1000"));
-  app.add_flag("--no-dropout", c.no_dropout, "disable the model's dropout layers");
-  app.add_option("--augment", c.augment,
-                 "augment the training images on their device: crop (random crop after 4 pixels of padding), "
-                 "flip (horizontal, p=0.5), or crop,flip; deterministic given --seed, resumed exactly")
-      ->check(CLI::Validator(
-          [](std::string& value) -> std::string {
-            try {
-              parse_augment(value);
-            } catch (const Error& e) {
-              return e.message() + " Hint: " + e.hint();
-            }
-            return "";
-          },
-          "crop,flip"));
+// A two-way choice kept as a bool: `yes` sets it, `no` clears it.
+CLI::Option* add_bool_choice(CLI::App& app, const std::string& name, bool& field, const std::string& yes,
+                             const std::string& no, const std::string& help, const std::string& hint) {
+  return add_text_choice(app, name, {yes, no}, field ? yes : no, [&field, yes](const std::string& v) { field = v == yes; },
+                         help, hint);
 }
 
-void add_run_flags(CLI::App& app, TrainConfig& c) {
-  app.add_option("--device", c.device, "auto | cpu | cuda")->capture_default_str()
-      ->check(one_of({"auto", "cpu", "cuda"}, "auto uses the GPUs SLURM gave the job, else the CPU"));
-  app.add_option("--threads", c.threads, "CPU threads per rank (0: cores / ranks on the node)")->capture_default_str()
+// A number that may be unset; with `zero_unsets`, 0 on the command line means unset (`--max-steps 0`: no limit).
+template <class T>
+CLI::Option* add_optional(CLI::App& app, const std::string& name, std::optional<T>& field, const std::string& help,
+                          bool zero_unsets = false) {
+  CLI::Option* o = app.add_option_function<T>(name, [&field, zero_unsets](const T& v) {
+    if (zero_unsets && v == 0) {
+      field.reset();
+    } else {
+      field = v;
+    }
+  }, help);
+  if (zero_unsets) o->default_str("0");
+  return o;
+}
+
+void add_run_flags(CLI::App& app, RunConfig& r) {
+  add_optional(app, "--epochs", r.epochs, "number of epochs (default: the program's)")
+      ->check(number("at least 1 epoch", [](double v) { return v >= 1 && v == std::floor(v); }, "e.g. --epochs 14"));
+  add_optional(app, "--batch-size,--batch_size", r.batch_size, "batch size per rank (default: the program's)")
+      ->check(positive("per-rank batch size", "leave --batch-size out for the program's, or e.g. --batch-size 64"));
+  app.add_option("--test-batch-size", r.test_batch_size, "evaluation batch size")->capture_default_str()
+      ->check(positive("batch size", "e.g. --test-batch-size 1000"));
+  app.add_option("--seed", r.seed, "random seed (model init, dropout, sampler)")->capture_default_str();
+  add_optional(app, "--max-steps", r.max_steps, "stop after this many optimizer steps (0: no limit)", true)
+      ->check(non_negative("0 (no limit) or a positive number of steps", "e.g. --max-steps 100"));
+  add_choice_flag(app, "--device", r.device, "auto | cpu | cuda", "auto uses the GPUs SLURM gave the job, else the CPU");
+  add_optional(app, "--threads", r.threads, "CPU threads per rank (0: cores / ranks on the node)", true)
       ->check(non_negative("0 (auto) or a positive number of threads", "e.g. --threads 4"));
-  app.add_option("--log-interval", c.log_interval, "steps between progress lines")->capture_default_str()
+  app.add_flag("--dry-run", r.dry_run, "one step per epoch and one test batch, to check a setup");
+  add_choice_flag(app, "--precision", r.precision,
+             "CUDA arithmetic: auto (bf16 for per-rank batches of 512 or more on GPUs that have it, else fp32), "
+             "fp32, tf32 (TF32 matmuls/convolutions), bf16 (autocast, fp32 master weights)",
+             "bf16 is fastest on Ampere and newer GPUs");
+}
+
+void add_logging_flags(CLI::App& app, LoggingConfig& l) {
+  app.add_option("--log-interval", l.log_interval, "steps between progress lines")->capture_default_str()
       ->check(positive("number of steps", "e.g. --log-interval 10"));
-  app.add_flag("--log-all-ranks", c.log_all_ranks, "info lines from every rank (default: rank 0; warnings and errors always come from every rank)");
-  app.add_option("--save-model", c.save_model, "write the trained parameters to this file (rank 0)");
-  app.add_option("--metrics", c.metrics, "append JSON-lines metrics to this file (rank 0)");
-  app.add_option("--tensorboard", c.tensorboard,
+  app.add_flag("--log-all-ranks", l.log_all_ranks, "info lines from every rank (default: rank 0; warnings and errors always come from every rank)");
+  app.add_option("--save-model", l.save_model, "write the trained parameters to this file (rank 0)");
+  app.add_option("--metrics", l.metrics, "append JSON-lines metrics to this file (rank 0)");
+  app.add_option("--tensorboard", l.tensorboard,
                  "write TensorBoard event files (the --metrics numbers as scalars) into this folder (rank 0); "
                  "a resumed run goes on in the same folder");
-  app.add_option("--profile", c.profile,
+  app.add_option("--profile", l.profile,
                  "write a torch-profiler trace of --profile-steps (CPU operators; CUDA kernels, also inside CUDA "
                  "graphs) to this folder, one trace-rankR.json per rank (Perfetto or chrome://tracing)");
-  app.add_option("--profile-steps", c.profile_steps,
+  app.add_option("--profile-steps", l.profile_steps,
                  "FROM:TO: the optimizer steps --profile traces, counted from 1 over the run")
       ->capture_default_str();
-  app.add_flag("--dry-run", c.dry_run, "one step per epoch and one test batch, to check a setup");
-  app.add_option("--backend", c.backend, "auto | gloo | nccl")->capture_default_str()
-      ->check(one_of({"auto", "gloo", "nccl"}, "nccl for GPUs, gloo for CPUs"));
-  app.add_option("--dist-timeout", c.dist_timeout_sec, "seconds before a missing or stalled peer is an error")->capture_default_str()
+}
+
+void add_distributed_flags(CLI::App& app, DistributedConfig& d) {
+  add_choice_flag(app, "--backend", d.backend, "auto | gloo | nccl", "nccl for GPUs, gloo for CPUs");
+  app.add_option("--dist-timeout", d.timeout_sec, "seconds before a missing or stalled peer is an error")->capture_default_str()
       ->check(positive("number of seconds", "the default is 300"));
-  app.add_flag("--ddp-single-rank", c.ddp_single_rank,
+  app.add_flag("--ddp-single-rank", d.ddp_single_rank,
                "with one rank too: a process group and DDP (measures what DDP itself costs)");
-  app.add_option("--bucket-cap-mb", c.bucket_cap_mb, "DDP gradient bucket size in MB")->capture_default_str()
+  app.add_option("--bucket-cap-mb", d.bucket_cap_mb, "DDP gradient bucket size in MB")->capture_default_str()
       ->check(positive("size in MB", "the default is 25"));
-  app.add_option("--shm-allreduce", c.shm_allreduce,
-                 "auto: ranks on one machine sum CPU gradients through shared memory | off: always Gloo")
-      ->capture_default_str()->check(one_of({"auto", "off"}, "off sends CPU gradients through Gloo"));
-  app.add_option("--tf32", c.tf32, "TF32 on CUDA: auto (PyTorch's defaults), on, off")->capture_default_str()
-      ->check(one_of({"auto", "on", "off"}, "on trades precision for speed on Ampere and newer GPUs"));
-  app.add_flag("--deterministic", c.deterministic, "deterministic cuDNN algorithms (slower)");
-  app.add_flag("--cudnn-benchmark", c.cudnn_benchmark,
-               "let cuDNN time its algorithms for each new shape (seconds at start; may pay off in long runs)");
-  app.add_option("--cuda-graph", c.cuda_graph, "the training step in a CUDA graph: auto (on for CUDA), on, off")
-      ->capture_default_str()->check(one_of({"auto", "on", "off"}, "off runs the step eagerly"));
-  app.add_option("--graph-allreduce", c.graph_allreduce,
-                 "several GPUs with --cuda-graph: in-graph (NCCL averages captured in the step, overlapping the "
-                 "backward), between (one eager all-reduce between two graphs)")
-      ->capture_default_str()->check(one_of({"in-graph", "between"}, "between is the fallback if in-graph misbehaves"));
-  app.add_option("--peer-allreduce", c.peer_allreduce,
-                 "with --graph-allreduce in-graph, when every rank's GPU is on one machine: gradient buckets averaged "
-                 "by one kernel that reads the other GPUs' memory instead of NCCL. auto (two ranks), on (2 to 8 "
-                 "ranks), off (NCCL only)")
-      ->capture_default_str()->check(one_of({"auto", "on", "off"}, "off averages every bucket with NCCL"));
-  app.add_option("--channels-last", c.channels_last,
-                 "CUDA: keep convolution weights and activations in channels-last (NHWC) order, which cuDNN "
-                 "computes in without converting: on, off")
-      ->capture_default_str()->check(one_of({"on", "off"}, "on avoids cuDNN's layout conversions"));
-  app.add_option("--precision", c.precision,
-                 "CUDA arithmetic: auto (bf16 for per-rank batches of 512 or more on GPUs that have it, else fp32), "
-                 "fp32, tf32 (TF32 matmuls/convolutions), bf16 (autocast, fp32 master weights)")
-      ->capture_default_str()->check(one_of({"auto", "fp32", "tf32", "bf16"}, "bf16 is fastest on Ampere and newer GPUs"));
-  app.add_option("--init-method,--init_method", c.init_method,
+  add_bool_choice(app, "--shm-allreduce", d.shm_allreduce, "auto", "off",
+                  "auto: ranks on one machine sum CPU gradients through shared memory | off: always Gloo",
+                  "off sends CPU gradients through Gloo");
+  app.add_option("--init-method,--init_method", d.init_method,
                  "tcp://HOST:PORT of rank 0's rendezvous (wins over MASTER_ADDR/MASTER_PORT)");
-  app.add_option("--world-size,--world_size", c.world_size,
-                 "number of ranks; checked against SLURM's or torchrun's (default: theirs)")
+  add_optional(app, "--world-size,--world_size", d.world_size,
+               "number of ranks; checked against SLURM's or torchrun's (default: theirs)")
       ->check(positive("number of ranks", "leave it out to take it from SLURM or torchrun"));
 }
 
-void add_checkpoint_flags(CLI::App& app, TrainConfig& c) {
-  app.add_option("--checkpoint-dir", c.checkpoint_dir, "write checkpoints here (shared by all nodes); enables resume");
-  app.add_option("--checkpoint-every", c.checkpoint_every, "also checkpoint every N steps (0: only at epoch ends)")->capture_default_str()
+void add_gpu_flags(CLI::App& app, GpuConfig& g) {
+  add_choice_flag(app, "--tf32", g.tf32, "TF32 on CUDA: auto (PyTorch's defaults), on, off",
+             "on trades precision for speed on Ampere and newer GPUs");
+  app.add_flag("--deterministic", g.deterministic, "deterministic cuDNN algorithms (slower)");
+  app.add_flag("--cudnn-benchmark", g.cudnn_benchmark,
+               "let cuDNN time its algorithms for each new shape (seconds at start; may pay off in long runs)");
+  add_choice_flag(app, "--cuda-graph", g.cuda_graph, "the training step in a CUDA graph: auto (on for CUDA), on, off",
+             "off runs the step eagerly");
+  add_choice_flag(app, "--graph-allreduce", g.graph_allreduce,
+             "several GPUs with --cuda-graph: in-graph (NCCL averages captured in the step, overlapping the "
+             "backward), between (one eager all-reduce between two graphs)",
+             "between is the fallback if in-graph misbehaves");
+  add_choice_flag(app, "--peer-allreduce", g.peer_allreduce,
+             "with --graph-allreduce in-graph, when every rank's GPU is on one machine: gradient buckets averaged "
+             "by one kernel that reads the other GPUs' memory instead of NCCL. auto (two ranks), on (2 to 8 "
+             "ranks), off (NCCL only)",
+             "off averages every bucket with NCCL");
+  add_bool_choice(app, "--channels-last", g.channels_last, "on", "off",
+                  "CUDA: keep convolution weights and activations in channels-last (NHWC) order, which cuDNN "
+                  "computes in without converting: on, off",
+                  "on avoids cuDNN's layout conversions");
+}
+
+void add_checkpoint_flags(CLI::App& app, CheckpointConfig& k) {
+  app.add_option("--checkpoint-dir", k.dir, "write checkpoints here (shared by all nodes); enables resume");
+  add_optional(app, "--checkpoint-every", k.every, "also checkpoint every N steps (0: only at epoch ends)", true)
       ->check(non_negative("0 (epoch ends only) or a positive number of steps", "e.g. --checkpoint-every 500"));
-  app.add_option("--keep-checkpoints", c.keep_checkpoints, "checkpoints to keep; older ones go once a newer is safe")->capture_default_str()
+  app.add_option("--keep-checkpoints", k.keep, "checkpoints to keep; older ones go once a newer is safe")->capture_default_str()
       ->check(positive("count", "keep 2 or more so a corrupt newest file can fall back"));
-  app.add_option("--resume", c.resume, "auto (newest valid in --checkpoint-dir) | never | PATH")->capture_default_str();
-  app.add_option("--preempt-signal,--preempt-signals", c.preempt_signals,
+  app.add_option_function<std::string>("--resume", [&k](const std::string& v) {
+    k.resume = v == "auto" ? ResumeMode::automatic : v == "never" ? ResumeMode::never : ResumeMode::path;
+    k.resume_path = k.resume == ResumeMode::path ? v : "";
+  }, "auto (newest valid in --checkpoint-dir) | never | PATH")->default_str("auto");
+  app.add_option("--preempt-signal,--preempt-signals", k.preempt_signals,
                  "signals that mean checkpoint, requeue and resume (comma separated, or none); SIGTERM and "
                  "SIGINT mean checkpoint and stop unless listed here")->capture_default_str();
-  app.add_option("--time-margin", c.time_margin_sec, "checkpoint and requeue this many seconds before the SLURM job's end")->capture_default_str()
+  app.add_option("--time-margin", k.time_margin_sec, "checkpoint and requeue this many seconds before the SLURM job's end")->capture_default_str()
       ->check(non_negative("0 or more seconds", "the default is 60"));
   // A callback rather than CLI11's "!--no-requeue" negation, which --help shows as `--no-requeue{false}`.
-  app.add_flag_callback("--no-requeue", [&c] { c.requeue = false; },
+  app.add_flag_callback("--no-requeue", [&k] { k.requeue = false; },
                         "under SLURM, don't run scontrol requeue after a preemption checkpoint");
+}
+
+void add_recipe_flag(CLI::App& app, RecipeOptions& o, RecipeFlag flag) {
+  switch (flag) {
+    case RecipeFlag::data:
+      app.add_option("--data", o.data_dir, "folder with the dataset files");
+      break;
+    case RecipeFlag::lr:
+      add_optional(app, "--lr", o.lr, "learning rate (default: the program's)")
+          ->check(positive("learning rate", "the recipes use 1.0 (Adadelta) and 0.1 (SGD)"));
+      break;
+    case RecipeFlag::gamma:
+      add_optional(app, "--gamma", o.gamma, "StepLR factor per epoch (default: the program's)")
+          ->check(number("a factor in (0, 1]", [](double v) { return v > 0 && v <= 1; }, "the MNIST recipe uses 0.7"));
+      break;
+    case RecipeFlag::momentum:
+      app.add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str()
+          ->check(number("a momentum in [0, 1)", [](double v) { return v >= 0 && v < 1; }, "the CIFAR-10 recipe uses 0.9"));
+      break;
+    case RecipeFlag::weight_decay:
+      add_optional(app, "--weight-decay", o.weight_decay, "weight decay (default: the program's)")
+          ->check(non_negative("a weight decay of 0 or more", "the CIFAR-10 recipe uses 1e-4"));
+      break;
+    case RecipeFlag::limit_train_samples:
+      add_optional(app, "--limit-train-samples", o.limit_train_samples, "use the first N training samples (0: all)", true)
+          ->check(non_negative("0 (all) or a positive count", "e.g. --limit-train-samples 5000"));
+      break;
+    case RecipeFlag::limit_test_samples:
+      add_optional(app, "--limit-test-samples", o.limit_test_samples, "use the first N test samples (0: all)", true)
+          ->check(non_negative("0 (all) or a positive count", "e.g. --limit-test-samples 1000"));
+      break;
+    case RecipeFlag::no_dropout:
+      app.add_flag("--no-dropout", o.no_dropout, "disable the model's dropout layers");
+      break;
+  }
+}
+
+// An unknown flag: CLI11 has said which; say why a `train` flag may be unknown here.
+void explain_unknown_flags(const char* program) {
+  std::cerr << program << ": this program takes only the flags its --help lists. The `train` program's recipe "
+            << "flags (--model, --dataset, --optimizer, --lr, --augment, ...) exist only in programs that read "
+            << "them; a program built on train::cli::main adds those it reads with train::cli::add_recipe_flags "
+            << "(docs/api.md).\n";
 }
 
 }  // namespace
 
-void add_train_flags(CLI::App& app, TrainConfig& c) {
+CLI::Option* add_text_choice(CLI::App& app, const std::string& name, const std::vector<std::string>& choices,
+                             const std::string& default_text, std::function<void(const std::string&)> set,
+                             const std::string& help, const std::string& hint) {
+  return app.add_option_function<std::string>(name, std::move(set), help)->check(one_of(choices, hint))->default_str(default_text);
+}
+
+void add_trainer_flags(CLI::App& app, TrainConfig& c) {
   // Later copies of a flag win, so `sbatch scripts/ddp.sh --epochs 1` can override the script's defaults.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  add_model_and_data_flags(app, c);
-  add_run_flags(app, c);
-  add_checkpoint_flags(app, c);
+  add_run_flags(app, c.run);
+  add_logging_flags(app, c.logging);
+  add_distributed_flags(app, c.distributed);
+  add_gpu_flags(app, c.gpu);
+  add_checkpoint_flags(app, c.checkpoint);
+}
+
+void add_recipe_flags(CLI::App& app, RecipeOptions& options, const std::vector<RecipeFlag>& flags) {
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  for (RecipeFlag flag : flags) add_recipe_flag(app, options, flag);
 }
 
 void apply_rendezvous_flags(const TrainConfig& c, DistEnv& env) {
-  if (c.world_size > 0) {
-    if (env.source == EnvSource::single && c.world_size > 1) {
-      throw ConfigError("--world-size " + std::to_string(c.world_size) +
+  if (const std::optional<int> world = c.distributed.world_size) {
+    if (env.source == EnvSource::single && *world > 1) {
+      throw ConfigError("--world-size " + std::to_string(*world) +
                             ": expected the ranks to come from SLURM (srun) or torchrun, found a single process "
                             "(no SLURM_PROCID, no RANK).",
-                        "start the ranks with srun, torchrun or `trainctl local --nproc " + std::to_string(c.world_size) +
+                        "start the ranks with srun, torchrun or `trainctl local --nproc " + std::to_string(*world) +
                             "`; --world-size only checks their number.");
     }
-    check_world_size_agrees("--world-size", std::to_string(c.world_size), env);
+    check_world_size_agrees("--world-size", std::to_string(*world), env);
   }
-  if (!c.init_method.empty()) apply_init_method(c.init_method, env);
+  if (!c.distributed.init_method.empty()) apply_init_method(c.distributed.init_method, env);
 }
 
 int main(int argc, char** argv, const std::string& description, const TrainFn& train_fn,
@@ -221,24 +272,23 @@ int main(int argc, char** argv, const std::string& description, const TrainFn& t
                  "faults on CPU) | default: the C library's own thresholds")
       ->check(one_of({"reuse", "default"}, "reuse (the default) keeps freed tensor memory for the next step"))
       ->capture_default_str();
-  add_train_flags(app, config);
+  add_trainer_flags(app, config);
   std::function<int()> extra_action;
   if (extra_flags) extra_action = extra_flags(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
+    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) explain_unknown_flags(argc > 0 ? argv[0] : "train");
     return rc == 0 ? 0 : kExitUsage;
   }
-  // Without --epochs a built-in model trains for its recipe's epochs (the catalog).
-  if (app.count("--epochs") == 0 && catalog::has_recipe(config.model)) config.epochs = catalog::recipe_for(config.model).epochs;
   try {
     if (extra_action) {
       const int rc = extra_action();
       if (rc >= 0) return rc;
     }
     DistEnv env = resolve_env(current_environment());
-    log::configure(env.rank, env.world_size, env.host, config.log_all_ranks);
+    log::configure(env.rank, env.world_size, env.host, config.logging.log_all_ranks);
     apply_rendezvous_flags(config, env);
     if (heap == "reuse") {
       const auto settings = host_memory::keep_freed_memory();
@@ -254,6 +304,18 @@ int main(int argc, char** argv, const std::string& description, const TrainFn& t
     log::error(e.what());
     return 1;
   }
+}
+
+int main(int argc, char** argv, const std::string& description, const std::vector<RecipeFlag>& recipe_flags,
+         const RecipeTrainFn& train_fn, const ExtraFlags& extra_flags) {
+  auto recipe = std::make_shared<RecipeOptions>();
+  return main(
+      argc, argv, description,
+      [recipe, train_fn](const TrainConfig& config, const DistEnv& env) { return train_fn(config, *recipe, env); },
+      [recipe, recipe_flags, extra_flags](CLI::App& app) -> std::function<int()> {
+        add_recipe_flags(app, *recipe, recipe_flags);
+        return extra_flags ? extra_flags(app) : std::function<int()>();
+      });
 }
 
 }  // namespace train::cli

@@ -1,14 +1,12 @@
-// TrainConfig's checks and TrainResult's exit status.
+// TrainConfig's choices (the one mapping between flag text and enum), its checks, and
+// TrainResult's exit status.
 #include "train/config.h"
 
-#include "train/augment.h"
 #include "train/text.h"
-#include "train/error.h"
 #include "train/files.h"
 #include "train/preemption.h"
 #include "profile.h"
 
-#include <cstdio>
 #include <string>
 
 namespace train {
@@ -16,7 +14,76 @@ namespace {
 
 std::string fmt(const char* f, double v) { return text::format(f, v); }
 
+[[noreturn]] void bad(const std::string& flag, const std::string& expected, const std::string& found,
+                      const std::string& hint) {
+  throw ConfigError(flag + ": expected " + expected + ", found " + found + ".", hint);
+}
+
+void check_counts(const TrainConfig& c) {
+  const RunConfig& r = c.run;
+  if (r.epochs && *r.epochs < 1) bad("--epochs", "at least 1", std::to_string(*r.epochs), "e.g. --epochs 1");
+  if (r.batch_size && *r.batch_size < 1) bad("--batch-size", "a positive per-rank batch size", std::to_string(*r.batch_size), "e.g. --batch-size 64");
+  if (r.test_batch_size < 1) bad("--test-batch-size", "a positive batch size", std::to_string(r.test_batch_size), "e.g. --test-batch-size 1000");
+  if (r.max_steps && *r.max_steps < 1) bad("--max-steps", "a positive count (leave it out for no limit)", std::to_string(*r.max_steps), "");
+  if (r.threads && *r.threads < 1) bad("--threads", "a positive count (leave it out for cores / ranks)", std::to_string(*r.threads), "");
+  if (c.logging.log_interval < 1) bad("--log-interval", "a positive number of steps", std::to_string(c.logging.log_interval), "");
+  const DistributedConfig& d = c.distributed;
+  if (d.world_size && *d.world_size < 1) bad("--world-size", "a positive number of ranks", std::to_string(*d.world_size), "leave it out to take it from SLURM or torchrun");
+  if (!(d.timeout_sec > 0)) bad("--dist-timeout", "a positive number of seconds", fmt("%g", d.timeout_sec), "the default is 300");
+  if (!(d.bucket_cap_mb > 0)) bad("--bucket-cap-mb", "a positive size in MB", fmt("%g", d.bucket_cap_mb), "the default is 25");
+  const CheckpointConfig& k = c.checkpoint;
+  if (k.every && *k.every < 1) bad("--checkpoint-every", "a positive number of steps (leave it out for epoch ends only)", std::to_string(*k.every), "");
+  if (k.keep < 1) bad("--keep-checkpoints", "at least 1", std::to_string(k.keep), "keep 2 or more so a corrupt newest file can fall back");
+  if (!(k.time_margin_sec >= 0)) bad("--time-margin", "0 or more seconds", fmt("%g", k.time_margin_sec), "the default is 60");
+}
+
+// Settings that only a GPU honours, on a run that asked for the CPU.
+void check_cpu_choices(const TrainConfig& c) {
+  if (c.run.device != DeviceKind::cpu) return;
+  if (c.gpu.channels_last) bad("--channels-last on", "a CUDA device", "--device cpu", "the CPU runs keep the contiguous layout");
+  if (c.gpu.cuda_graph == Switch::on) bad("--cuda-graph on", "a CUDA device", "--device cpu", "CUDA graphs need a GPU; use --cuda-graph auto or off on the CPU");
+  if (c.run.precision != Precision::fp32 && c.run.precision != Precision::automatic) {
+    bad("--precision " + choice_name(c.run.precision), "a CUDA device", "--device cpu", "on the CPU libtrain trains in fp32");
+  }
+  if (c.distributed.backend == BackendKind::nccl) bad("--backend nccl", "a CUDA device", "--device cpu", "use --backend gloo on CPU");
+}
+
 }  // namespace
+
+template <>
+const std::vector<std::pair<DeviceKind, std::string>>& choices<DeviceKind>() {
+  static const std::vector<std::pair<DeviceKind, std::string>> all = {
+      {DeviceKind::automatic, "auto"}, {DeviceKind::cpu, "cpu"}, {DeviceKind::cuda, "cuda"}};
+  return all;
+}
+
+template <>
+const std::vector<std::pair<BackendKind, std::string>>& choices<BackendKind>() {
+  static const std::vector<std::pair<BackendKind, std::string>> all = {
+      {BackendKind::automatic, "auto"}, {BackendKind::gloo, "gloo"}, {BackendKind::nccl, "nccl"}};
+  return all;
+}
+
+template <>
+const std::vector<std::pair<Switch, std::string>>& choices<Switch>() {
+  static const std::vector<std::pair<Switch, std::string>> all = {
+      {Switch::automatic, "auto"}, {Switch::on, "on"}, {Switch::off, "off"}};
+  return all;
+}
+
+template <>
+const std::vector<std::pair<GraphAllreduce, std::string>>& choices<GraphAllreduce>() {
+  static const std::vector<std::pair<GraphAllreduce, std::string>> all = {
+      {GraphAllreduce::in_graph, "in-graph"}, {GraphAllreduce::between, "between"}};
+  return all;
+}
+
+template <>
+const std::vector<std::pair<Precision, std::string>>& choices<Precision>() {
+  static const std::vector<std::pair<Precision, std::string>> all = {
+      {Precision::automatic, "auto"}, {Precision::fp32, "fp32"}, {Precision::tf32, "tf32"}, {Precision::bf16, "bf16"}};
+  return all;
+}
 
 int TrainResult::exit_code() const {
   if (cancelled) return 128 + (stop_signal > 0 ? stop_signal : 15);
@@ -24,50 +91,15 @@ int TrainResult::exit_code() const {
 }
 
 void validate(const TrainConfig& c) {
-  auto bad = [](const std::string& flag, const std::string& expected, const std::string& found,
-                const std::string& hint) {
-    throw ConfigError(flag + ": expected " + expected + ", found " + found + ".", hint);
-  };
-  if (c.epochs < 1) bad("--epochs", "at least 1", std::to_string(c.epochs), "e.g. --epochs 1");
-  if (c.batch_size < 0) bad("--batch-size", "a positive per-rank batch size", std::to_string(c.batch_size), "e.g. --batch-size 64");
-  if (c.world_size < 0) bad("--world-size", "a positive number of ranks", std::to_string(c.world_size), "leave it out to take it from SLURM or torchrun");
-  if (c.momentum < 0 || c.momentum >= 1) bad("--momentum", "a value in [0, 1)", fmt("%g", c.momentum), "the CIFAR-10 recipe uses 0.9");
-  if (c.weight_decay != -1 && c.weight_decay < 0) bad("--weight-decay", "0 or more", fmt("%g", c.weight_decay), "the CIFAR-10 recipe uses 1e-4");
-  if (c.test_batch_size < 1) bad("--test-batch-size", "a positive batch size", std::to_string(c.test_batch_size), "e.g. --test-batch-size 1000");
-  if (c.max_steps < 0) bad("--max-steps", "0 (no limit) or a positive count", std::to_string(c.max_steps), "");
-  if (c.limit_train_samples < 0) bad("--limit-train-samples", "0 (all) or a positive count", std::to_string(c.limit_train_samples), "");
-  if (c.limit_test_samples < 0) bad("--limit-test-samples", "0 (all) or a positive count", std::to_string(c.limit_test_samples), "");
-  if (c.threads < 0) bad("--threads", "0 (auto) or a positive count", std::to_string(c.threads), "");
-  if (c.log_interval < 1) bad("--log-interval", "a positive number of steps", std::to_string(c.log_interval), "");
-  if (c.dist_timeout_sec <= 0) bad("--dist-timeout", "a positive number of seconds", fmt("%g", c.dist_timeout_sec), "the default is 300");
-  if (c.shm_allreduce != "auto" && c.shm_allreduce != "off") bad("--shm-allreduce", "auto or off", "'" + c.shm_allreduce + "'", "auto sums CPU gradients of ranks on one machine in shared memory; off always uses Gloo");
-  if (c.bucket_cap_mb <= 0) bad("--bucket-cap-mb", "a positive size in MB", fmt("%g", c.bucket_cap_mb), "the default is 25");
-  if (c.device != "auto" && c.device != "cpu" && c.device != "cuda") bad("--device", "auto, cpu or cuda", "'" + c.device + "'", "");
-  if (c.backend != "auto" && c.backend != "gloo" && c.backend != "nccl") bad("--backend", "auto, gloo or nccl", "'" + c.backend + "'", "");
-  if (c.checkpoint_every < 0) bad("--checkpoint-every", "0 (epoch ends only) or a positive number of steps", std::to_string(c.checkpoint_every), "");
-  if (c.keep_checkpoints < 1) bad("--keep-checkpoints", "at least 1", std::to_string(c.keep_checkpoints), "keep 2 or more so a corrupt newest file can fall back");
-  if (c.time_margin_sec < 0) bad("--time-margin", "0 or more seconds", fmt("%g", c.time_margin_sec), "the default is 60");
-  if (c.resume != "auto" && c.resume != "never" && !files::is_regular_file(c.resume)) {
-    bad("--resume", "auto, never or the path of a checkpoint file", "'" + c.resume + "', which is not a file", "list the checkpoints with ls CHECKPOINT_DIR");
+  check_counts(c);
+  check_cpu_choices(c);
+  const CheckpointConfig& k = c.checkpoint;
+  if (k.resume == ResumeMode::path && !files::is_regular_file(k.resume_path)) {
+    bad("--resume", "auto, never or the path of a checkpoint file", "'" + k.resume_path + "', which is not a file",
+        "list the checkpoints with ls CHECKPOINT_DIR");
   }
-  if (c.tf32 != "auto" && c.tf32 != "on" && c.tf32 != "off") bad("--tf32", "auto, on or off", "'" + c.tf32 + "'", "");
-  if (c.optimizer != "auto" && c.optimizer != "adadelta" && c.optimizer != "sgd" && c.optimizer != "adam" && c.optimizer != "adamw") {
-    bad("--optimizer", "auto, adadelta, sgd, adam or adamw", "'" + c.optimizer + "'", "");
-  }
-  if (c.lr != -1 && !(c.lr > 0)) bad("--lr", "a positive learning rate", fmt("%g", c.lr), "the recipe's default is 1.0 (Adadelta) or 0.1 (SGD)");
-  if (c.gamma != -1 && !(c.gamma > 0 && c.gamma <= 1)) bad("--gamma", "a factor in (0, 1]", fmt("%g", c.gamma), "the MNIST recipe uses 0.7");
-  if (c.cuda_graph != "auto" && c.cuda_graph != "on" && c.cuda_graph != "off") bad("--cuda-graph", "auto, on or off", "'" + c.cuda_graph + "'", "");
-  if (c.graph_allreduce != "in-graph" && c.graph_allreduce != "between") bad("--graph-allreduce", "in-graph or between", "'" + c.graph_allreduce + "'", "in-graph is the default; between is the fallback");
-  if (c.peer_allreduce != "auto" && c.peer_allreduce != "on" && c.peer_allreduce != "off") bad("--peer-allreduce", "auto, on or off", "'" + c.peer_allreduce + "'", "auto is the default; off averages every bucket with NCCL");
-  if (c.channels_last != "on" && c.channels_last != "off") bad("--channels-last", "on or off", "'" + c.channels_last + "'", "off is the default");
-  if (c.device == "cpu" && c.channels_last == "on") bad("--channels-last on", "a CUDA device", "--device cpu", "the CPU runs keep the contiguous layout");
-  if (c.precision != "auto" && c.precision != "fp32" && c.precision != "tf32" && c.precision != "bf16") bad("--precision", "auto, fp32, tf32 or bf16", "'" + c.precision + "'", "auto is the default");
-  if (c.device == "cpu" && c.cuda_graph == "on") bad("--cuda-graph on", "a CUDA device", "--device cpu", "CUDA graphs need a GPU; use --cuda-graph auto or off on the CPU");
-  if (c.device == "cpu" && c.precision != "fp32" && c.precision != "auto") bad("--precision " + c.precision, "a CUDA device", "--device cpu", "on the CPU libtrain trains in fp32");
-  if (!c.profile.empty()) detail::parse_profile_steps(c.profile_steps);  // throws naming the flag
-  parse_signal_list(c.preempt_signals);  // throws naming the unknown signal
-  parse_augment(c.augment);               // throws naming the unknown word
-  if (c.device == "cpu" && c.backend == "nccl") bad("--backend nccl", "a CUDA device", "--device cpu", "use --backend gloo on CPU");
+  if (!c.logging.profile.empty()) detail::parse_profile_steps(c.logging.profile_steps);  // throws naming the flag
+  parse_signal_list(k.preempt_signals);  // throws naming the unknown signal
 }
 
 }  // namespace train

@@ -8,16 +8,16 @@
 //   branch MKL documents as the same on Intel and non-Intel CPUs (MKL_CBWR=AVX2 falls back to
 //   AUTO on AMD);
 // - oneDNN (mkldnn) convolutions, NNPACK (convolutions without gradients at batch >= 16 once
-//   oneDNN is off) and libtrain's AVX-512 fused pool kernels: torch has no variable for the first
-//   two, so `portable` turns them off here (ATen's im2col + gemm convolutions instead), and picks
-//   the portable fused kernels (the same bits as the AVX-512 ones; one path less to trust).
+//   oneDNN is off) and the built-in models' AVX-512 fused pool kernels: torch has no variable for
+//   the first two, so `portable` turns them off here (ATen's im2col + gemm convolutions instead);
+//   the models read the variable themselves and pick their portable fused kernels (the same bits
+//   as the AVX-512 ones; models/src/fused.cpp).
 // Together with a fixed --threads, a CPU run then gives the same params_sha256 on any x86-64
 // (tests/libtrain/invariant_test.cpp; docs/design.md, Determinism). It is slower: a test and
 // debugging setting, not a training one.
 #include "cpu_kernels.h"
 
 #include "train/error.h"
-#include "train/models/fused.h"
 
 #include <ATen/Context.h>
 
@@ -37,7 +37,6 @@ void apply_cpu_kernels_env() {
   }
   at::globalContext().setUserEnabledMkldnn(false);
   at::globalContext().setUserEnabledNNPACK(false);
-  models::force_portable_fused_kernels(true);
 }
 
 }  // namespace train::detail

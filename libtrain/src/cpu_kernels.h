@@ -5,7 +5,8 @@ namespace train::detail {
 
 /// Reads TRAIN_CPU_KERNELS: unset, empty or `auto` changes nothing; `portable` turns off the CPU
 /// kernels that pick their code by the CPU they run on and that torch has no variable for
-/// (oneDNN, NNPACK, libtrain's AVX-512 fused kernels). Anything else is a ConfigError.
+/// (oneDNN, NNPACK; the built-in models read it for their fused kernels). Anything else is a
+/// ConfigError.
 void apply_cpu_kernels_env();
 
 }  // namespace train::detail

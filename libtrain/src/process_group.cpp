@@ -233,7 +233,7 @@ const DistEnv& ProcessGroup::env() const { return core_->env; }
 std::chrono::milliseconds ProcessGroup::timeout() const { return core_->timeout; }
 
 void ProcessGroup::allreduce_sum(at::Tensor& tensor) {
-  detail::ShmGroup* shm = core_->small_shm.get();
+  details::ShmGroup* shm = core_->small_shm.get();
   const auto dtype = detail::shm_dtype_of(tensor.scalar_type());
   // The choice depends only on what the contract makes equal on every rank (device, dtype,
   // size), never on memory layout, so all ranks always take the same path.

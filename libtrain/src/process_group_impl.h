@@ -1,7 +1,7 @@
 // Private: the c10d store and backend behind train::ProcessGroup, shared by libtrain's sources.
 #pragma once
 
-#include "shm_group.h"
+#include "train/details/shm_group.h"
 #include "train/process_group.h"
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -17,6 +17,8 @@
 #include <thread>
 
 namespace train::detail {
+
+using details::ShmGroup;
 
 /// The shared-memory allreduce's element type for a tensor dtype; nullopt where it has none.
 inline std::optional<ShmGroup::DType> shm_dtype_of(at::ScalarType type) {

@@ -37,11 +37,11 @@ std::string capture_refusal(const torch::optim::Optimizer& optimizer) {
          "state would replay its capture-time values); libtrain captures its Adadelta and torch::optim::SGD";
 }
 
-StepChoice choose_step(bool cuda, const std::string& cuda_graph, bool lr_every_step,
+StepChoice choose_step(bool cuda, Switch cuda_graph, bool lr_every_step,
                        const torch::optim::Optimizer& optimizer) {
   StepChoice choice;
-  if (!cuda || cuda_graph == "off") return choice;
-  choice.warn = cuda_graph == "on";
+  if (!cuda || cuda_graph == Switch::off) return choice;
+  choice.warn = cuda_graph == Switch::on;
   if (lr_every_step) {
     // The rate is baked into a captured step; one that changes every step can't be replayed.
     choice.why_eager = "the LR schedule changes the rate every step, and a captured step holds its capture-time rate";
@@ -52,20 +52,20 @@ StepChoice choose_step(bool cuda, const std::string& cuda_graph, bool lr_every_s
   return choice;
 }
 
-PrecisionChoice resolve_precision(bool cuda, bool bf16_supported, const std::string& flag,
+PrecisionChoice resolve_precision(bool cuda, bool bf16_supported, Precision flag,
                                   std::optional<int64_t> auto_bf16_batch, int64_t batch) {
-  if (!cuda) return {"fp32", ""};
-  if (flag != "auto") return {flag, ""};
+  if (!cuda) return {Precision::fp32, ""};
+  if (flag != Precision::automatic) return {flag, ""};
   if (!auto_bf16_batch) {
-    return {"fp32", "--precision auto: fp32 (this model's spec doesn't ask for bf16: set TrainSpec::auto_bf16_batch "
+    return {Precision::fp32, "--precision auto: fp32 (this model's spec doesn't ask for bf16: set TrainSpec::auto_bf16_batch "
                     "where you measured it, or pass --precision bf16)"};
   }
   const int64_t from = *auto_bf16_batch;
   if (batch >= from && bf16_supported) {
-    return {"bf16", "--precision auto: bf16 autocast (batch " + std::to_string(batch) + " per rank >= " +
+    return {Precision::bf16, "--precision auto: bf16 autocast (batch " + std::to_string(batch) + " per rank >= " +
                         std::to_string(from) + "); --precision fp32 keeps float32"};
   }
-  return {"fp32", "--precision auto: fp32 (bf16 is picked for batches of " + std::to_string(from) +
+  return {Precision::fp32, "--precision auto: fp32 (bf16 is picked for batches of " + std::to_string(from) +
                       " or more per rank on GPUs that have it)"};
 }
 

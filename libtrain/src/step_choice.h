@@ -2,6 +2,8 @@
 // eager step computes; otherwise the eager step, with one log line that says why.
 #pragma once
 
+#include "train/config.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -28,22 +30,22 @@ struct StepChoice {
   bool warn = false;  ///< the user asked for the graph (--cuda-graph on): say it as a warning
 };
 
-/// The decision itself. `cuda_graph` is the --cuda-graph setting (auto | on | off);
+/// The decision itself. `cuda_graph` is the --cuda-graph setting;
 /// `lr_every_step` whether the LR schedule changes the rate after every step.
-StepChoice choose_step(bool cuda, const std::string& cuda_graph, bool lr_every_step,
+StepChoice choose_step(bool cuda, Switch cuda_graph, bool lr_every_step,
                        const torch::optim::Optimizer& optimizer);
 
 /// What --precision resolved to, and the log line that says why (empty when nothing was chosen).
 struct PrecisionChoice {
-  std::string precision;  ///< fp32 | tf32 | bf16
+  Precision precision = Precision::fp32;  ///< fp32, tf32 or bf16 (never automatic)
   std::string why;
 };
 
-/// --precision `flag` (auto | fp32 | tf32 | bf16) on this device. auto is bf16 autocast only where
+/// --precision `flag` on this device. auto is bf16 autocast only where
 /// the spec asks for it, from `auto_bf16_batch` samples per rank up (TrainSpec::auto_bf16_batch:
 /// the built-in MNIST recipe, where bf16 was measured within half a point of fp32), on a GPU that
 /// has bf16; fp32 otherwise (a user's model is never switched to bf16 unasked). The CPU: fp32.
-PrecisionChoice resolve_precision(bool cuda, bool bf16_supported, const std::string& flag,
+PrecisionChoice resolve_precision(bool cuda, bool bf16_supported, Precision flag,
                                   std::optional<int64_t> auto_bf16_batch, int64_t batch);
 
 }  // namespace train::detail

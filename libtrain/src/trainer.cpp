@@ -14,7 +14,7 @@ namespace {
 // Intra-op threads: the CPUs this process may run on (SLURM's task affinity, taskset, cgroup
 // cpusets), not every core of the machine, shared among the ranks on this node.
 int pick_threads(const TrainConfig& c, const DistEnv& env) {
-  if (c.threads > 0) return c.threads;
+  if (c.run.threads) return *c.run.threads;
   cpu_set_t set;
   int cores = 0;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) cores = CPU_COUNT(&set);
@@ -29,9 +29,9 @@ void set_lr(torch::optim::Optimizer& opt, double lr) {
 
 PreemptionOptions preemption_options(const TrainConfig& c) {
   PreemptionOptions o;
-  o.requeue_signals = parse_signal_list(c.preempt_signals);
+  o.requeue_signals = parse_signal_list(c.checkpoint.preempt_signals);
   o.stop_signals = {SIGTERM, SIGINT};
-  o.time_margin_sec = c.time_margin_sec;
+  o.time_margin_sec = c.checkpoint.time_margin_sec;
   return o;
 }
 
@@ -68,7 +68,7 @@ TrainResult Trainer::fit(const TrainSpec& spec) {
   t.resume();
   if (t.pg) {
     DdpOptions dopt;
-    dopt.bucket_cap_mb = t.c.bucket_cap_mb;
+    dopt.bucket_cap_mb = t.c.distributed.bucket_cap_mb;
     dopt.split_first_module = t.plan.peer;
     t.ddp = std::make_unique<DistributedDataParallel>(t.model.module, t.pg, dopt);
   }
@@ -94,14 +94,18 @@ void Trainer::Run::setup(const TrainSpec& s) {
                           s.unit + "' and " + fmt("%g", s.units_per_sample) + ".",
                       "e.g. unit = \"tokens\", units_per_sample = 256 for sequences of 256 tokens.");
   }
-  batch = c.batch_size > 0 ? c.batch_size : s.batch_size;
+  batch = c.run.batch_size.value_or(s.batch_size);
+  epochs = c.run.epochs.value_or(s.epochs);
   if (batch < 1) {
     throw ConfigError("--batch-size: expected a positive per-rank batch size, found " + std::to_string(batch) + ".",
                       "e.g. --batch-size 64");
   }
+  if (epochs < 1) {
+    throw ConfigError("TrainSpec::epochs: expected at least 1, found " + std::to_string(epochs) + ".", "e.g. --epochs 14");
+  }
   s.train_data->to(device);
   if (s.eval_data) s.eval_data->to(device);
-  log::configure(env.rank, env.world_size, env.host, c.log_all_ranks);
+  log::configure(env.rank, env.world_size, env.host, c.logging.log_all_ranks);
   preemption = std::make_unique<Preemption>(preemption_options(c), env);
   faults = detail::FaultInjection::from_env(env.rank);
   result.world_size = env.world_size;
@@ -119,7 +123,7 @@ void Trainer::Run::connect() {
   f.peer_kernels = dev->peer_kernels();
   f.peer_access_to_other = env.local_world_size == 2 && dev->peer_access(1 - env.local_rank);
   plan = detail::plan_comm(c, f);
-  if (env.world_size <= 1 && !c.ddp_single_rank) return;
+  if (env.world_size <= 1 && !c.distributed.ddp_single_rank) return;
   if (!plan.why.empty()) log::info(plan.why);
   DistEnv e = env;
   if (env.world_size <= 1) {
@@ -129,9 +133,9 @@ void Trainer::Run::connect() {
   }
   ProcessGroupOptions po;
   po.backend = plan.backend;
-  po.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.dist_timeout_sec * 1000));
+  po.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.distributed.timeout_sec * 1000));
   po.device_index = std::max<int>(0, device.index());  // the CPU's is -1
-  po.shared_memory_allreduce = c.shm_allreduce == "auto";
+  po.shared_memory_allreduce = c.distributed.shm_allreduce;
   log::info("rendezvous: " + std::to_string(e.world_size) + " ranks at " + e.master_addr + ":" +
             std::to_string(e.master_port) + ", backend " + to_string(plan.backend));
   pg = ProcessGroup::create(e, po);
@@ -139,7 +143,7 @@ void Trainer::Run::connect() {
 
 // The model is built right after seeding, so every rank (and every run) starts from the same weights.
 void Trainer::Run::build_model() {
-  torch::manual_seed(c.seed);  // also every GPU's generator
+  torch::manual_seed(c.run.seed);  // also every GPU's generator
   model = spec->model();
   if (!model.module || !model.forward) {
     throw ConfigError("TrainSpec::model: expected a module and its forward, found " +
@@ -168,14 +172,14 @@ void Trainer::Run::build_model() {
   state.load_user = [this](torch::serialize::InputArchive& a) {
     for_callbacks([&](Callback& cb) { cb.on_load_checkpoint(a); });
   };
-  if (!c.checkpoint_dir.empty()) ckdir = std::make_unique<CheckpointDir>(c.checkpoint_dir, c.keep_checkpoints);
+  if (!c.checkpoint.dir.empty()) ckdir = std::make_unique<CheckpointDir>(c.checkpoint.dir, c.checkpoint.keep);
 }
 
 // --precision auto: bf16 autocast only where the spec measured it (TrainSpec::auto_bf16_batch),
 // fp32 otherwise; on the CPU always fp32.
-std::string Trainer::Run::resolve_precision() const {
+Precision Trainer::Run::resolve_precision() const {
   const detail::PrecisionChoice p =
-      detail::resolve_precision(dev->gpu(), dev->bf16_supported(), c.precision, spec->auto_bf16_batch, batch);
+      detail::resolve_precision(dev->gpu(), dev->bf16_supported(), c.run.precision, spec->auto_bf16_batch, batch);
   if (!p.why.empty()) log::info(p.why);
   return p.precision;
 }
@@ -187,17 +191,18 @@ void Trainer::Run::make_step() {
   parts.optimizer = optimizer.get();
   parts.loss = &spec->loss;
   parts.loss_sum = &state.loss_sum;
-  result.precision = resolve_precision();
-  parts.bf16 = result.precision == "bf16";
+  const Precision precision = resolve_precision();
+  result.precision = choice_name(precision);
+  parts.bf16 = precision == Precision::bf16;
   parts.reducer = ddp ? &ddp->reducer() : nullptr;
   parts.process_group = pg.get();
   parts.world_size = env.world_size;
   parts.graph_average = plan.graph_average;
   parts.peer = plan.peer;
-  parts.peer_flag = c.peer_allreduce;
+  parts.peer_flag = c.gpu.peer_allreduce;
   const detail::StepChoice choice = choose_step();
   if (!choice.why_eager.empty()) {
-    const std::string line = "--cuda-graph " + c.cuda_graph + ": the step runs eagerly: " + choice.why_eager;
+    const std::string line = "--cuda-graph " + choice_name(c.gpu.cuda_graph) + ": the step runs eagerly: " + choice.why_eager;
     choice.warn ? log::warn(line) : log::info(line);
   }
   train_step = choice.graph ? detail::make_cuda_graph_step(parts, batch) : detail::make_eager_step(parts);
@@ -227,26 +232,26 @@ bool Trainer::Run::check_stop(Clock::time_point t0, double earlier_segments) {
 
 void Trainer::Run::train() {
   if (env.rank == 0) {
-    if (!c.metrics.empty()) metrics.push_back(make_jsonl_sink(c.metrics));
-    if (!c.tensorboard.empty()) metrics.push_back(make_tensorboard_sink(c.tensorboard));
+    if (!c.logging.metrics.empty()) metrics.push_back(make_jsonl_sink(c.logging.metrics));
+    if (!c.logging.tensorboard.empty()) metrics.push_back(make_tensorboard_sink(c.logging.tensorboard));
     metrics.insert(metrics.end(), spec->metrics_sinks.begin(), spec->metrics_sinks.end());
     for (const auto& sink : metrics) sink->open(prog().step);  // a resumed run's records go on from here
   }
-  if (!c.profile.empty()) {
-    profiler = std::make_unique<detail::StepProfiler>(c.profile, detail::parse_profile_steps(c.profile_steps), env.rank,
+  if (!c.logging.profile.empty()) {
+    profiler = std::make_unique<detail::StepProfiler>(c.logging.profile, detail::parse_profile_steps(c.logging.profile_steps), env.rank,
                                                       dev->gpu());
   }
   log::info("training " + spec->model_name + " on " + spec->train_data->name() + " (" +
-            std::to_string(spec->train_data->size()) + " samples) for " + std::to_string(c.epochs) + " epochs, batch " +
+            std::to_string(spec->train_data->size()) + " samples) for " + std::to_string(epochs) + " epochs, batch " +
             std::to_string(batch) + " per rank x " + std::to_string(env.world_size) + " ranks, lr " +
             fmt("%g", prog().lr) + ", device " + device.str() + ", " + std::to_string(threads) + " threads");
   if (preemption->job_end_time() > 0) {
     log::info("SLURM job ends " + describe_end_time(preemption->job_end_time(), std::time(nullptr)) +
-              "; checkpointing " + fmt("%.0f", c.time_margin_sec) + " s before it");
+              "; checkpointing " + fmt("%.0f", c.checkpoint.time_margin_sec) + " s before it");
   } else if (preemption->job_has_no_time_limit()) {
     log::info("SLURM job has no time limit: no checkpoint before a deadline (signals and --checkpoint-every still apply)");
   }
-  for (; prog().epoch <= c.epochs; ++prog().epoch) {
+  for (; prog().epoch <= epochs; ++prog().epoch) {
     if (!train_epoch()) break;
   }
   if (profiler) profiler->finish(prog().step);
@@ -255,7 +260,7 @@ void Trainer::Run::train() {
 // One epoch: its steps, then evaluation and the epoch-end checkpoint. Returns false when the run
 // ends here (a stop request, --max-steps, --dry-run's single step is not an end).
 bool Trainer::Run::train_epoch() {
-  DistributedSampler sampler(spec->train_data->size(), env.world_size, env.rank, /*shuffle=*/true, c.seed);
+  DistributedSampler sampler(spec->train_data->size(), env.world_size, env.rank, /*shuffle=*/true, c.run.seed);
   set_lr(*optimizer, prog().lr);
   if (prog().lr != step_lr) {
     train_step->lr_changed();  // a captured step follows the new rate, or is captured again
@@ -294,15 +299,15 @@ bool Trainer::Run::train_epoch() {
     images_since_log += static_cast<double>(len * env.world_size);
     prog().images_total += len * env.world_size;
     faults.after_step(prog().step);
-    max_steps_reached = c.max_steps > 0 && prog().step >= c.max_steps;
-    const bool last = b + 1 == batches || c.dry_run || max_steps_reached;
-    if (b % c.log_interval == 0 || last) log_progress(b, batches, start, loss, images_since_log, t_log);
+    max_steps_reached = c.run.max_steps && prog().step >= *c.run.max_steps;
+    const bool last = b + 1 == batches || c.run.dry_run || max_steps_reached;
+    if (b % c.logging.log_interval == 0 || last) log_progress(b, batches, start, loss, images_since_log, t_log);
     for_callbacks([&](Callback& cb) { cb.on_step_end({prog().epoch, prog().step, b, batches, len, loss.detach(), lr_used, optimizer.get()}); });
     collect_checkpoint(/*wait=*/false);
-    if (c.dry_run || max_steps_reached) break;
+    if (c.run.dry_run || max_steps_reached) break;
     if (b + 1 == batches) break;
     if (prog().step % check_every == 0 && check_stop(t0, earlier_segments)) return false;
-    if (ckdir && c.checkpoint_every > 0 && prog().step % c.checkpoint_every == 0) {
+    if (ckdir && c.checkpoint.every && prog().step % *c.checkpoint.every == 0) {
       // The epoch's training time leaves out the checkpoint's (the done line reports it).
       earlier_segments += seconds_since(t0);
       const at::Tensor loss_sum = shared_loss_sum();  // every rank takes part
@@ -381,7 +386,7 @@ void Trainer::Run::end_epoch(double epoch_seconds) {
   EvalResult ev;
   const auto t_eval = Clock::now();
   if (spec->eval_data) {
-    ev = evaluate(c.dry_run);
+    ev = evaluate(c.run.dry_run);
     for_callbacks([&](Callback& cb) { cb.on_evaluation(ev); });
   }
   const double eval_seconds = seconds_since(t_eval);
@@ -423,8 +428,8 @@ EvalResult Trainer::Run::evaluate(bool one_batch) {
   // [loss sum, count, metric sums...]
   at::Tensor totals = torch::zeros({2 + n_metrics}, at::TensorOptions().dtype(at::kDouble).device(device));
   const int64_t n = idx.size(0);
-  for (int64_t start = 0; start < n; start += c.test_batch_size) {
-    const int64_t len = std::min(c.test_batch_size, n - start);
+  for (int64_t start = 0; start < n; start += c.run.test_batch_size) {
+    const int64_t len = std::min(c.run.test_batch_size, n - start);
     Batch b = data.get_batch(idx.narrow(0, start, len));
     at::Tensor out = model.forward(b.inputs);
     totals[0] += spec->loss(out, b.targets, Reduction::sum).to(at::kDouble);

@@ -31,14 +31,15 @@ void save_model_atomically(torch::nn::Module& model, const std::string& path) {
 
 }  // namespace
 
-// The flags that shape a run: stored in checkpoints and compared on resume.
+// What shapes a run, stored in checkpoints and compared on resume: the spec's names, the
+// Trainer's own settings, and the program's recipe (TrainSpec::recipe) as it described it.
 std::string Trainer::Run::shape_json(double lr0) const {
   nlohmann::ordered_json j = {
       {"model", spec->model_name}, {"dataset", spec->data_name}, {"batch_size", batch}, {"lr", lr0},
-      {"lr_schedule", spec->lr_schedule.description}, {"optimizer", c.optimizer}, {"momentum", c.momentum},
-      {"weight_decay", c.weight_decay}, {"seed", c.seed}, {"epochs", c.epochs},
-      {"limit_train_samples", c.limit_train_samples}, {"limit_test_samples", c.limit_test_samples},
-      {"no_dropout", c.no_dropout}};
+      {"lr_schedule", spec->lr_schedule.description}, {"seed", c.run.seed}, {"epochs", epochs}};
+  for (const auto& [key, value] : spec->recipe) {
+    if (!j.contains(key)) j[key] = value;
+  }
   return j.dump();
 }
 
@@ -48,10 +49,10 @@ std::string Trainer::Run::shape_json(double lr0) const {
 void Trainer::Run::resume() {
   std::unique_ptr<torch::serialize::InputArchive> archive;
   std::string path;
-  if (c.resume != "never" && c.resume != "auto") {
-    path = c.resume;
-    archive = CheckpointDir::load_file(c.resume, device);
-  } else if (c.resume == "auto" && ckdir) {
+  if (c.checkpoint.resume == ResumeMode::path) {
+    path = c.checkpoint.resume_path;
+    archive = CheckpointDir::load_file(path, device);
+  } else if (c.checkpoint.resume == ResumeMode::automatic && ckdir) {
     int64_t chosen = -1;
     if (env.rank == 0) {
       auto found = ckdir->load_latest_valid(device);
@@ -79,13 +80,17 @@ void Trainer::Run::apply_resumed(torch::serialize::InputArchive& a, const std::s
   const auto now = nlohmann::ordered_json::parse(state.shape_json);
   for (const char* key : {"model", "dataset"}) {
     if (saved.value(key, nlohmann::ordered_json()) != now[key]) {
-      throw CheckpointError(path + ": written for --" + std::string(key) + " " + saved.value(key, nlohmann::ordered_json()).dump() +
-                                ", but this run has " + now[key].dump() + ".",
-                            "resume with the same arguments, or point --checkpoint-dir at a fresh folder.");
+      throw CheckpointError(path + ": written for " + std::string(key) + " " + saved.value(key, nlohmann::ordered_json()).dump() +
+                                " (TrainSpec::" + (key == std::string("model") ? "model_name" : "data_name") +
+                                "), but this run trains " + now[key].dump() + ".",
+                            "resume with the same arguments (--model, --dataset for `train`), or point "
+                            "--checkpoint-dir at a fresh folder.");
     }
   }
+  // A program's recipe is text (TrainSpec::recipe); older checkpoints hold numbers: compare as text.
+  const auto text = [](const nlohmann::ordered_json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
   for (auto it = saved.begin(); it != saved.end(); ++it) {
-    if (now.contains(it.key()) && now[it.key()] != it.value()) {
+    if (now.contains(it.key()) && now[it.key()] != it.value() && text(now[it.key()]) != text(it.value())) {
       log::warn("resuming " + path + " with a different " + it.key() + " (" + it.value().dump() + " -> " +
                 now[it.key()].dump() + "): results will differ from an uninterrupted run");
     }
@@ -125,7 +130,7 @@ void Trainer::Run::stop(const StopRequest& request) {
                      : std::string()));
     return;
   }
-  if (ckdir && env.rank == 0 && c.requeue && !env.job_id.empty()) result.requeued = preemption->requeue_job();
+  if (ckdir && env.rank == 0 && c.checkpoint.requeue && !env.job_id.empty()) result.requeued = preemption->requeue_job();
 }
 
 // Mid-epoch, each rank holds the sum of its own step losses, but only rank 0 writes the checkpoint
@@ -181,7 +186,7 @@ void Trainer::Run::collect_checkpoint(bool wait) {
 TrainResult Trainer::Run::finish() {
   collect_checkpoint(/*wait=*/true);
   const bool stopped = result.preempted || result.cancelled;
-  result.epochs = std::min(prog().epoch, c.epochs);
+  result.epochs = std::min(prog().epoch, epochs);
   result.steps = prog().step;
   result.train_loss = prog().last_train_loss;
   result.test_loss = prog().last_test_loss;
@@ -195,9 +200,9 @@ TrainResult Trainer::Run::finish() {
   }
   result.peak_gpu_mb = dev->peak_memory_mb();
   result.params_sha256 = params_sha256(*model.module);
-  if (!stopped && !c.save_model.empty() && env.rank == 0) {
-    save_model_atomically(*model.module, c.save_model);
-    log::info("saved the model to " + c.save_model);
+  if (!stopped && !c.logging.save_model.empty() && env.rank == 0) {
+    save_model_atomically(*model.module, c.logging.save_model);
+    log::info("saved the model to " + c.logging.save_model);
   }
   // What the step captured goes before the communicator: destroying an NCCL communicator that a
   // live CUDA graph still uses hangs in NCCL.

@@ -67,7 +67,8 @@ struct Trainer::Run {
 
   // While fit() runs.
   const TrainSpec* spec = nullptr;
-  int64_t batch = 0;
+  int64_t batch = 0;   // per rank: --batch-size or the spec's
+  int epochs = 0;      // --epochs or the spec's
   std::shared_ptr<ProcessGroup> pg;
   ModelHandle model;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
@@ -102,7 +103,7 @@ struct Trainer::Run {
   void setup(const TrainSpec& s);
   void connect();
   detail::StepChoice choose_step() const {
-    return detail::choose_step(dev->gpu(), c.cuda_graph, spec->lr_schedule.every == LrSchedule::Every::step,
+    return detail::choose_step(dev->gpu(), c.gpu.cuda_graph, spec->lr_schedule.every == LrSchedule::Every::step,
                                *optimizer);
   }
   void build_model();
@@ -112,7 +113,7 @@ struct Trainer::Run {
   void train();
   bool train_epoch();
   void make_step();
-  std::string resolve_precision() const;
+  Precision resolve_precision() const;
   bool check_stop(detail::Clock::time_point t0, double earlier_segments);
   // The stop flags travel in device memory, posted and read later without host syncs (GPUs with
   // NCCL or one rank); else ranks sum them on the host (shared memory on one machine).

@@ -13,6 +13,8 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <string>
 #include <cstring>
 #include <optional>
 
@@ -87,8 +89,18 @@ struct Kernels {
   detail::BackwardRow backward;
 };
 
+// TRAIN_CPU_KERNELS=portable (docs/reference.md): CPU runs whose bits don't depend on the x86-64
+// CPU, so the portable kernels (the same bits as the AVX-512 ones; one path less to trust).
+bool portable_from_env() {
+  static const bool portable = [] {
+    const char* env = std::getenv("TRAIN_CPU_KERNELS");
+    return env != nullptr && std::string(env) == "portable";
+  }();
+  return portable;
+}
+
 Kernels kernels() {
-  if (!g_force_portable.load(std::memory_order_relaxed) && detail::avx512_kernels_available()) {
+  if (!g_force_portable.load(std::memory_order_relaxed) && !portable_from_env() && detail::avx512_kernels_available()) {
     return {detail::pool_forward_row_avx512, detail::pool_backward_row_avx512};
   }
   return {detail::pool_forward_row_portable, detail::pool_backward_row_portable};

@@ -2,7 +2,7 @@
 // processes: results in rank order for every dtype, repeated to stress the barrier, and the
 // failure cases: a peer that exits, one that stalls past the timeout, one that aborts, and ranks
 // that are not on one machine.
-#include "shm_group.h"
+#include "train/details/shm_group.h"
 #include "train/error.h"
 
 #include <gtest/gtest.h>
@@ -19,7 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-using train::detail::ShmGroup;
+using train::details::ShmGroup;
 using namespace std::chrono_literals;
 
 namespace {

@@ -48,7 +48,8 @@ std::shared_ptr<train::InMemoryDataset> random_data(int64_t n, uint64_t seed, co
   return std::make_shared<train::InMemoryDataset>(x, x.narrow(1, 0, 4).argmax(1), name);
 }
 
-train::TrainResult train_mlp(const train::TrainConfig& config, const train::DistEnv& env) {
+train::TrainResult train_mlp(const train::TrainConfig& config, const train::cli::RecipeOptions& recipe,
+                             const train::DistEnv& env) {
   train::Trainer trainer(config, env);  // checks the flags, picks threads and the device
   train::TrainSpec spec;
   spec.model = [] { return train::wrap_model(Net()); };
@@ -57,17 +58,20 @@ train::TrainResult train_mlp(const train::TrainConfig& config, const train::Dist
   spec.eval_data = random_data(128, /*seed=*/1, "random/test");
   spec.data_name = "random";
   spec.loss = train::cross_entropy_loss();  // the model outputs logits
-  const double lr = config.lr > 0 ? config.lr : 0.1;
+  const double lr = recipe.lr.value_or(0.1);  // --lr, or this program's default
   spec.optimizer = [lr](const std::vector<at::Tensor>& params) {
     return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(lr).momentum(0.9));
   };
-  spec.lr_schedule = train::step_lr(config.gamma > 0 ? config.gamma : 0.7);
+  spec.lr_schedule = train::step_lr(recipe.gamma.value_or(0.7));  // --gamma
   spec.batch_size = 32;  // per rank; --batch-size wins
+  spec.epochs = 10;      // --epochs wins
   return trainer.fit(spec);
 }
 
 int doc_main(int argc, char** argv) {
-  return train::cli::main(argc, argv, "my_train: an MLP on random data", train_mlp);
+  // The Trainer's flags, plus the two recipe flags this program reads: --lr and --gamma.
+  using train::cli::RecipeFlag;
+  return train::cli::main(argc, argv, "my_train: an MLP on random data", {RecipeFlag::lr, RecipeFlag::gamma}, train_mlp);
 }
 // ---- end of docs/api.md ----
 
@@ -279,6 +283,30 @@ TEST(ApiDoc, MainExampleTrainsAndPrintsTheDoneLine) {
 
 TEST(ApiDoc, MainExampleRejectsBadFlagsWithStatus2) {
   EXPECT_EQ(run_doc_main({"my_train", "--batch-size", "0"}), 2);
+  EXPECT_EQ(run_doc_main({"my_train", "--lr", "-1"}), 2);
+}
+
+// Issue 25, item 12: a user's program shows and accepts only the flags it honours. The recipe
+// flags it opted in to (--lr, --gamma) are there; `train`'s other recipe flags are unknown (exit 2
+// and a hint that names add_recipe_flags), not silently ignored.
+TEST(ApiDoc, MainExampleTakesOnlyTheFlagsItHonours) {
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(run_doc_main({"my_train", "--help"}), 0);
+  const std::string help = testing::internal::GetCapturedStdout();
+  for (const char* flag : {"--lr", "--gamma", "--epochs", "--batch-size", "--checkpoint-dir", "--device"}) {
+    EXPECT_NE(help.find(flag), std::string::npos) << flag << " missing from --help:\n" << help;
+  }
+  for (const char* flag : {"--model", "--dataset", "--optimizer", "--momentum", "--weight-decay", "--augment",
+                           "--limit-train-samples", "--limit-test-samples", "--no-dropout", "--list-models", "--data "}) {
+    EXPECT_EQ(help.find(flag), std::string::npos) << flag << " in --help:\n" << help;
+  }
+  for (const char* flag : {"--model", "--optimizer", "--momentum", "--limit-train-samples"}) {
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(run_doc_main({"my_train", flag, "1", "--device", "cpu"}), 2) << flag;
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find(flag), std::string::npos) << err;
+    EXPECT_NE(err.find("add_recipe_flags"), std::string::npos) << err;
+  }
 }
 
 TEST(ApiDoc, HandWrittenLoopTrainsAndResumes) {
@@ -301,12 +329,12 @@ TEST(ApiDoc, HandWrittenLoopTrainsAndResumes) {
 TEST(ApiDoc, CallbackMetricsReachEverySink) {
   train::test::TempDir dir("api-doc-metrics");
   train::TrainConfig config;
-  config.epochs = 3;
-  config.device = "cpu";
-  config.threads = 1;
-  config.log_interval = 4;
-  config.metrics = dir.file("m.jsonl");
-  config.tensorboard = dir.file("tb");
+  config.run.epochs = 3;
+  config.run.device = train::DeviceKind::cpu;
+  config.run.threads = 1;
+  config.logging.log_interval = 4;
+  config.logging.metrics = dir.file("m.jsonl");
+  config.logging.tensorboard = dir.file("tb");
   train::Trainer trainer(config, train::DistEnv{});
   auto sink = std::make_shared<RecordingSink>();
   train::TrainSpec spec;
@@ -367,10 +395,10 @@ TEST(ApiDoc, PluggedInPartsTrainAndResume) {
   train::test::TempDir dir("api-doc-parts");
   auto run = [&](int epochs) {
     train::TrainConfig config;
-    config.epochs = epochs;
-    config.device = "cpu";
-    config.threads = 1;
-    config.checkpoint_dir = dir.file("ckpt");
+    config.run.epochs = epochs;
+    config.run.device = train::DeviceKind::cpu;
+    config.run.threads = 1;
+    config.checkpoint.dir = dir.file("ckpt");
     train::Trainer trainer(config, train::DistEnv{});
     auto counter = std::make_shared<EpochCounter>();
     train::TrainSpec spec;
@@ -419,10 +447,10 @@ TEST(ApiDoc, CallbacksSeeTheOptimizerAndRateAndTheSpecsUnit) {
   std::vector<std::string> lines;
   train::log::set_sink([&](train::log::Level, const std::string& line) { lines.push_back(line); });
   train::TrainConfig config;
-  config.epochs = 2;
-  config.device = "cpu";
-  config.threads = 1;
-  config.log_interval = 1;
+  config.run.epochs = 2;
+  config.run.device = train::DeviceKind::cpu;
+  config.run.threads = 1;
+  config.logging.log_interval = 1;
   train::Trainer trainer(config, train::DistEnv{});
   auto rec = std::make_shared<RateRecorder>();
   train::TrainSpec spec;

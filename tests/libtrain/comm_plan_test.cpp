@@ -35,7 +35,7 @@ TEST(CommPlan, CpuIsGlooWithSharedMemory) {
   EXPECT_EQ(p.backend, Backend::gloo);
   EXPECT_FALSE(p.peer);
   EXPECT_TRUE(p.shared_memory);
-  c.shm_allreduce = "off";
+  c.distributed.shm_allreduce = false;
   EXPECT_FALSE(plan_comm(c, f).shared_memory);
 }
 
@@ -46,7 +46,7 @@ TEST(CommPlan, TwoLocalGpusOfAGraphStepAverageThroughPeerMemoryOverGloo) {
   EXPECT_EQ(p.backend, Backend::gloo);
   EXPECT_NE(p.why.find("backend gloo (--backend auto)"), std::string::npos) << p.why;
   // --backend nccl keeps NCCL (peer for the small buckets, NCCL for the rest).
-  c.backend = "nccl";
+  c.distributed.backend = train::BackendKind::nccl;
   p = plan_comm(c, two_local_gpus());
   EXPECT_TRUE(p.peer);
   EXPECT_EQ(p.backend, Backend::nccl);
@@ -70,17 +70,17 @@ TEST(CommPlan, NoPeerWithoutItsConditions) {
   f.world_size = 4;
   f.local_world_size = 4;
   expect_nccl_without_peer(f, "auto means two ranks");
-  c.peer_allreduce = "off";
+  c.gpu.peer_allreduce = train::Switch::off;
   expect_nccl_without_peer(two_local_gpus(), "--peer-allreduce off");
-  c.peer_allreduce = "auto";
-  c.graph_allreduce = "between";
+  c.gpu.peer_allreduce = train::Switch::automatic;
+  c.gpu.graph_allreduce = train::GraphAllreduce::between;
   expect_nccl_without_peer(two_local_gpus(), "--graph-allreduce between");
   EXPECT_EQ(plan_comm(c, two_local_gpus()).graph_average, GraphAverage::between);
 }
 
 TEST(CommPlan, PeerOnTakesUpToEightLocalGpusAndKeepsNccl) {
   train::TrainConfig c;
-  c.peer_allreduce = "on";
+  c.gpu.peer_allreduce = train::Switch::on;
   CommFacts f = two_local_gpus();
   f.world_size = 4;
   f.local_world_size = 4;
@@ -91,7 +91,7 @@ TEST(CommPlan, PeerOnTakesUpToEightLocalGpusAndKeepsNccl) {
   f.local_world_size = 8;
   EXPECT_FALSE(plan_comm(c, f).peer);
   // The peer access that can't be checked (per-task GPU binding): NCCL, peer still asked for.
-  c.peer_allreduce = "auto";
+  c.gpu.peer_allreduce = train::Switch::automatic;
   f = two_local_gpus();
   f.peer_access_to_other = false;
   p = plan_comm(c, f);

@@ -17,6 +17,8 @@
 #include <memory>
 
 using train::detail::capture_refusal;
+using train::Precision;
+using train::Switch;
 using train::detail::choose_step;
 
 namespace {
@@ -53,22 +55,22 @@ TEST(StepChoice, CapturesOnlyOptimizersWhoseStateLivesOnTheDevice) {
 // --cuda-graph on with AdamW: eager, and a warning that says why; auto: eager with an info line.
 TEST(StepChoice, HostStateOptimizerFallsBackToEagerAndSaysWhy) {
   torch::optim::AdamW adamw(params());
-  for (const char* flag : {"on", "auto"}) {
+  for (Switch flag : {Switch::on, Switch::automatic}) {
     auto c = choose_step(/*cuda=*/true, flag, /*lr_every_step=*/false, adamw);
-    EXPECT_FALSE(c.graph) << flag;
+    EXPECT_FALSE(c.graph) << train::choice_name(flag);
     EXPECT_NE(c.why_eager.find("bias correction"), std::string::npos) << c.why_eager;
-    EXPECT_EQ(c.warn, std::string(flag) == "on");
+    EXPECT_EQ(c.warn, flag == Switch::on);
   }
   train::optim::Adadelta adadelta(params());
-  auto g = choose_step(true, "auto", false, adadelta);
+  auto g = choose_step(true, Switch::automatic, false, adadelta);
   EXPECT_TRUE(g.graph);
   EXPECT_EQ(g.why_eager, "");
   // A per-step schedule: eager, whatever the optimizer.
-  auto s = choose_step(true, "on", /*lr_every_step=*/true, adadelta);
+  auto s = choose_step(true, Switch::on, /*lr_every_step=*/true, adadelta);
   EXPECT_FALSE(s.graph);
   EXPECT_NE(s.why_eager.find("every step"), std::string::npos) << s.why_eager;
   // Nobody asked for a graph: eager, nothing to explain.
-  for (auto c : {choose_step(false, "auto", false, adamw), choose_step(true, "off", false, adamw)}) {
+  for (auto c : {choose_step(false, Switch::automatic, false, adamw), choose_step(true, Switch::off, false, adamw)}) {
     EXPECT_FALSE(c.graph);
     EXPECT_EQ(c.why_eager, "");
   }
@@ -80,16 +82,16 @@ TEST(StepChoice, PrecisionAutoIsBf16OnlyWhereTheSpecAsks) {
   using train::detail::resolve_precision;
   // A user's spec: fp32 at any batch, and the log says how to ask for more.
   for (int64_t batch : {64, 512, 4096}) {
-    auto p = resolve_precision(/*cuda=*/true, /*bf16_supported=*/true, "auto", std::nullopt, batch);
-    EXPECT_EQ(p.precision, "fp32") << batch;
+    auto p = resolve_precision(/*cuda=*/true, /*bf16_supported=*/true, Precision::automatic, std::nullopt, batch);
+    EXPECT_EQ(p.precision, Precision::fp32) << batch;
     EXPECT_NE(p.why.find("auto_bf16_batch"), std::string::npos) << p.why;
   }
   // The MNIST recipe's threshold.
-  EXPECT_EQ(resolve_precision(true, true, "auto", int64_t{512}, 512).precision, "bf16");
-  EXPECT_EQ(resolve_precision(true, true, "auto", int64_t{512}, 511).precision, "fp32");
-  EXPECT_EQ(resolve_precision(true, /*bf16_supported=*/false, "auto", int64_t{512}, 1024).precision, "fp32");
+  EXPECT_EQ(resolve_precision(true, true, Precision::automatic, int64_t{512}, 512).precision, Precision::bf16);
+  EXPECT_EQ(resolve_precision(true, true, Precision::automatic, int64_t{512}, 511).precision, Precision::fp32);
+  EXPECT_EQ(resolve_precision(true, /*bf16_supported=*/false, Precision::automatic, int64_t{512}, 1024).precision, Precision::fp32);
   // The flag wins; the CPU is fp32.
-  EXPECT_EQ(resolve_precision(true, true, "bf16", std::nullopt, 64).precision, "bf16");
-  EXPECT_EQ(resolve_precision(true, true, "tf32", int64_t{512}, 1024).precision, "tf32");
-  EXPECT_EQ(resolve_precision(false, false, "auto", int64_t{512}, 4096).precision, "fp32");
+  EXPECT_EQ(resolve_precision(true, true, Precision::bf16, std::nullopt, 64).precision, Precision::bf16);
+  EXPECT_EQ(resolve_precision(true, true, Precision::tf32, int64_t{512}, 1024).precision, Precision::tf32);
+  EXPECT_EQ(resolve_precision(false, false, Precision::automatic, int64_t{512}, 4096).precision, Precision::fp32);
 }

@@ -11,5 +11,7 @@ TEST(Umbrella, OneIncludeGivesTheTrainerAndItsParts) {
   EXPECT_EQ(data.size(), 4);
   train::DistributedSampler sampler(10, 2, 0, /*shuffle=*/false);
   EXPECT_EQ(sampler.indices(), (std::vector<int64_t>{0, 2, 4, 6, 8}));
-  EXPECT_FALSE(train::models::model_names().empty());
+  EXPECT_EQ(train::choice_name(train::GraphAllreduce::in_graph), "in-graph");
+  train::TrainConfig config;
+  EXPECT_EQ(config.run.device, train::DeviceKind::automatic);
 }

@@ -42,7 +42,7 @@ setup)
   # The installed headers are exactly the components' public include/ folders: nothing from src/,
   # no detail or private headers, and none that includes Gloo, c10d, spdlog, CLI11 or nlohmann.
   (cd "$prefix/include" && find . -type f | sort) >"$work/headers.installed"
-  for d in libtrain/base libtrain launcher datasets models; do (cd "$src/$d/include" && find . -type f); done |
+  for d in libtrain/base libtrain libtrain/builtin launcher datasets models; do (cd "$src/$d/include" && find . -type f); done |
     sort >"$work/headers.public"
   diff "$work/headers.public" "$work/headers.installed" ||
     fail "installed headers (right) differ from the public include/ folders (left)"
@@ -101,6 +101,17 @@ setup)
   [ "$rc" = 1 ] || fail "a truncated data file: expected exit 1, found $rc"
   grep -q "train.stripes: expected 1052704 bytes for 4096 images of 16x16, found 1000 (truncated?). Hint:" "$work/bad.err" ||
     { cat "$work/bad.err"; fail "the truncated file's message"; }
+  # A program shows and accepts only the flags it honours (issue 25): the recipe flags it reads
+  # (--data, --lr, ...) are there; `train`'s others are unknown, with a hint, not silently ignored.
+  "$exe" --help >"$work/help.out" || fail "custom_model --help failed"
+  grep -q -- "--lr" "$work/help.out" || fail "custom_model --help doesn't list --lr, which it reads"
+  ! grep -nE -- "--(model|dataset|optimizer|momentum|augment|list-models)\b" "$work/help.out" ||
+    fail "custom_model --help lists a recipe flag it doesn't read (above)"
+  rc=0
+  "$exe" --data "$data" --model cifar10 >"$work/model.out" 2>"$work/model.err" || rc=$?
+  [ "$rc" = 2 ] || fail "--model in a program that doesn't read it: expected exit 2, found $rc"
+  grep -q -- "--model" "$work/model.err" && grep -q "add_recipe_flags" "$work/model.err" ||
+    { cat "$work/model.err"; fail "the message for --model doesn't name it with a hint"; }
   echo "example built against $prefix, Torch from $got"
   ;;
 

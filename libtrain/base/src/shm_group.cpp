@@ -1,5 +1,5 @@
 // ShmGroup: POSIX shared memory, a futex-backed barrier, and a rank-ordered sum.
-#include "shm_group.h"
+#include "train/details/shm_group.h"
 
 #include "train/error.h"
 
@@ -20,7 +20,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-namespace train::detail {
+namespace train::details {
 
 namespace {
 
@@ -358,4 +358,4 @@ void ShmGroup::allreduce_sum(size_t offset_bytes, size_t count, DType dtype, con
   barrier(op);  // the whole result is there
 }
 
-}  // namespace train::detail
+}  // namespace train::details

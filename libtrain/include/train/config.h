@@ -1,74 +1,147 @@
-// TrainConfig: everything that shapes a run (the `train` flags map one to one onto it), its
-// checks, and TrainResult: what a finished run reports in its done line.
+// TrainConfig: what the Trainer itself honours, in typed sections (run, distributed, gpu,
+// checkpoint, logging), the flag text of each enumerated choice, the checks, and TrainResult:
+// what a finished run reports in its done line. A program's own recipe (model, optimizer, data)
+// lives in the program: train/cli.h's RecipeOptions, train/builtin.h's BuiltinRecipe.
 #pragma once
 
+#include "train/error.h"
+
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace train {
 
-/// Everything that shapes a run; the `train` flags map one to one onto it (docs/reference.md).
-struct TrainConfig {
-  std::string model = "mnist";
-  std::string dataset;          ///< "" = the model's usual dataset (mnist -> fashion-mnist)
-  std::string data_dir;         ///< "" = Debian's fashion-mnist folder when that is the dataset; else a
-                                ///< flat folder of the files or torchvision's root (see catalog::locate)
-  /// The `train` command line puts the recipe's here when --epochs is not given (mnist 14,
-  /// cifar10 4: train/catalog.h); a program that builds its TrainConfig itself gets 14.
-  int epochs = 14;
-  int64_t batch_size = 0;       ///< per rank; 0 = the recipe's (mnist 64, cifar10 256)
-  int64_t test_batch_size = 1000;
-  double lr = -1;               ///< < 0 = the recipe's (Adadelta 1.0, SGD 0.1)
-  double gamma = -1;            ///< StepLR factor per epoch; < 0 = the recipe's (0.7, SGD 1.0)
-  std::string optimizer = "auto";  ///< auto | adadelta | sgd
-  double momentum = 0.9;        ///< SGD only
-  double weight_decay = -1;     ///< < 0 = the recipe's (Adadelta 0, SGD 1e-4)
-  uint64_t seed = 1;
-  int64_t max_steps = 0;        ///< stop after this many optimizer steps in total (0 = no limit)
-  int64_t limit_train_samples = 0;
-  int64_t limit_test_samples = 0;
-  std::string device = "auto";  ///< auto | cpu | cuda
-  int threads = 0;              ///< intra-op CPU threads; 0 = cores / local ranks
-  int64_t log_interval = 10;
-  bool log_all_ranks = false;   ///< info lines from every rank, not only rank 0
-  std::string save_model;       ///< write the final parameters here (rank 0)
-  std::string metrics;          ///< JSON-lines metrics file (rank 0)
-  std::string tensorboard;      ///< "" = none; else a folder for TensorBoard event files (rank 0)
-  std::string profile;          ///< "" = none; else a folder: each rank's torch-profiler trace of profile_steps
-  std::string profile_steps = "20:30";  ///< FROM:TO, optimizer steps counted from 1 over the run (--profile)
-  bool dry_run = false;         ///< one step per epoch, one test batch
-  bool no_dropout = false;
-  std::string augment;          ///< "" | crop | flip | crop,flip: built-in image datasets' training data
-  std::string backend = "auto"; ///< auto | gloo | nccl
-  double dist_timeout_sec = 300;
-  double bucket_cap_mb = 25;
-  bool ddp_single_rank = false;  ///< a process group and DDP even with one rank (to measure DDP's own cost)
-  std::string shm_allreduce = "auto";  ///< auto (ranks on one machine sum CPU gradients in shared memory) | off
-  std::string tf32 = "auto";    ///< auto (PyTorch's defaults: cuDNN yes, matmul no) | on | off
-  bool deterministic = false;   ///< deterministic cuDNN algorithms (CUDA runs)
-  bool cudnn_benchmark = false;     ///< let cuDNN time its algorithms for each new shape (costs seconds at start)
-  std::string cuda_graph = "auto";  ///< auto (on for CUDA) | on | off: the training step in a CUDA graph
-  std::string graph_allreduce = "in-graph";  ///< in-graph | between: where a CUDA graph step averages gradients (several ranks)
-  /// With in-graph, GPUs of one machine average the gradient buckets through each other's memory
-  /// (one kernel each) instead of NCCL: auto (two ranks on one machine) | on (2 to 8 ranks on one
-  /// machine) | off (NCCL only)
-  std::string peer_allreduce = "auto";
-  std::string channels_last = "off";  ///< on | off: CUDA runs keep 4-d weights (and so activations) in NHWC order
-  /// auto (bf16 on a CUDA GPU that has it where the spec asks for it: TrainSpec::auto_bf16_batch,
-  /// set by the built-in MNIST recipe to kAutoBf16Batch; fp32 otherwise and on the CPU) | fp32 | tf32 (TF32 matmuls and convolutions) | bf16 (autocast,
-  /// fp32 weights)
-  std::string precision = "auto";
-  std::string init_method;      ///< "" or tcp://HOST:PORT (torch.distributed's init_method)
-  int world_size = 0;           ///< 0 = from the environment; else checked against it
+/// --device: where a rank trains.
+enum class DeviceKind { automatic, cpu, cuda };
+/// --backend: the process group's transport (automatic: NCCL on GPUs, Gloo on the CPU).
+enum class BackendKind { automatic, gloo, nccl };
+/// A setting that libtrain may decide (automatic) or the user forces on or off.
+enum class Switch { automatic, on, off };
+/// --graph-allreduce: where a CUDA graph step averages gradients with several ranks.
+enum class GraphAllreduce { in_graph, between };
+/// --precision: what CUDA steps compute in (automatic: see RunConfig::precision).
+enum class Precision { automatic, fp32, tf32, bf16 };
+/// --resume: the newest valid checkpoint (automatic), none, or CheckpointConfig::resume_path.
+enum class ResumeMode { automatic, never, path };
 
-  // Checkpoints and preemption (docs/checkpoints.md).
-  std::string checkpoint_dir;   ///< "" = no checkpoints
-  int64_t checkpoint_every = 0; ///< also checkpoint every N steps (0 = only at epoch ends)
-  int keep_checkpoints = 3;
-  std::string resume = "auto";  ///< auto | never | PATH of a checkpoint file
-  std::string preempt_signals = "USR2";  ///< signals that mean "checkpoint, requeue and resume"
-  double time_margin_sec = 60;  ///< checkpoint this long before the SLURM job's end time
-  bool requeue = true;          ///< under SLURM, `scontrol requeue` the job after a preemption checkpoint
+/// The flag text of each value of an enumerated choice, in the order --help lists them. The one
+/// mapping between text and enum: the command line, logs, checkpoints and errors all use it.
+/// Specialised for each enum above (config.cpp) and for programs' own (train/builtin.h).
+template <class E>
+const std::vector<std::pair<E, std::string>>& choices();
+template <>
+const std::vector<std::pair<DeviceKind, std::string>>& choices<DeviceKind>();
+template <>
+const std::vector<std::pair<BackendKind, std::string>>& choices<BackendKind>();
+template <>
+const std::vector<std::pair<Switch, std::string>>& choices<Switch>();
+template <>
+const std::vector<std::pair<GraphAllreduce, std::string>>& choices<GraphAllreduce>();
+template <>
+const std::vector<std::pair<Precision, std::string>>& choices<Precision>();
+
+/// The flag text of `value` ("auto", "in-graph", ...).
+template <class E>
+std::string choice_name(E value) {
+  for (const auto& [v, name] : choices<E>()) {
+    if (v == value) return name;
+  }
+  return "?";
+}
+
+/// The choices as a sentence: "auto, cpu or cuda".
+template <class E>
+std::string choice_list() {
+  const auto& all = choices<E>();
+  std::string list;
+  for (size_t i = 0; i < all.size(); ++i) list += (i == 0 ? "" : i + 1 == all.size() ? " or " : ", ") + all[i].second;
+  return list;
+}
+
+/// `text` as an E. Throws train::ConfigError naming `flag`, the choices and `text`.
+template <class E>
+E parse_choice(const std::string& flag, const std::string& text, const std::string& hint = "") {
+  for (const auto& [v, name] : choices<E>()) {
+    if (name == text) return v;
+  }
+  throw ConfigError(flag + ": expected " + choice_list<E>() + ", found '" + text + "'.", hint);
+}
+
+/// What a run is and where it runs (docs/reference.md, "Run").
+struct RunConfig {
+  std::optional<int> epochs;             ///< --epochs; unset = TrainSpec::epochs (the `train` recipes: mnist 14, cifar10 4)
+  std::optional<int64_t> batch_size;     ///< --batch-size, per rank; unset = TrainSpec::batch_size
+  int64_t test_batch_size = 1000;        ///< --test-batch-size
+  std::optional<int64_t> max_steps;      ///< --max-steps: stop after this many optimizer steps in total; unset = no limit
+  uint64_t seed = 1;                     ///< --seed: model init, dropout, sampler
+  bool dry_run = false;                  ///< --dry-run: one step per epoch, one test batch
+  DeviceKind device = DeviceKind::automatic;  ///< --device: automatic = the GPUs SLURM gave the job, else the CPU
+  std::optional<int> threads;            ///< --threads: intra-op CPU threads; unset = cores / local ranks
+  /// --precision: automatic = bf16 on a CUDA GPU that has it where the spec asks for it
+  /// (TrainSpec::auto_bf16_batch, set by the built-in MNIST recipe to kAutoBf16Batch), fp32
+  /// otherwise and on the CPU; tf32 = TF32 matmuls and convolutions; bf16 = autocast, fp32 weights.
+  Precision precision = Precision::automatic;
+};
+
+/// How ranks find each other and average gradients.
+struct DistributedConfig {
+  BackendKind backend = BackendKind::automatic;  ///< --backend
+  std::string init_method;               ///< --init-method: "" or tcp://HOST:PORT (torch.distributed's init_method)
+  std::optional<int> world_size;         ///< --world-size: unset = from the environment; else checked against it
+  double timeout_sec = 300;              ///< --dist-timeout: a missing or stalled peer is an error after this
+  double bucket_cap_mb = 25;             ///< --bucket-cap-mb: gradient bucket size
+  bool ddp_single_rank = false;          ///< --ddp-single-rank: a process group and DDP even with one rank (measures DDP's own cost)
+  bool shm_allreduce = true;             ///< --shm-allreduce auto (true): CPU ranks of one machine sum in shared memory; off (false): Gloo
+};
+
+/// CUDA-only settings: errors on the CPU unless left at their defaults.
+struct GpuConfig {
+  Switch cuda_graph = Switch::automatic;  ///< --cuda-graph: the training step in a CUDA graph (automatic: on for CUDA)
+  GraphAllreduce graph_allreduce = GraphAllreduce::in_graph;  ///< --graph-allreduce (several ranks)
+  /// --peer-allreduce: with in-graph, GPUs of one machine average the gradient buckets through
+  /// each other's memory (one kernel each) instead of NCCL: automatic (two ranks on one machine),
+  /// on (2 to 8 ranks on one machine), off (NCCL only).
+  Switch peer_allreduce = Switch::automatic;
+  bool channels_last = false;            ///< --channels-last on: 4-d weights (and so activations) in NHWC order
+  Switch tf32 = Switch::automatic;       ///< --tf32: automatic = PyTorch's defaults (cuDNN yes, matmul no)
+  bool deterministic = false;            ///< --deterministic: deterministic cuDNN algorithms
+  bool cudnn_benchmark = false;          ///< --cudnn-benchmark: cuDNN times its algorithms for each new shape
+};
+
+/// Checkpoints, resume and preemption (docs/checkpoints.md).
+struct CheckpointConfig {
+  std::string dir;                       ///< --checkpoint-dir: "" = no checkpoints
+  std::optional<int64_t> every;          ///< --checkpoint-every: also every N steps; unset = only at epoch ends
+  int keep = 3;                          ///< --keep-checkpoints
+  ResumeMode resume = ResumeMode::automatic;  ///< --resume auto | never | PATH
+  std::string resume_path;               ///< the checkpoint file of ResumeMode::path
+  std::string preempt_signals = "USR2";  ///< --preempt-signal: signals that mean "checkpoint, requeue and resume"
+  double time_margin_sec = 60;           ///< --time-margin: checkpoint this long before the SLURM job's end time
+  bool requeue = true;                   ///< --no-requeue clears it: under SLURM, `scontrol requeue` after a preemption checkpoint
+};
+
+/// What a run writes besides checkpoints: logs, metrics, traces, the final model.
+struct LoggingConfig {
+  int64_t log_interval = 10;             ///< --log-interval: steps between progress lines
+  bool log_all_ranks = false;            ///< --log-all-ranks: info lines from every rank, not only rank 0
+  std::string metrics;                   ///< --metrics: JSON-lines metrics file (rank 0); "" = none
+  std::string tensorboard;               ///< --tensorboard: folder for TensorBoard event files (rank 0); "" = none
+  std::string profile;                   ///< --profile: folder for each rank's torch-profiler trace; "" = none
+  std::string profile_steps = "20:30";   ///< --profile-steps FROM:TO, optimizer steps counted from 1 over the run
+  std::string save_model;                ///< --save-model: write the final parameters here (rank 0); "" = none
+};
+
+/// Everything the Trainer honours; the flags of train/cli.h's add_trainer_flags map one to one
+/// onto it (docs/reference.md). What the model, data and optimizer are is the TrainSpec's.
+struct TrainConfig {
+  RunConfig run;
+  DistributedConfig distributed;
+  GpuConfig gpu;
+  CheckpointConfig checkpoint;
+  LoggingConfig logging;
 };
 
 /// The built-in MNIST recipe's TrainSpec::auto_bf16_batch: --precision auto picks bf16 on CUDA

@@ -1,6 +1,7 @@
 // Everything a user of libtrain needs, in one include: the Trainer and its parts, the pieces for a
 // hand-written loop (process group, DDP, sampler, checkpoints, preemption, training state), the
-// shared `train` flags, the registered models and the built-in datasets.
+// Trainer's flags and the opt-in recipe flags. The built-in models, datasets and recipes are
+// train::builtin's (train/builtin.h).
 #pragma once
 
 #include "train/adadelta.h"
@@ -19,5 +20,3 @@
 #include "train/sampler.h"
 #include "train/trainer.h"
 #include "train/training_state.h"
-#include "train/datasets/dataset.h"
-#include "train/models/model.h"

@@ -26,6 +26,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace train {
@@ -128,8 +129,15 @@ struct TrainSpec {
   std::vector<std::shared_ptr<Callback>> callbacks;
   /// Your own metrics sinks (rank 0): they get every record --metrics and --tensorboard get.
   std::vector<std::shared_ptr<MetricsSink>> metrics_sinks;
-  /// Per-rank batch size (TrainConfig::batch_size wins when it is set).
+  /// Per-rank batch size (TrainConfig::run.batch_size, --batch-size, wins when it is set).
   int64_t batch_size = 64;
+  /// Epochs to train (TrainConfig::run.epochs, --epochs, wins when it is set).
+  int epochs = 14;
+  /// Your program's own settings that shape the run (its recipe: optimizer, weight decay, data
+  /// limits...), as name and value text. Checkpoints record them beside the Trainer's own
+  /// (model_name, data_name, batch size, rate, schedule, seed, epochs); a resume whose values
+  /// differ warns that the results will differ from an uninterrupted run.
+  std::vector<std::pair<std::string, std::string>> recipe;
   /// Where --precision auto (the default) may train this model in bf16 autocast: from this many
   /// samples per rank up, on GPUs that have bf16. Unset (the default): fp32, since bf16's accuracy
   /// is yours to measure; --precision bf16 asks for it outright. The built-in MNIST recipe sets
@@ -141,7 +149,7 @@ struct TrainSpec {
   double units_per_sample = 1;
 };
 
-/// Trains a TrainSpec under a TrainConfig (the `train` flags: epochs, seed, device, checkpoints,
+/// Trains a TrainSpec under a TrainConfig (the Trainer's flags: epochs, seed, device, checkpoints,
 /// preemption...). With a world size above 1 every rank must construct it and call fit().
 class Trainer {
  public:
@@ -176,10 +184,6 @@ class Trainer {
   struct Run;  // what fit() works with (libtrain/src/trainer_run.h)
   std::unique_ptr<Run> run_;
 };
-
-/// Trains a built-in model (--model, from the registry) on a built-in dataset (--dataset/--data)
-/// with its recipe: what the `train` program runs. Every rank must call it.
-TrainResult run_training(const TrainConfig& config, const DistEnv& env);
 
 /// SHA-256 (hex) of every parameter's float32 bytes, in registration order.
 std::string params_sha256(const torch::nn::Module& module);

@@ -99,7 +99,7 @@ class ProcessGroupHook : public FlatBucketHook {
 // order: deterministic, and no background thread competing for the cores).
 class SharedMemoryHook : public FlatBucketHook {
  public:
-  SharedMemoryHook(const Reducer& r, std::unique_ptr<detail::ShmGroup> shm, const std::vector<size_t>& offsets, int world)
+  SharedMemoryHook(const Reducer& r, std::unique_ptr<details::ShmGroup> shm, const std::vector<size_t>& offsets, int world)
       : FlatBucketHook(world), shm_(std::move(shm)), offsets_(offsets) {
     for (size_t k = 0; k < r.buckets().size(); ++k) {
       const GradBucket& b = r.buckets()[k];
@@ -120,7 +120,7 @@ class SharedMemoryHook : public FlatBucketHook {
   }
 
  private:
-  std::unique_ptr<detail::ShmGroup> shm_;  // before the views: they point into its mapping
+  std::unique_ptr<details::ShmGroup> shm_;  // before the views: they point into its mapping
   std::vector<size_t> offsets_;
   std::vector<std::vector<at::Tensor>> results_;  // per bucket: the sum's place in the shared result region
 };

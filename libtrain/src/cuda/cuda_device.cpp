@@ -39,20 +39,20 @@ class PinnedValue : public PendingValue {
 class CudaDevice : public TrainDevice {
  public:
   CudaDevice(const at::Device& device, const TrainConfig& c)
-      : TrainDevice(device), channels_last_(c.channels_last == "on") {
+      : TrainDevice(device), channels_last_(c.gpu.channels_last) {
     // Work for rank r lands on cuda:r, and on a pool stream: a step can be captured on the
     // current stream (CUDA graphs can't capture the legacy default stream).
     c10::cuda::set_device(device.index());
     c10::cuda::setCurrentCUDAStream(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index()));
-    if (c.tf32 != "auto" || c.precision == "tf32") {
-      const bool on = c.precision == "tf32" || c.tf32 == "on";
+    if (c.gpu.tf32 != Switch::automatic || c.run.precision == Precision::tf32) {
+      const bool on = c.run.precision == Precision::tf32 || c.gpu.tf32 == Switch::on;
       at::globalContext().setAllowTF32CuDNN(on);
       at::globalContext().setAllowTF32CuBLAS(on);
     }
     // cuDNN's autotuning times every algorithm for each new shape: seconds at start that a short
     // run never earns back, so it is opt-in (--cudnn-benchmark).
-    at::globalContext().setDeterministicCuDNN(c.deterministic);
-    at::globalContext().setBenchmarkCuDNN(c.cudnn_benchmark && !c.deterministic);
+    at::globalContext().setDeterministicCuDNN(c.gpu.deterministic);
+    at::globalContext().setBenchmarkCuDNN(c.gpu.cudnn_benchmark && !c.gpu.deterministic);
   }
 
   bool gpu() const override { return true; }

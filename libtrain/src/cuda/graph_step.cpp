@@ -259,7 +259,7 @@ class CudaGraphStep : public TrainStep {
     if (!comm_tried_) {
       comm_tried_ = true;
       comm_ = GraphComm::create(*parts_.reducer, *parts_.process_group, *parts_.optimizer, parts_.peer,
-                                parts_.peer_flag);
+                                choice_name(parts_.peer_flag));
     }
     return comm_ != nullptr;
   }

@@ -30,16 +30,17 @@ class CpuDevice : public TrainDevice {
 
 // Flags that only mean something on a GPU: an error on the CPU rather than silently ignored.
 void check_cpu_flags(const TrainConfig& c, const at::Device& device) {
-  if (c.backend == "nccl") {
+  if (c.distributed.backend == BackendKind::nccl) {
     throw ConfigError("--backend nccl: expected a CUDA device, found the run on cpu.",
                       "use --backend gloo for CPU runs, or --device cuda on a GPU node.");
   }
-  const bool precision_set = c.precision != "fp32" && c.precision != "auto";
-  if (c.cuda_graph != "on" && !precision_set && c.channels_last != "on" && c.peer_allreduce != "on") return;
-  const std::string flag = c.cuda_graph == "on"      ? "--cuda-graph on"
-                           : precision_set            ? "--precision " + c.precision
-                           : c.channels_last == "on" ? "--channels-last on"
-                                                      : "--peer-allreduce on";
+  const GpuConfig& g = c.gpu;
+  const bool precision_set = c.run.precision != Precision::fp32 && c.run.precision != Precision::automatic;
+  if (g.cuda_graph != Switch::on && !precision_set && !g.channels_last && g.peer_allreduce != Switch::on) return;
+  const std::string flag = g.cuda_graph == Switch::on ? "--cuda-graph on"
+                           : precision_set             ? "--precision " + choice_name(c.run.precision)
+                           : g.channels_last           ? "--channels-last on"
+                                                       : "--peer-allreduce on";
   throw ConfigError(flag + ": expected a CUDA device, found the run on " + device.str() + ".",
                     "these settings need a GPU; on the CPU leave them at their defaults.");
 }
@@ -47,14 +48,16 @@ void check_cpu_flags(const TrainConfig& c, const at::Device& device) {
 }  // namespace
 
 at::Device TrainDevice::pick(const TrainConfig& c, const DistEnv& env) {
-  const bool want_cuda = c.device == "cuda" || (c.device == "auto" && c.backend != "gloo");
-  if (c.device == "cpu" || !want_cuda) return at::Device(at::kCPU);
+  const DeviceKind asked = c.run.device;
+  const bool want_cuda =
+      asked == DeviceKind::cuda || (asked == DeviceKind::automatic && c.distributed.backend != BackendKind::gloo);
+  if (!want_cuda) return at::Device(at::kCPU);
   const int count = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
   if (count == 0) {
     // SLURM gave this job GPUs but CUDA sees none: stop rather than train on the CPU unasked.
-    check_allocated_gpus_usable(current_environment(), c.device, 0,
+    check_allocated_gpus_usable(current_environment(), choice_name(asked), 0,
                                 "torch reports " + std::to_string(count) + " CUDA devices");
-    if (c.device == "auto") return at::Device(at::kCPU);
+    if (asked == DeviceKind::automatic) return at::Device(at::kCPU);
     const char* vis = std::getenv("CUDA_VISIBLE_DEVICES");
     throw ConfigError("--device cuda: expected a visible CUDA device, found none (CUDA_VISIBLE_DEVICES=" +
                           std::string(vis ? vis : "<unset>") + ").",

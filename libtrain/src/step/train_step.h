@@ -3,6 +3,7 @@
 // (eager_step.cpp), or captured once in a CUDA graph and replayed (cuda/graph_step.cpp).
 #pragma once
 
+#include "train/config.h"
 #include "train/data.h"
 #include "train/loss.h"
 #include "train/model_handle.h"
@@ -44,7 +45,7 @@ struct StepParts {
   /// In the graph: average buckets through the GPUs' peer memory where it can be set up (the
   /// communication plan's choice, comm/comm_plan.h), NCCL for the rest.
   bool peer = false;
-  std::string peer_flag = "auto";  ///< for log lines: what --peer-allreduce said
+  Switch peer_flag = Switch::automatic;  ///< for log lines: what --peer-allreduce said
 };
 
 class TrainStep {

@@ -1,5 +1,6 @@
-// Private: a shared-memory segment and sum-allreduce for ranks that run on one machine (no
-// LibTorch; libtrain's DDP uses it for CPU gradient buckets instead of Gloo over loopback TCP).
+// Not API (spdlog's details/ convention): a shared-memory segment and sum-allreduce for ranks that
+// run on one machine (no LibTorch). train::base's own; libtrain's process group and reducer use it
+// for CPU gradient buckets instead of Gloo over loopback TCP.
 //
 // Layout: a header, then world + 1 regions of `capacity` bytes: region r is rank r's input slot,
 // the last one holds the reduced result. A sum over [offset, offset + count):
@@ -15,7 +16,7 @@
 #include <memory>
 #include <string>
 
-namespace train::detail {
+namespace train::details {
 
 class ShmGroup {
  public:
@@ -84,4 +85,4 @@ class ShmGroup {
   std::string where_, host_;
 };
 
-}  // namespace train::detail
+}  // namespace train::details

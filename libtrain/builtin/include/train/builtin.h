@@ -1,0 +1,55 @@
+// train::builtin: what the `train` program trains. The built-in models (train/models) on the
+// built-in datasets (train/datasets) with each model's recipe (train/catalog.h), the recipe's
+// flags (--model, --dataset, --optimizer, --lr, ...), and the program's main(). The Trainer
+// (train::train) doesn't depend on any of it; link train::builtin to train a built-in model.
+#pragma once
+
+#include "train/augment.h"
+#include "train/cli.h"
+#include "train/config.h"
+#include "train/launcher/env.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace train {
+
+/// --optimizer: automatic = the model's recipe (Adadelta for mnist, SGD for cifar10).
+enum class OptimizerKind { automatic, adadelta, sgd, adam, adamw };
+template <>
+const std::vector<std::pair<OptimizerKind, std::string>>& choices<OptimizerKind>();
+
+namespace builtin {
+
+/// The `train` program's recipe settings: what the built-in recipes read besides TrainConfig.
+/// Unset numbers (RecipeOptions) mean the model's recipe's.
+struct Recipe : cli::RecipeOptions {
+  std::string model = "mnist";   ///< --model: a registered model (train/models/model.h)
+  std::string dataset;           ///< --dataset: "" = the model's (mnist -> fashion-mnist)
+  OptimizerKind optimizer = OptimizerKind::automatic;  ///< --optimizer
+  AugmentOptions augment;        ///< --augment: the training images of built-in image datasets
+};
+
+/// Checks a Recipe built without the command line. Throws train::ConfigError naming the flag.
+void validate(const Recipe& recipe);
+
+/// Adds the recipe's flags (--model, --dataset, --data, --lr, --gamma, --optimizer, --momentum,
+/// --weight-decay, --limit-train-samples, --limit-test-samples, --no-dropout, --augment), bound to
+/// `recipe`, to an App that has the Trainer's flags (train::cli::add_trainer_flags), and names the
+/// recipes' defaults in the help of --epochs and --batch-size.
+void add_flags(CLI::App& app, Recipe& recipe);
+
+/// Trains a built-in model (--model, from the registry) on a built-in dataset (--dataset/--data)
+/// with its recipe: what the `train` program runs. Every rank must call it.
+TrainResult run_training(const TrainConfig& config, const Recipe& recipe, const DistEnv& env);
+
+/// The `train` program: train::cli::main with the recipe's flags, --list-models and run_training.
+int main(int argc, char** argv);
+
+}  // namespace builtin
+}  // namespace train

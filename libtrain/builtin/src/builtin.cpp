@@ -1,0 +1,144 @@
+// builtin::run_training: what the `train` program trains. Builds a registered model, a built-in
+// dataset and the model's recipe (optimizer, batch size, learning rate and schedule, epochs:
+// train/catalog.h), with the optional augmentation, then hands them to the Trainer.
+#include "train/builtin.h"
+
+#include "train/trainer.h"
+
+#include "train/adadelta.h"
+#include "train/augment.h"
+#include "train/catalog.h"
+#include "train/datasets/dataset.h"
+#include "train/error.h"
+#include "train/models/model.h"
+
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+
+#include <nlohmann/json.hpp>
+
+namespace train::builtin {
+namespace {
+
+std::string data_dir_for(const Recipe& c, const std::string& dataset) {
+  if (!c.data_dir.empty()) return c.data_dir;
+  std::string dir = datasets::default_fashion_mnist_dir();
+  if (dir.empty() || dataset != "fashion-mnist") {
+    throw ConfigError("--data: expected the folder holding the " + dataset + " files (or torchvision's root folder), "
+                          "found none given.",
+                      "pass --data DIR. " + catalog::dataset_info(dataset).how_to_get);
+  }
+  return dir;
+}
+
+std::shared_ptr<InMemoryDataset> load(const std::string& dataset, const std::string& dir, datasets::Split split,
+                                      int64_t limit, const models::ModelInfo& info, const std::string& model) {
+  datasets::TensorDataset d = datasets::load_dataset(dataset, dir, split, {limit});
+  const auto& shape = d.images.sizes();
+  if (shape[1] != info.channels || shape[2] != info.height || shape[3] != info.width) {
+    throw ConfigError("--model " + model + " with --dataset " + dataset + ": expected images of " +
+                          std::to_string(info.channels) + "x" + std::to_string(info.height) + "x" +
+                          std::to_string(info.width) + ", found " + std::to_string(shape[1]) + "x" +
+                          std::to_string(shape[2]) + "x" + std::to_string(shape[3]) + ".",
+                      "use --model mnist with mnist/fashion-mnist and --model cifar10 with cifar10.");
+  }
+  return std::make_shared<InMemoryDataset>(d.images, d.labels, d.name);
+}
+
+// The optimizer's settings after the recipe's defaults, as checkpoints record them.
+struct OptimizerSettings {
+  OptimizerKind kind;
+  double lr, weight_decay, momentum;
+};
+
+OptimizerSettings optimizer_settings(const Recipe& c, const catalog::Recipe& r) {
+  const OptimizerKind kind = c.optimizer == OptimizerKind::automatic ? parse_choice<OptimizerKind>("recipe", r.optimizer)
+                                                                     : c.optimizer;
+  if (kind == OptimizerKind::adam || kind == OptimizerKind::adamw) {
+    // torch.optim's defaults where the recipe's (made for Adadelta or SGD) don't fit.
+    return {kind, c.lr.value_or(1e-3), c.weight_decay.value_or(kind == OptimizerKind::adamw ? 1e-2 : 0.0), c.momentum};
+  }
+  return {kind, c.lr.value_or(r.lr), c.weight_decay.value_or(r.weight_decay), c.momentum};
+}
+
+OptimizerBuilder optimizer_for(const OptimizerSettings& o) {
+  const double lr = o.lr, wd = o.weight_decay, momentum = o.momentum;
+  switch (o.kind) {
+    case OptimizerKind::adam:
+      return [lr, wd](const std::vector<at::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
+        return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(lr).weight_decay(wd));
+      };
+    case OptimizerKind::adamw:
+      return [lr, wd](const std::vector<at::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
+        return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(lr).weight_decay(wd));
+      };
+    case OptimizerKind::adadelta:
+      return [lr, wd](const std::vector<at::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
+        return std::make_unique<optim::Adadelta>(params, optim::AdadeltaOptions(lr).weight_decay(wd));
+      };
+    default:
+      return [lr, wd, momentum](const std::vector<at::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
+        return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(lr).momentum(momentum).weight_decay(wd));
+      };
+  }
+}
+
+// What checkpoints record of the recipe besides the Trainer's own (TrainSpec::recipe).
+std::vector<std::pair<std::string, std::string>> recorded(const Recipe& c, const OptimizerSettings& o) {
+  const auto number = [](double v) { return nlohmann::json(v).dump(); };
+  return {{"optimizer", choice_name(o.kind)},
+          {"momentum", number(o.momentum)},
+          {"weight_decay", number(o.weight_decay)},
+          {"limit_train_samples", std::to_string(c.limit_train_samples.value_or(0))},
+          {"limit_test_samples", std::to_string(c.limit_test_samples.value_or(0))},
+          {"no_dropout", c.no_dropout ? "true" : "false"}};
+}
+
+}  // namespace
+
+TrainResult run_training(const TrainConfig& config, const Recipe& c, const DistEnv& env) {
+  validate(c);
+  const models::ModelInfo& info = models::model_info(c.model);  // throws with the known names
+  Trainer trainer(config, env);
+  const catalog::Recipe& recipe = catalog::recipe_for(c.model);
+  TrainSpec spec;
+  spec.model_name = c.model;
+  spec.data_name = c.dataset.empty() ? recipe.dataset : c.dataset;
+  // Data first: a bad file should fail before we wait for peers.
+  const std::string dir = data_dir_for(c, spec.data_name);
+  spec.train_data = load(spec.data_name, dir, datasets::Split::train, c.limit_train_samples.value_or(0), info, c.model);
+  spec.eval_data = load(spec.data_name, dir, datasets::Split::test, c.limit_test_samples.value_or(0), info, c.model);
+  if (c.augment.crop || c.augment.flip) {
+    AugmentOptions o = c.augment;
+    const catalog::DatasetInfo& data = catalog::dataset_info(spec.data_name);
+    o.pad_value = (0.0 - data.mean) / data.std;  // black, as torchvision pads before normalizing
+    auto augmented = std::make_shared<AugmentedDataset>(spec.train_data, o, config.run.seed, env.rank);
+    spec.callbacks.push_back(augment_checkpoint_callback(augmented));
+    spec.train_data = augmented;
+  }
+  models::ModelOptions mo;
+  mo.dropout = !c.no_dropout;
+  const std::string name = c.model;
+  // The model says whether it outputs log-probabilities or logits; the loss asks the one built.
+  auto built = std::make_shared<std::shared_ptr<models::Model>>();
+  spec.model = [name, mo, built]() {
+    std::shared_ptr<models::Model> m = models::make_model(name, mo);
+    *built = m;
+    return ModelHandle{m, [m](const at::Tensor& x) { return m->forward(x); }};
+  };
+  spec.loss = [built, nll = nll_loss(), ce = cross_entropy_loss()](const at::Tensor& out, const at::Tensor& target,
+                                                                   Reduction r) {
+    return (*built)->output_kind() == models::OutputKind::log_probs ? nll(out, target, r) : ce(out, target, r);
+  };
+  const OptimizerSettings optimizer = optimizer_settings(c, recipe);
+  spec.optimizer = optimizer_for(optimizer);
+  spec.recipe = recorded(c, optimizer);
+  spec.lr_schedule = step_lr(c.gamma.value_or(recipe.gamma));
+  spec.batch_size = recipe.batch_size;
+  spec.epochs = recipe.epochs;
+  if (c.model == "mnist") spec.auto_bf16_batch = kAutoBf16Batch;  // measured there only (docs/gpu.md)
+  return trainer.fit(spec);
+}
+
+}  // namespace train::builtin

@@ -1,0 +1,105 @@
+// The `train` program's recipe flags, their checks, and its main(): the Trainer's flags
+// (train::cli) plus the built-in recipes' and --list-models, around builtin::run_training.
+#include "train/builtin.h"
+
+#include "train/error.h"
+#include "train/models/model.h"
+#include "train/text.h"
+
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+#include <memory>
+
+namespace train {
+
+template <>
+const std::vector<std::pair<OptimizerKind, std::string>>& choices<OptimizerKind>() {
+  static const std::vector<std::pair<OptimizerKind, std::string>> all = {
+      {OptimizerKind::automatic, "auto"}, {OptimizerKind::adadelta, "adadelta"}, {OptimizerKind::sgd, "sgd"},
+      {OptimizerKind::adam, "adam"}, {OptimizerKind::adamw, "adamw"}};
+  return all;
+}
+
+namespace builtin {
+namespace {
+
+[[noreturn]] void bad(const std::string& flag, const std::string& expected, double found, const std::string& hint) {
+  throw ConfigError(flag + ": expected " + expected + ", found " + text::format("%g", found) + ".", hint);
+}
+
+CLI::Validator augment_words() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        try {
+          parse_augment(value);
+        } catch (const Error& e) {
+          return e.message() + " Hint: " + e.hint();
+        }
+        return "";
+      },
+      "crop,flip");
+}
+
+}  // namespace
+
+void validate(const Recipe& c) {
+  if (c.lr && !(*c.lr > 0)) bad("--lr", "a positive learning rate", *c.lr, "the recipe's default is 1.0 (Adadelta) or 0.1 (SGD)");
+  if (c.gamma && !(*c.gamma > 0 && *c.gamma <= 1)) bad("--gamma", "a factor in (0, 1]", *c.gamma, "the MNIST recipe uses 0.7");
+  if (!(c.momentum >= 0 && c.momentum < 1)) bad("--momentum", "a value in [0, 1)", c.momentum, "the CIFAR-10 recipe uses 0.9");
+  if (c.weight_decay && !(*c.weight_decay >= 0)) bad("--weight-decay", "0 or more", *c.weight_decay, "the CIFAR-10 recipe uses 1e-4");
+  if (c.limit_train_samples && *c.limit_train_samples < 1) {
+    bad("--limit-train-samples", "a positive count (leave it out for all)", static_cast<double>(*c.limit_train_samples), "");
+  }
+  if (c.limit_test_samples && *c.limit_test_samples < 1) {
+    bad("--limit-test-samples", "a positive count (leave it out for all)", static_cast<double>(*c.limit_test_samples), "");
+  }
+}
+
+void add_flags(CLI::App& app, Recipe& r) {
+  using cli::RecipeFlag;
+  app.add_option("--model", r.model, "model to train (see --list-models)")->capture_default_str();
+  app.add_option("--dataset", r.dataset, "mnist | fashion-mnist | cifar10 (default: the model's)");
+  cli::add_recipe_flags(app, r, {RecipeFlag::data, RecipeFlag::lr, RecipeFlag::gamma, RecipeFlag::momentum,
+                                 RecipeFlag::weight_decay, RecipeFlag::limit_train_samples,
+                                 RecipeFlag::limit_test_samples, RecipeFlag::no_dropout});
+  cli::add_choice_flag(app, "--optimizer", r.optimizer, "auto | adadelta | sgd | adam | adamw", "auto takes the model's recipe");
+  app.add_option_function<std::string>("--augment", [&r](const std::string& v) { r.augment = parse_augment(v); },
+                                       "augment the training images on their device: crop (random crop after 4 pixels "
+                                       "of padding), flip (horizontal, p=0.5), or crop,flip; deterministic given "
+                                       "--seed, resumed exactly")
+      ->check(augment_words());
+  // The recipes' defaults, where the Trainer's flags say "the program's".
+  app.get_option("--epochs")->description("number of epochs (default: the recipe's, mnist 14, cifar10 4)");
+  app.get_option("--batch-size")->description("batch size per rank (default: recipe's, mnist 64, cifar10 256)");
+  app.get_option("--data")->description(
+      "folder with the dataset files, or torchvision's root holding MNIST/raw, FashionMNIST/raw, "
+      "cifar-10-batches-py or cifar-10-batches-bin (default for fashion-mnist: /usr/share/datasets/fashion-mnist)");
+  app.get_option("--lr")->description("learning rate (default: recipe's, Adadelta 1.0, SGD 0.1; Adam/AdamW 1e-3)");
+  app.get_option("--gamma")->description("StepLR factor per epoch (default: recipe's, 0.7 for mnist)");
+  app.get_option("--weight-decay")->description("weight decay (default: recipe's, SGD 1e-4; Adam 0, AdamW 1e-2)");
+}
+
+int main(int argc, char** argv) {
+  auto recipe = std::make_shared<Recipe>();
+  auto list_models = std::make_shared<bool>(false);
+  return cli::main(
+      argc, argv,
+      "train: data-parallel training of LibTorch models (single process, torchrun-style variables, or "
+      "SLURM srun tasks).\nPrints progress on stderr and one JSON 'done' line on stdout.",
+      [recipe](const TrainConfig& config, const DistEnv& env) { return run_training(config, *recipe, env); },
+      [recipe, list_models](CLI::App& app) -> std::function<int()> {
+        add_flags(app, *recipe);
+        app.add_flag("--list-models", *list_models, "print the registered models and exit");
+        return [list_models]() {
+          if (!*list_models) return -1;
+          for (const auto& name : models::model_names()) {
+            std::cout << name << "\t" << models::model_info(name).description << "\n";
+          }
+          return 0;
+        };
+      });
+}
+
+}  // namespace builtin
+}  // namespace train
