@@ -391,6 +391,47 @@ TEST(ApiDoc, CallbackMetricsReachEverySink) {
   for (const auto& [step, norm] : norms) EXPECT_EQ(tb_norms[step], static_cast<double>(static_cast<float>(norm)));
 }
 
+// A checkpoint records the spec's names, the Trainer's own settings and the program's recipe
+// (TrainSpec::recipe): resuming another model is refused naming both; another recipe value warns.
+TEST(ApiDoc, CheckpointShapeRefusesAnotherModelAndWarnsOfAnotherRecipe) {
+  train::test::TempDir dir("api-doc-shape");
+  auto run = [&](const std::string& model_name, const std::string& momentum, int epochs) {
+    train::TrainConfig config;
+    config.run.epochs = epochs;
+    config.run.device = train::DeviceKind::cpu;
+    config.run.threads = 1;
+    config.checkpoint.dir = dir.file("ckpt");
+    train::Trainer trainer(config, train::DistEnv{});
+    train::TrainSpec spec;
+    spec.model = [] { return train::wrap_model(Net()); };
+    spec.model_name = model_name;
+    spec.train_data = std::make_shared<WavesDataset>(64);
+    spec.optimizer = [](const std::vector<at::Tensor>& params) {
+      return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.05));
+    };
+    spec.recipe = {{"momentum", momentum}};
+    spec.batch_size = 32;
+    return trainer.fit(spec);
+  };
+  EXPECT_EQ(run("net", "0.9", 1).steps, 2);
+  std::vector<std::string> warnings;
+  train::log::set_sink([&](train::log::Level level, const std::string& line) {
+    if (level == train::log::Level::warn) warnings.push_back(line);
+  });
+  EXPECT_EQ(run("net", "0.5", 2).steps, 4);
+  train::log::set_sink(nullptr);
+  EXPECT_TRUE(std::any_of(warnings.begin(), warnings.end(), [](const std::string& w) {
+    return w.find("with a different momentum (\"0.9\" -> \"0.5\")") != std::string::npos;
+  })) << "no warning about the recipe's momentum";
+  try {
+    run("other", "0.5", 3);
+    FAIL() << "resumed another model's checkpoint";
+  } catch (const train::CheckpointError& e) {
+    EXPECT_NE(e.message().find("written for model \"net\""), std::string::npos) << e.what();
+    EXPECT_NE(e.message().find("this run trains \"other\""), std::string::npos) << e.what();
+  }
+}
+
 TEST(ApiDoc, PluggedInPartsTrainAndResume) {
   train::test::TempDir dir("api-doc-parts");
   auto run = [&](int epochs) {
