@@ -6,6 +6,7 @@
 set(_train_src ${CMAKE_CURRENT_LIST_DIR}/src)
 add_library(train STATIC
   ${_train_src}/adadelta.cpp
+  ${_train_src}/fused_optim.cpp
   ${_train_src}/augment.cpp
   ${_train_src}/builtin.cpp
   ${_train_src}/checkpoint.cpp

@@ -4,6 +4,7 @@
 #include "train/trainer.h"
 
 #include "train/adadelta.h"
+#include "train/fused_optim.h"
 #include "train/augment.h"
 #include "train/catalog.h"
 #include "train/datasets/dataset.h"
@@ -48,16 +49,21 @@ OptimizerBuilder optimizer_for(const TrainConfig& c, const catalog::Recipe& r) {
   const double wd = c.weight_decay >= 0 ? c.weight_decay : r.weight_decay;
   const double momentum = c.momentum;
   if (name == "adam" || name == "adamw") {
-    // torch.optim's defaults where the recipe's (made for Adadelta or SGD) don't fit.
+    // torch.optim's defaults where the recipe's (made for Adadelta or SGD) don't fit. On CUDA the
+    // fused ones (what Python runs with fused=True), which a CUDA graph captures.
     const double alr = c.lr > 0 ? c.lr : 1e-3;
     const double awd = c.weight_decay >= 0 ? c.weight_decay : (name == "adamw" ? 1e-2 : 0.0);
     if (name == "adam") {
       return [alr, awd](const std::vector<at::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
-        return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(alr).weight_decay(awd));
+        const auto o = torch::optim::AdamOptions(alr).weight_decay(awd);
+        if (!params.empty() && params.front().is_cuda()) return std::make_unique<optim::FusedAdam>(params, o);
+        return std::make_unique<torch::optim::Adam>(params, o);
       };
     }
     return [alr, awd](const std::vector<at::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
-      return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(alr).weight_decay(awd));
+      const auto o = torch::optim::AdamWOptions(alr).weight_decay(awd);
+      if (!params.empty() && params.front().is_cuda()) return std::make_unique<optim::FusedAdamW>(params, o);
+      return std::make_unique<torch::optim::AdamW>(params, o);
     };
   }
   if (name == "adadelta") {
@@ -65,9 +71,22 @@ OptimizerBuilder optimizer_for(const TrainConfig& c, const catalog::Recipe& r) {
       return std::make_unique<optim::Adadelta>(params, optim::AdadeltaOptions(lr).weight_decay(wd));
     };
   }
-  return [lr, wd, momentum](const std::vector<at::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
-    return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(lr).momentum(momentum).weight_decay(wd));
+  const bool nesterov = c.nesterov;
+  return [lr, wd, momentum, nesterov](const std::vector<at::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
+    const auto o = torch::optim::SGDOptions(lr).momentum(momentum).weight_decay(wd).nesterov(nesterov);
+    if (!params.empty() && params.front().is_cuda()) return std::make_unique<optim::FusedSGD>(params, o);
+    return std::make_unique<torch::optim::SGD>(params, o);
   };
+}
+
+// --lr-schedule: the recipe's StepLR per epoch (gamma), or one of the per-step schedules over
+// the whole run.
+LrSchedule schedule_for(const TrainConfig& c, const catalog::Recipe& r) {
+  if (c.lr_schedule == "constant") return constant_lr();
+  if (c.lr_schedule == "warmup-cosine") return warmup_cosine(c.warmup_steps);
+  if (c.lr_schedule == "linear") return linear_decay(c.warmup_steps);
+  if (c.lr_schedule == "one-cycle") return one_cycle();
+  return step_lr(c.gamma > 0 ? c.gamma : r.gamma);
 }
 
 }  // namespace
@@ -107,7 +126,7 @@ TrainResult run_training(const TrainConfig& c, const DistEnv& env) {
     return (*built)->output_kind() == models::OutputKind::log_probs ? nll(out, target, r) : ce(out, target, r);
   };
   spec.optimizer = optimizer_for(c, recipe);
-  spec.lr_schedule = step_lr(c.gamma > 0 ? c.gamma : recipe.gamma);
+  spec.lr_schedule = schedule_for(c, recipe);
   spec.batch_size = recipe.batch_size;
   if (c.model == "mnist") spec.auto_bf16_batch = kAutoBf16Batch;  // measured there only (docs/gpu.md)
   return trainer.fit(spec);

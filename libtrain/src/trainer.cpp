@@ -157,7 +157,8 @@ void Trainer::Run::build_model() {
   const double lr0 = optimizer->param_groups()[0].options().get_lr();
   state.model = model.module.get();
   state.optimizer = optimizer.get();
-  state.progress.lr = lr0;
+  schedule_run = schedule_context(lr0);
+  state.progress.lr = spec->lr_schedule.rate ? spec->lr_schedule.rate(0, schedule_run) : lr0;
   state.loss_sum = torch::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
   state.world_size = env.world_size;
   state.batch_size = batch;
@@ -252,6 +253,33 @@ void Trainer::Run::train() {
   if (profiler) profiler->finish(prog().step);
 }
 
+// The run's length as a schedule sees it: every rank takes ceil(samples / ranks) samples
+// (DistributedSampler pads), in batches of `batch`; --dry-run takes one batch an epoch.
+ScheduleContext Trainer::Run::schedule_context(double lr0) const {
+  ScheduleContext run;
+  run.base_lr = lr0;
+  const DistributedSampler sampler(spec->train_data->size(), env.world_size, env.rank);
+  run.steps_per_epoch = c.dry_run ? 1 : (sampler.num_samples() + batch - 1) / batch;
+  run.total_steps = static_cast<int64_t>(c.epochs) * run.steps_per_epoch;
+  if (c.max_steps > 0) run.total_steps = std::min(run.total_steps, c.max_steps);
+  return run;
+}
+
+double Trainer::Run::next_lr(int64_t index) const {
+  const LrSchedule& s = spec->lr_schedule;
+  return s.rate ? s.rate(index, schedule_run) : s.next(index, prog_const().lr);
+}
+
+// A per-step schedule's rate for the next step: into the optimizer and, where it changed, into a
+// captured step (the rate's device copy is refreshed, no recapture, no host wait).
+void Trainer::Run::follow_schedule(int64_t step) {
+  prog().lr = next_lr(step);
+  if (prog().lr == step_lr) return;
+  set_lr(*optimizer, prog().lr);
+  train_step->lr_changed();
+  step_lr = prog().lr;
+}
+
 // One epoch: its steps, then evaluation and the epoch-end checkpoint. Returns false when the run
 // ends here (a stop request, --max-steps, --dry-run's single step is not an end).
 bool Trainer::Run::train_epoch() {
@@ -285,11 +313,7 @@ bool Trainer::Run::train_epoch() {
     ++prog().epoch_steps;
     ++prog().step;
     if (profiler) profiler->after_step(prog().step);
-    if (spec->lr_schedule.every == LrSchedule::Every::step) {
-      prog().lr = spec->lr_schedule.next(prog().step, prog().lr);
-      set_lr(*optimizer, prog().lr);
-      step_lr = prog().lr;
-    }
+    if (spec->lr_schedule.every == LrSchedule::Every::step) follow_schedule(prog().step);
     prog().batches_done = b + 1;
     images_since_log += static_cast<double>(len * env.world_size);
     prog().images_total += len * env.world_size;
@@ -405,7 +429,7 @@ void Trainer::Run::end_epoch(double epoch_seconds) {
   for_callbacks([&](Callback& cb) { cb.on_epoch_end({prog().epoch, prog().step, prog().last_train_loss, ev, epoch_seconds, last_step_lr, optimizer.get()});
   });
   result.epochs = prog().epoch;
-  if (spec->lr_schedule.every == LrSchedule::Every::epoch) prog().lr = spec->lr_schedule.next(prog().epoch, prog().lr);
+  if (spec->lr_schedule.every == LrSchedule::Every::epoch) prog().lr = next_lr(prog().epoch);
   prog().batches_done = 0;
   prog().epoch_steps = 0;
   state.loss_sum.zero_();

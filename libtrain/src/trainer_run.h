@@ -98,6 +98,11 @@ struct Trainer::Run {
   Progress checkpoint_progress;
 
   Progress& prog() { return state.progress; }
+  const Progress& prog_const() const { return state.progress; }
+  ScheduleContext schedule_run;  // what the LR schedule knows of the run (set in build_model)
+  ScheduleContext schedule_context(double lr0) const;
+  double next_lr(int64_t index) const;
+  void follow_schedule(int64_t step);
 
   void setup(const TrainSpec& s);
   void connect();

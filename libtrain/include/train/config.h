@@ -69,6 +69,12 @@ struct TrainConfig {
   std::string preempt_signals = "USR2";  ///< signals that mean "checkpoint, requeue and resume"
   double time_margin_sec = 60;  ///< checkpoint this long before the SLURM job's end time
   bool requeue = true;          ///< under SLURM, `scontrol requeue` the job after a preemption checkpoint
+
+  // issue 22: the built-in recipes' LR schedule and SGD's nesterov.
+  /// step (StepLR by --gamma each epoch) | constant | warmup-cosine | linear | one-cycle (per step)
+  std::string lr_schedule = "step";
+  int64_t warmup_steps = 0;     ///< warmup-cosine and linear: steps of linear warm-up from 0
+  bool nesterov = false;        ///< SGD only: Nesterov momentum
 };
 
 /// The built-in MNIST recipe's TrainSpec::auto_bf16_batch: --precision auto picks bf16 on CUDA
