@@ -56,8 +56,8 @@ struct LrSchedule {
   enum class Every { epoch, step };
   Every every = Every::epoch;
   std::function<double(int64_t index, double lr)> next;
-  std::function<double(int64_t index, const ScheduleContext& run)> rate;
   std::string description = "constant";  ///< recorded in checkpoints and logs
+  std::function<double(int64_t index, const ScheduleContext& run)> rate;
 };
 
 /// The same rate throughout.
