@@ -19,6 +19,7 @@ if [[ -z "$data" ]]; then
 fi
 export TRAIN_FASHION_MNIST_DIR=$data
 py=$(command -v python3)
+export TRAIN_TEST_PYTHON=${TRAIN_TEST_PYTHON:-$py}   # the tests that compare with Python's torch use it
 tp=$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path)')
 prefix="$tp"
 [[ -d "$repo/.deps/usr" ]] && prefix="$repo/.deps/usr;$tp"
