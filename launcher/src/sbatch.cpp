@@ -16,6 +16,7 @@
 #include "train/error.h"
 #include "train/text.h"
 #include "train/signals.h"
+#include "train/launcher/gres.h"
 #include "train/launcher/sweep.h"
 
 namespace train {
@@ -76,54 +77,6 @@ void check_single_line(const std::string& option, const std::string& value) {
   }
 }
 
-
-/// GPUs requested through --gres: gpu[:type]:N, or shard[:type]:N.
-struct GresGpus {
-  int gpus = 0;
-  int shards = 0;
-  std::string item;  ///< the gres item that asked for them
-};
-
-GresGpus parse_gres(const std::string& gres) {
-  GresGpus out;
-  for (const std::string& item : split(gres, ',')) {
-    const std::vector<std::string> parts = split(item, ':');
-    const std::string& name = parts[0];
-    const bool name_ok = !name.empty() && std::all_of(name.begin(), name.end(), [](unsigned char c) {
-      return std::isalnum(c) != 0 || c == '_' || c == '-' || c == '/';
-    });
-    if (!name_ok || parts.size() > 3) {
-      throw ConfigError("--gres '" + gres + "': expected items NAME[:TYPE][:COUNT] separated by commas, found '" +
-                            item + "'.",
-                        "e.g. --gres gpu:2, --gres gpu:a100:2 or --gres shard:16 (a shared GPU).");
-    }
-    std::string count = "1";
-    if (parts.size() == 3) {
-      count = parts[2];
-    } else if (parts.size() == 2 && !parts[1].empty() && std::isdigit(static_cast<unsigned char>(parts[1][0]))) {
-      count = parts[1];
-    }
-    const bool is_gpu = name == "gpu";
-    const bool is_shard = name == "shard";
-    std::int64_t n = 0;
-    std::string digits = count;
-    if (!is_gpu && !is_shard && !digits.empty() && std::string("KMGT").find(upper(digits.substr(digits.size() - 1))) != std::string::npos) {
-      digits.pop_back();  // other gres may count in K/M/G/T
-    }
-    if (!parse_u64(digits, n) || n < 1 || n > 0x7fffffff) {
-      throw ConfigError("--gres '" + gres + "': expected a positive count in '" + item + "', found '" + count + "'.",
-                        "write NAME:COUNT or NAME:TYPE:COUNT, e.g. gpu:2 or gpu:a100:2.");
-    }
-    if ((is_gpu && out.gpus > 0) || (is_shard && out.shards > 0)) {
-      throw ConfigError("--gres '" + gres + "': expected " + name + " once, found it twice.",
-                        "give one " + name + " item with the count per node.");
-    }
-    if (is_gpu) out.gpus = static_cast<int>(n);
-    if (is_shard) out.shards = static_cast<int>(n);
-    if (is_gpu || is_shard) out.item = item;
-  }
-  return out;
-}
 
 /// The signals train checkpoints on, as given to it (last --preempt-signals), upper case, no "SIG".
 std::vector<std::string> train_preempt_signals(const std::vector<std::string>& args, bool& given) {
@@ -362,8 +315,8 @@ void plan_gpus(const SbatchOptions& o, SbatchPlan& plan) {
     const std::string count = colon == std::string::npos ? o.gpus_per_node : o.gpus_per_node.substr(colon + 1);
     gpus_per_node = parse_count("--gpus-per-node", count, "write N or TYPE:N, e.g. --gpus-per-node 4 or a100:4.");
   }
-  GresGpus gres;
-  if (!o.gres.empty()) gres = parse_gres(o.gres);
+  GresRequest gres;
+  if (!o.gres.empty()) gres = parse_gres_request(o.gres);
   if (gpus_per_node > 0 && (gres.gpus > 0 || gres.shards > 0)) {
     throw ConfigError("--gpus-per-node " + o.gpus_per_node + " and --gres " + gres.item +
                           ": expected GPUs requested once, found both options.",
