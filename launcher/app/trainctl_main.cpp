@@ -1,6 +1,8 @@
 // trainctl: the launcher's command line (no LibTorch). One function per subcommand below adds its
 // options and returns the action to run: hostnames, hostlist, env, local, sbatch, preflight, and the
 // work around a job: sweep, sweep-report, plot, resources, interactive, status, logs, cancel.
+// The logic behind them lives in the launcher library, where its tests reach it (sbatch.h,
+// job_requests.h, plotting.h, jobs.h, ...): this file parses the flags, calls it, and prints.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -32,7 +34,6 @@
 #include "train/launcher/preflight.h"
 #include "train/launcher/resources.h"
 #include "train/launcher/sbatch.h"
-#include "train/launcher/slurm_time.h"
 #include "train/launcher/sweep.h"
 #include "train/subprocess.h"
 
@@ -217,15 +218,6 @@ Command add_local(CLI::App& app, const std::vector<std::string>& after_dashes) {
   }};
 }
 
-/// Seconds from now until a SLURM timestamp such as 2026-11-26T02:42:19 (local time); 0 when it
-/// doesn't parse or lies in the past.
-long seconds_until(const std::string& when) {
-  const int64_t at = train::parse_slurm_timestamp(when);
-  if (at == 0) return 0;
-  const int64_t diff = at - static_cast<int64_t>(std::time(nullptr));
-  return diff > 0 ? static_cast<long>(diff) : 0;
-}
-
 /// A text option of a job request: its flag, the field of SbatchOptions it sets, its --help line and
 /// the name its value gets there.
 struct JobOption {
@@ -317,23 +309,6 @@ train::SbatchPlan plan_job(const train::SbatchOptions& o, const CLI::App& cmd, b
   return plan;
 }
 
-/// `trainctl sbatch --test-only`: asks sbatch when the script's job would start, and prints it with
-/// a hint when that is more than a minute away.
-int print_test_only(const std::string& script) {
-  const train::TestOnlyResult r = train::sbatch_test_only(script);
-  std::string text = "sbatch --test-only: the job would start at " + r.start_time + " on " + r.nodes +
-                     " in partition " + r.partition + " (" + r.processors + " processors)";
-  const long wait = seconds_until(r.start_time);
-  if (wait > 60) {
-    text += ", in about " + std::to_string(wait / 3600) + " h " + std::to_string(wait / 60 % 60) +
-            " min. Hint: squeue --start -p " + r.partition + " shows the jobs ahead; a shorter --time or "
-            "fewer nodes can start sooner (backfill)";
-  } else {
-    text += ", now";
-  }
-  return print(text + ".\n");
-}
-
 /// `trainctl sbatch`; `before_dashes` and `after_dashes` hold the command line around the first
 /// "--" (the train arguments come after it), kept by main() so the script can record its command.
 Command add_sbatch(CLI::App& app, const std::vector<std::string>& before_dashes,
@@ -378,7 +353,9 @@ Command add_sbatch(CLI::App& app, const std::vector<std::string>& before_dashes,
     } else if (!submit && !test_only) {
       return print(script);
     }
-    if (test_only) return print_test_only(script);
+    if (test_only) {
+      return print(train::render_test_only(train::sbatch_test_only(script), static_cast<int64_t>(std::time(nullptr))));
+    }
     if (submit) {
       const std::string id = train::sbatch_submit(script, plan.output);
       const std::string log = train::submitted_log(plan.output, plan.job_name, id);
@@ -495,6 +472,12 @@ Command add_sweep(CLI::App& app, const std::vector<std::string>& before_dashes,
   }};
 }
 
+/// TRAIN_PYTHON's value: the Python the user chose for plots, "" when unset.
+std::string train_python() {
+  const char* p = std::getenv("TRAIN_PYTHON");
+  return p != nullptr ? p : "";
+}
+
 /// The repository's scripts/ folder: next to the build tree trainctl lives in, else the source tree it
 /// was built from.
 std::string scripts_folder() {
@@ -526,7 +509,7 @@ Command add_sweep_report(CLI::App& app) {
     if (!*no_png) {
       std::cerr << "trainctl sweep-report: "
                 << train::draw_sweep_png(csv, train::files::join(*dir, "sweep-report.png"), *metric, index, results,
-                                         scripts_folder(), train::current_environment())
+                                         scripts_folder(), train_python())
                 << std::endl;
     }
     return 0;
@@ -554,7 +537,7 @@ Command add_plot(CLI::App& app) {
     require_given(!out->empty(), "-o", "the PNG to write", example);
     train::check_metrics_files(*inputs);
     const std::string scripts = scripts_folder();
-    const std::string python = train::plot_python(scripts, train::current_environment());
+    const std::string python = train::plot_python(scripts, train_python());
     const std::vector<std::string> argv = train::plot_command(python, scripts, *out, *width, *height, *inputs);
     const train::CommandResult r = train::run_command(argv, "", 120);
     if (!r.started || r.timed_out || r.exit_code != 0) {

@@ -9,6 +9,7 @@
 
 #include "train/error.h"
 #include "train/files.h"
+#include "train/launcher/slurm_time.h"
 
 namespace train {
 namespace {
@@ -56,6 +57,21 @@ std::string submitted_log(const std::string& output, const std::string& job_name
     }
   }
   return log;
+}
+
+std::string render_test_only(const TestOnlyResult& r, std::int64_t now_epoch) {
+  std::string text = "sbatch --test-only: the job would start at " + r.start_time + " on " + r.nodes +
+                     " in partition " + r.partition + " (" + r.processors + " processors)";
+  const std::int64_t at = parse_slurm_timestamp(r.start_time);
+  const std::int64_t wait = at == 0 ? 0 : std::max<std::int64_t>(0, at - now_epoch);
+  if (wait > 60) {
+    text += ", in about " + std::to_string(wait / 3600) + " h " + std::to_string(wait / 60 % 60) +
+            " min. Hint: squeue --start -p " + r.partition + " shows the jobs ahead; a shorter --time or "
+            "fewer nodes can start sooner (backfill)";
+  } else {
+    text += ", now";
+  }
+  return text + ".\n";
 }
 
 std::string absolute_path(const std::string& path, const std::string& cwd) {

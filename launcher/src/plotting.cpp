@@ -28,8 +28,8 @@ std::string scripts_folder(const std::string& exe, const std::string& source_dir
   return source_dir + "/scripts";
 }
 
-std::vector<std::string> python_candidates(const std::string& scripts, const EnvMap& env) {
-  if (const auto it = env.find("TRAIN_PYTHON"); it != env.end() && !it->second.empty()) return {it->second};
+std::vector<std::string> python_candidates(const std::string& scripts, const std::string& train_python) {
+  if (!train_python.empty()) return {train_python};
   return {scripts.substr(0, scripts.rfind('/')) + "/.venv/bin/python", "python3"};
 }
 
@@ -58,8 +58,8 @@ std::string sweep_gnuplot_script(const std::string& png, const std::string& metr
 
 std::string draw_sweep_png(const std::string& csv, const std::string& png, const std::string& metric,
                            const SweepIndex& index, const std::vector<SweepResult>& results,
-                           const std::string& scripts, const EnvMap& env) {
-  const std::vector<std::string> pythons = python_candidates(scripts, env);
+                           const std::string& scripts, const std::string& train_python) {
+  const std::vector<std::string> pythons = python_candidates(scripts, train_python);
   if (const std::string python = first_python_with(pythons, "matplotlib"); !python.empty()) {
     const CommandResult r = run_command({python, scripts + "/sweep_plot.py", csv, png, metric}, "", 120);
     if (r.exit_code == 0) return "wrote " + png + " (matplotlib)";
@@ -84,8 +84,8 @@ void check_metrics_files(const std::vector<std::string>& inputs) {
   }
 }
 
-std::string plot_python(const std::string& scripts, const EnvMap& env) {
-  const std::vector<std::string> candidates = python_candidates(scripts, env);
+std::string plot_python(const std::string& scripts, const std::string& train_python) {
+  const std::vector<std::string> candidates = python_candidates(scripts, train_python);
   const std::string python = first_python_with(candidates, "matplotlib");
   if (python.empty()) {
     std::string tried;

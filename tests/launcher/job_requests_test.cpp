@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cstdint>
+#include <ctime>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -82,6 +84,34 @@ TEST(SbatchSubmittedLog, FillsInTheJobNameIdAndAnyArrayTask) {
   EXPECT_EQ(submitted_log("logs/%x-%j.out", "train", "1234"), "logs/train-1234.out");
   EXPECT_EQ(submitted_log("%x/%A_%a.log", "sweep", "77"), "sweep/77_*.log");
   EXPECT_EQ(submitted_log("plain.log", "train", "5"), "plain.log");
+}
+
+/// `epoch` as a SLURM timestamp in local time, as squeue and sbatch print them.
+std::string slurm_timestamp(std::int64_t epoch) {
+  const std::time_t t = static_cast<std::time_t>(epoch);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
+  return buf;
+}
+
+TEST(SbatchTestOnly, SaysWhenAndWhereTheJobWouldStartWithAHintWhenItWaits) {
+  const std::int64_t now = 1800000000;
+  TestOnlyResult r;
+  r.start_time = slurm_timestamp(now + 2 * 3600 + 5 * 60);
+  r.nodes = "node[1-2]";
+  r.partition = "gpu";
+  r.processors = "8";
+  EXPECT_EQ(render_test_only(r, now), "sbatch --test-only: the job would start at " + r.start_time +
+                                          " on node[1-2] in partition gpu (8 processors), in about 2 h 5 min. Hint: "
+                                          "squeue --start -p gpu shows the jobs ahead; a shorter --time or fewer "
+                                          "nodes can start sooner (backfill).\n");
+  r.start_time = slurm_timestamp(now + 30);
+  EXPECT_EQ(render_test_only(r, now), "sbatch --test-only: the job would start at " + r.start_time +
+                                          " on node[1-2] in partition gpu (8 processors), now.\n");
+  r.start_time = "Unknown";  // unparsable: no wait is claimed
+  EXPECT_TRUE(contains(render_test_only(r, now), "(8 processors), now.\n")) << render_test_only(r, now);
 }
 
 TEST(SweepPlan, AbsolutePathJoinsTheFolderAndDropsDotParts) {

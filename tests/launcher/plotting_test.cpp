@@ -27,10 +27,8 @@ void fake_python(const std::string& path, int code, const std::string& module = 
 }
 
 TEST(PlotPython, CandidatesAreTrainPythonAloneElseTheVenvThenPython3) {
-  EXPECT_EQ(python_candidates("/repo/scripts", {}), (std::vector<std::string>{"/repo/.venv/bin/python", "python3"}));
-  EXPECT_EQ(python_candidates("/repo/scripts", {{"TRAIN_PYTHON", "/opt/py"}}), (std::vector<std::string>{"/opt/py"}));
-  EXPECT_EQ(python_candidates("/repo/scripts", {{"TRAIN_PYTHON", ""}}),
-            (std::vector<std::string>{"/repo/.venv/bin/python", "python3"}));
+  EXPECT_EQ(python_candidates("/repo/scripts", ""), (std::vector<std::string>{"/repo/.venv/bin/python", "python3"}));
+  EXPECT_EQ(python_candidates("/repo/scripts", "/opt/py"), (std::vector<std::string>{"/opt/py"}));
 }
 
 TEST(PlotPython, PicksTheFirstCandidateThatImportsTheModule) {
@@ -54,11 +52,11 @@ TEST(PlotPython, LooksInTheRepositorysVenvAndHonoursTrainPython) {
   fake_python(repo.file("other"), 0);
   fake_python(repo.file("broken"), 1);
   const std::string scripts = repo.file("scripts");
-  EXPECT_EQ(plot_python(scripts, {}), repo.file(".venv/bin/python"));
-  EXPECT_EQ(plot_python(scripts, {{"TRAIN_PYTHON", repo.file("other")}}), repo.file("other"));
+  EXPECT_EQ(plot_python(scripts, ""), repo.file(".venv/bin/python"));
+  EXPECT_EQ(plot_python(scripts, repo.file("other")), repo.file("other"));
   // TRAIN_PYTHON is the user's choice and no other: without matplotlib it is an error, not a fallback.
   try {
-    plot_python(scripts, {{"TRAIN_PYTHON", repo.file("broken")}});
+    plot_python(scripts, repo.file("broken"));
     ADD_FAILURE() << "a TRAIN_PYTHON without matplotlib was accepted";
   } catch (const ConfigError& e) {
     EXPECT_TRUE(contains(e.what(), "expected a Python with matplotlib, found none among " + repo.file("broken") + "."))

@@ -4,6 +4,7 @@
 // the salloc line of `trainctl interactive`, and the checks, folders and index of `trainctl sweep`.
 // No LibTorch. See docs/workflow.md.
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,11 @@ std::vector<std::string> recorded_command(const std::vector<std::string>& before
 /// A submitted job's log: `output` (an --output pattern) with %x the job name, %j and %A `job_id`,
 /// and %a "*" (any array task).
 std::string submitted_log(const std::string& output, const std::string& job_name, const std::string& job_id);
+
+/// What `trainctl sbatch --test-only` prints for sbatch's answer `r` at `now_epoch`: when, where and
+/// on how many processors the job would start, ", now." when that is at most a minute away, else
+/// "in about H h M min" and a hint (squeue --start, a shorter --time or fewer nodes).
+std::string render_test_only(const TestOnlyResult& r, std::int64_t now_epoch);
 
 /// `path` made absolute against `cwd` (an absolute folder), without "." or empty parts.
 std::string absolute_path(const std::string& path, const std::string& cwd);

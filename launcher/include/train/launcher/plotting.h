@@ -5,7 +5,6 @@
 #include <string>
 #include <vector>
 
-#include "train/launcher/env.h"
 #include "train/launcher/sweep.h"
 
 namespace train {
@@ -15,10 +14,10 @@ namespace train {
 /// was built from).
 std::string scripts_folder(const std::string& exe, const std::string& source_dir);
 
-/// The Pythons to try for matplotlib, in order: TRAIN_PYTHON when set and not empty in `env` (the
-/// user's choice, and no other), else the .venv next to `scripts` (its parent's .venv/bin/python),
-/// then python3.
-std::vector<std::string> python_candidates(const std::string& scripts, const EnvMap& env);
+/// The Pythons to try for matplotlib, in order: `train_python` (TRAIN_PYTHON's value) when not empty
+/// (the user's choice, and no other), else the .venv next to `scripts` (its parent's
+/// .venv/bin/python), then python3.
+std::vector<std::string> python_candidates(const std::string& scripts, const std::string& train_python);
 
 /// The first of `candidates` that runs `python -c "import MODULE"` with exit 0, or "" when none does.
 /// A candidate with a '/' that doesn't exist is skipped without running it.
@@ -34,7 +33,7 @@ std::string sweep_gnuplot_script(const std::string& png, const std::string& metr
 /// happened, for stderr ("wrote PNG (matplotlib)", or why no PNG was made and a hint).
 std::string draw_sweep_png(const std::string& csv, const std::string& png, const std::string& metric,
                            const SweepIndex& index, const std::vector<SweepResult>& results,
-                           const std::string& scripts, const EnvMap& env);
+                           const std::string& scripts, const std::string& train_python);
 
 /// Checks `trainctl plot`'s inputs: each must be a regular file.
 /// @throws train::ConfigError "PATH: expected a metrics file written by train --metrics, found ..."
@@ -42,7 +41,7 @@ void check_metrics_files(const std::vector<std::string>& inputs);
 
 /// `trainctl plot`'s Python: the first of python_candidates() with matplotlib.
 /// @throws train::ConfigError naming the candidates tried, with a hint, when none has it.
-std::string plot_python(const std::string& scripts, const EnvMap& env);
+std::string plot_python(const std::string& scripts, const std::string& train_python);
 
 /// `trainctl plot`'s command: PYTHON SCRIPTS/plot_metrics.py OUT WIDTH HEIGHT INPUTS...
 std::vector<std::string> plot_command(const std::string& python, const std::string& scripts, const std::string& out,
