@@ -113,7 +113,9 @@ class Run:
         self.step_no = 0
 
     def autocast(self):
-        return torch.autocast(self.dev.type, dtype=torch.bfloat16, enabled=self.precision == "bf16")
+        # A captured graph can't keep autocast's cast cache (PyTorch's CUDA Graphs notes): off in graph mode.
+        return torch.autocast(self.dev.type, dtype=torch.bfloat16, enabled=self.precision == "bf16",
+                              cache_enabled=self.mode != "graph")
 
     def batch_at(self, i):
         j = (i % self.steps_per_epoch) * self.batch

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The benchmark's transformer program (scripts/bench/transformer) on the CPU with tiny sizes:
-#   learns   one rank, 4 epochs: the epoch train loss falls (the generated rule is learnable), the
+#   learns   one rank, 6 epochs: the epoch train loss falls (the generated rule is learnable), the
 #            done line and the program's own JSON line parse and agree;
 #   ranks    two ranks under `trainctl local` (Gloo), 2 epochs: done line with world_size 2.
 # usage: transformer_test.sh learns|ranks BIN_DIR
@@ -10,10 +10,10 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 tiny=(--layers 2 --d-model 32 --heads 4 --ffn 64 --seq-len 16 --vocab 32 --device cpu --threads 1
-      --batch-size 16 --lr 0.003 --log-interval 1000000 --seed 3)
+      --batch-size 16 --lr 0.01 --log-interval 1000000 --seed 3)
 case $step in
   learns)
-    "$bin/transformer_bench" "${tiny[@]}" --epochs 4 --train-sequences 384 --eval-sequences 64 \
+    "$bin/transformer_bench" "${tiny[@]}" --epochs 6 --train-sequences 512 --eval-sequences 64 \
       --metrics "$work/m.jsonl" >"$work/out" 2>"$work/err" || { tail -20 "$work/err"; fail "transformer_bench exited $?"; }
     grep -q "training step: eager" "$work/err" || fail "no 'training step: eager' line in the log"
     grep -q "GFLOP per sequence" "$work/err" || fail "no FLOPs line in the log"
@@ -24,14 +24,14 @@ done = [l for l in lines if l.get("event") == "done"]
 extra = [l for l in lines if l.get("event") == "transformer"]
 assert done and extra, f"expected a done line and a transformer line, found {lines}"
 d, e = done[-1], extra[-1]
-assert d["epochs"] == 4 and d["world_size"] == 1 and d["images_per_sec"] > 0, d
+assert d["epochs"] == 6 and d["world_size"] == 1 and d["images_per_sec"] > 0, d
 assert abs(e["tokens_per_sec"] - d["images_per_sec"] * 16) <= 0.1 * 16 + 1e-6 * e["tokens_per_sec"], (d, e)
 assert e["seq_len"] == 16 and e["flops_per_seq"] == 6 * e["matmul_params"] * 16 + 12 * 2 * 32 * 16 * 16, e
 epochs = [json.loads(l) for l in open(sys.argv[2]) if '"event":"epoch"' in l.replace(" ", "")]
 losses = [r["train_loss"] for r in epochs]
 print("epoch train losses", losses, "test accuracy", d["test_accuracy"])
-assert len(losses) == 4, losses
-assert losses[-1] < 0.8 * losses[0], f"expected the loss to fall by a fifth, found {losses}"
+assert len(losses) == 6, losses
+assert losses[-1] < 0.6 * losses[0], f"expected the loss to fall by 40%, found {losses}"
 PY
     ;;
   ranks)
