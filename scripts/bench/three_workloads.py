@@ -280,6 +280,12 @@ def setup(a):
                                   text=True).stdout.strip() or "unknown"
     a.clock, a.rows = Clock(a.budget_s), []
     os.makedirs(os.path.dirname(os.path.abspath(a.results)), exist_ok=True)
+    missing = [t for exe, t in (("train", "train_program"), ("trainctl", "trainctl"),
+                                ("transformer_bench", "transformer_bench"))
+               if not os.path.exists(os.path.join(a.build, "bin", exe))]
+    if missing and os.path.exists(os.path.join(a.build, "build.ninja")):
+        print(f"three_workloads: building {', '.join(missing)} in {a.build}", flush=True)
+        subprocess.run(["cmake", "--build", a.build, "-j", str(os.cpu_count() or 2), "--target"] + missing)
     for exe in ("train", "trainctl", "transformer_bench"):
         if not os.path.exists(os.path.join(a.build, "bin", exe)):
             sys.exit(f"three_workloads: {a.build}/bin/{exe} is missing; build it: cmake --build {a.build} "

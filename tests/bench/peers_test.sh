@@ -22,6 +22,7 @@ for dims in [(6, 512, 8, 2048, 256, 8192), (2, 32, 4, 64, 16, 32)]:
 assert bm.transformer_params(6, 512, 8, 2048, 256, 8192) == (27443200, 23117824)
 print("parameter counts ok")
 PY
+# shellcheck disable=SC2054  # commas inside --mode and the like are values
 tiny=(--workload transformer --layers 2 --d-model 32 --heads 4 --ffn 64 --seq-len 16 --vocab 32 --device cpu
       --mode eager,graph --precision fp32 --batch-size 4 --steps 3 --warmup 1)
 "$py" peers.py "${tiny[@]}" >"$work/w1" 2>"$work/e1" || { tail -20 "$work/e1"; fail "peers.py world 1"; }

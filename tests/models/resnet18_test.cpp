@@ -37,11 +37,11 @@ TEST(ResNet18, ShortCpuTrainingRunLowersTheLoss) {
   torch::manual_seed(1);
   auto m = make_model("resnet18");
   m->train();
-  const torch::Tensor x = torch::randn({8, 3, 32, 32});
-  const torch::Tensor y = torch::arange(8) % 10;
+  const torch::Tensor x = torch::randn({4, 3, 32, 32});
+  const torch::Tensor y = torch::arange(4);
   torch::optim::SGD opt(m->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9).nesterov(true).weight_decay(5e-4));
   double first = 0, last = 0;
-  for (int step = 0; step < 8; ++step) {
+  for (int step = 0; step < 6; ++step) {
     opt.zero_grad();
     torch::Tensor loss = torch::nn::functional::cross_entropy(m->forward(x), y);
     loss.backward();
@@ -49,5 +49,5 @@ TEST(ResNet18, ShortCpuTrainingRunLowersTheLoss) {
     (step == 0 ? first : last) = loss.item<double>();
   }
   EXPECT_TRUE(std::isfinite(last));
-  EXPECT_LT(last, first * 0.7) << "first loss " << first << ", after 8 steps " << last;
+  EXPECT_LT(last, first * 0.7) << "first loss " << first << ", after 6 steps " << last;
 }
