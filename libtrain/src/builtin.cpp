@@ -9,11 +9,15 @@
 #include "train/catalog.h"
 #include "train/datasets/dataset.h"
 #include "train/error.h"
+#include "train/text.h"
 #include "train/models/model.h"
 
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
+
+#include <algorithm>
+#include <cmath>
 
 namespace train {
 namespace {
@@ -38,20 +42,27 @@ std::shared_ptr<InMemoryDataset> load(const std::string& dataset, const std::str
                           std::to_string(info.channels) + "x" + std::to_string(info.height) + "x" +
                           std::to_string(info.width) + ", found " + std::to_string(shape[1]) + "x" +
                           std::to_string(shape[2]) + "x" + std::to_string(shape[3]) + ".",
-                      "use --model mnist with mnist/fashion-mnist and --model cifar10 with cifar10.");
+                      "use --model mnist with mnist/fashion-mnist and --model cifar10 or resnet18 with cifar10.");
   }
   return std::make_shared<InMemoryDataset>(d.images, d.labels, d.name);
 }
 
+// The optimizer's base rate: --lr, else the recipe's, else (Adam, AdamW) torch.optim's default.
+double base_lr(const TrainConfig& c, const catalog::Recipe& r) {
+  const std::string name = c.optimizer == "auto" ? r.optimizer : c.optimizer;
+  if (c.lr > 0) return c.lr;
+  return name == "adam" || name == "adamw" ? 1e-3 : r.lr;
+}
+
 OptimizerBuilder optimizer_for(const TrainConfig& c, const catalog::Recipe& r) {
   const std::string name = c.optimizer == "auto" ? r.optimizer : c.optimizer;
-  const double lr = c.lr > 0 ? c.lr : r.lr;
+  const double lr = base_lr(c, r);
   const double wd = c.weight_decay >= 0 ? c.weight_decay : r.weight_decay;
   const double momentum = c.momentum;
   if (name == "adam" || name == "adamw") {
     // torch.optim's defaults where the recipe's (made for Adadelta or SGD) don't fit. On CUDA the
     // fused ones (what Python runs with fused=True), which a CUDA graph captures.
-    const double alr = c.lr > 0 ? c.lr : 1e-3;
+    const double alr = lr;
     const double awd = c.weight_decay >= 0 ? c.weight_decay : (name == "adamw" ? 1e-2 : 0.0);
     if (name == "adam") {
       return [alr, awd](const std::vector<at::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
@@ -71,7 +82,7 @@ OptimizerBuilder optimizer_for(const TrainConfig& c, const catalog::Recipe& r) {
       return std::make_unique<optim::Adadelta>(params, optim::AdadeltaOptions(lr).weight_decay(wd));
     };
   }
-  const bool nesterov = c.nesterov;
+  const bool nesterov = (c.nesterov || r.nesterov) && momentum > 0;  // Nesterov needs momentum
   return [lr, wd, momentum, nesterov](const std::vector<at::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
     const auto o = torch::optim::SGDOptions(lr).momentum(momentum).weight_decay(wd).nesterov(nesterov);
     if (!params.empty() && params.front().is_cuda()) return std::make_unique<optim::FusedSGD>(params, o);
@@ -79,13 +90,31 @@ OptimizerBuilder optimizer_for(const TrainConfig& c, const catalog::Recipe& r) {
   };
 }
 
-// --lr-schedule: the recipe's StepLR per epoch (gamma), or one of the per-step schedules over
-// the whole run.
+// warmup-cosine or linear with the recipe's warm-up: a share of the run's steps (resnet18: 5%).
+LrSchedule warmup_share(bool linear, double share) {
+  LrSchedule s = linear ? linear_decay(0) : warmup_cosine(0);
+  s.rate = [linear, share](int64_t step, const ScheduleContext& run) {
+    const int64_t warmup = std::max<int64_t>(1, static_cast<int64_t>(share * static_cast<double>(run.total_steps)));
+    return (linear ? linear_decay(warmup) : warmup_cosine(warmup)).rate(step, run);
+  };
+  s.description = std::string(linear ? "linear_decay" : "warmup_cosine") + "(warmup=" + text::format("%g", 100 * share) +
+                  "% of the run)";
+  return s;
+}
+
+// --lr-schedule: auto takes the recipe's (StepLR per epoch by gamma; resnet18 warm-up + cosine
+// per step), else the one named, per step over the whole run.
 LrSchedule schedule_for(const TrainConfig& c, const catalog::Recipe& r) {
-  if (c.lr_schedule == "constant") return constant_lr();
-  if (c.lr_schedule == "warmup-cosine") return warmup_cosine(c.warmup_steps);
-  if (c.lr_schedule == "linear") return linear_decay(c.warmup_steps);
-  if (c.lr_schedule == "one-cycle") return one_cycle();
+  std::string name = c.lr_schedule;
+  if (name == "auto") name = r.schedule == "warmup_cosine" ? "warmup-cosine" : "step";
+  if (name == "constant") return constant_lr();
+  if (name == "one-cycle") return one_cycle();
+  if (name == "warmup-cosine" || name == "linear") {
+    const bool linear = name == "linear";
+    if (c.warmup_steps < 0 && r.warmup_fraction > 0) return warmup_share(linear, r.warmup_fraction);
+    const int64_t warmup = std::max<int64_t>(0, c.warmup_steps);
+    return linear ? linear_decay(warmup) : warmup_cosine(warmup);
+  }
   return step_lr(c.gamma > 0 ? c.gamma : r.gamma);
 }
 

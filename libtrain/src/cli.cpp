@@ -84,12 +84,12 @@ void add_model_and_data_flags(CLI::App& app, TrainConfig& c) {
       ->check(number("a momentum in [0, 1)", [](double v) { return v >= 0 && v < 1; }, "the CIFAR-10 recipe uses 0.9"));
   app.add_flag("--nesterov", c.nesterov, "SGD: Nesterov momentum");
   app.add_option("--lr-schedule", c.lr_schedule,
-                 "step (StepLR by --gamma each epoch) | constant | warmup-cosine | linear | one-cycle (per step, over "
-                 "the whole run; the graph follows them)")
+                 "auto (the recipe's) | step (StepLR by --gamma each epoch) | constant | warmup-cosine | linear | "
+                 "one-cycle (per step, over the whole run; the graph follows them)")
       ->capture_default_str()
-      ->check(one_of({"step", "constant", "warmup-cosine", "linear", "one-cycle"}, "e.g. --lr-schedule warmup-cosine --warmup-steps 500"));
-  app.add_option("--warmup-steps", c.warmup_steps, "warmup-cosine and linear: steps of linear warm-up from 0")
-      ->capture_default_str()
+      ->check(one_of({"auto", "step", "constant", "warmup-cosine", "linear", "one-cycle"}, "e.g. --lr-schedule warmup-cosine --warmup-steps 500"));
+  app.add_option("--warmup-steps", c.warmup_steps,
+                 "warmup-cosine and linear: steps of linear warm-up from 0 (default: the recipe's, resnet18 5% of the run, else 0)")
       ->check(non_negative("0 or more steps", "e.g. --warmup-steps 500"));
   app.add_option("--weight-decay", c.weight_decay, "weight decay (default: recipe's, SGD 1e-4; Adam 0, AdamW 1e-2)")
       ->check(non_negative("a weight decay of 0 or more", "the CIFAR-10 recipe uses 1e-4"));

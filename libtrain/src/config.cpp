@@ -54,10 +54,10 @@ void validate(const TrainConfig& c) {
   if (c.optimizer != "auto" && c.optimizer != "adadelta" && c.optimizer != "sgd" && c.optimizer != "adam" && c.optimizer != "adamw") {
     bad("--optimizer", "auto, adadelta, sgd, adam or adamw", "'" + c.optimizer + "'", "");
   }
-  if (c.lr_schedule != "step" && c.lr_schedule != "constant" && c.lr_schedule != "warmup-cosine" && c.lr_schedule != "linear" && c.lr_schedule != "one-cycle") {
-    bad("--lr-schedule", "step, constant, warmup-cosine, linear or one-cycle", "'" + c.lr_schedule + "'", "step is the recipes' StepLR per epoch");
+  if (c.lr_schedule != "auto" && c.lr_schedule != "step" && c.lr_schedule != "constant" && c.lr_schedule != "warmup-cosine" && c.lr_schedule != "linear" && c.lr_schedule != "one-cycle") {
+    bad("--lr-schedule", "auto, step, constant, warmup-cosine, linear or one-cycle", "'" + c.lr_schedule + "'", "step is the recipes' StepLR per epoch");
   }
-  if (c.warmup_steps < 0) bad("--warmup-steps", "0 or more steps", std::to_string(c.warmup_steps), "e.g. --warmup-steps 500");
+  if (c.warmup_steps < -1) bad("--warmup-steps", "0 or more steps", std::to_string(c.warmup_steps), "e.g. --warmup-steps 500");
   if (c.nesterov && c.momentum <= 0) bad("--nesterov", "a positive --momentum", fmt("%g", c.momentum), "e.g. --momentum 0.9 --nesterov");
   if (c.lr != -1 && !(c.lr > 0)) bad("--lr", "a positive learning rate", fmt("%g", c.lr), "the recipe's default is 1.0 (Adadelta) or 0.1 (SGD)");
   if (c.gamma != -1 && !(c.gamma > 0 && c.gamma <= 1)) bad("--gamma", "a factor in (0, 1]", fmt("%g", c.gamma), "the MNIST recipe uses 0.7");

@@ -71,9 +71,10 @@ struct TrainConfig {
   bool requeue = true;          ///< under SLURM, `scontrol requeue` the job after a preemption checkpoint
 
   // issue 22: the built-in recipes' LR schedule and SGD's nesterov.
-  /// step (StepLR by --gamma each epoch) | constant | warmup-cosine | linear | one-cycle (per step)
-  std::string lr_schedule = "step";
-  int64_t warmup_steps = 0;     ///< warmup-cosine and linear: steps of linear warm-up from 0
+  /// auto (the recipe's: step, or warmup-cosine for resnet18) | step (StepLR by --gamma each
+  /// epoch) | constant | warmup-cosine | linear | one-cycle (per step)
+  std::string lr_schedule = "auto";
+  int64_t warmup_steps = -1;    ///< warmup-cosine and linear: steps of linear warm-up from 0; < 0 = the recipe's (resnet18: 5% of the run, else 0)
   bool nesterov = false;        ///< SGD only: Nesterov momentum
 };
 
