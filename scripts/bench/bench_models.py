@@ -129,12 +129,14 @@ def stride_sequences(n, seq, vocab, seed, strides=16):
 # ---- recipes ----
 
 def warmup_cosine(base, step, total, warmup_fraction=WARMUP_FRACTION):
-    """The rate of step `step` (0-based) of `total`: linear warm-up, then cosine to 0."""
+    """The rate of step `step` (0-based) of `total`: linear warm-up from 0, then cosine to 0."""
     warmup = max(1, int(warmup_fraction * total))
+    # libtrain's train::warmup_cosine (transformers' get_cosine_schedule_with_warmup): the rate
+    # after `step` steps, so the first step runs at 0.
     if step < warmup:
-        return base * (step + 1) / warmup
-    t = (min(step, total) - warmup) / max(total - warmup, 1)
-    return base * 0.5 * (1 + math.cos(math.pi * t))
+        return base * (step / warmup)
+    t = min(max((step - warmup) / max(1, total - warmup), 0.0), 1.0)
+    return base * (0.0 + (1 - 0.0) * 0.5 * (1.0 + math.cos(math.pi * t)))
 
 
 class Workload:

@@ -1,5 +1,5 @@
 // transformer_bench: the benchmark's transformer as a user's program on libtrain's public Trainer
-// API: a causal pre-norm encoder with an LM head (encoder.h), AdamW with a per-step linear
+// API: a causal pre-norm encoder with an LM head (encoder.h), fused AdamW (train::optim::FusedAdamW) with a per-step linear
 // warm-up + cosine schedule, on generated sequences with a learnable rule (tokens.h). Every
 // `train` flag works (--epochs, --max-steps, --batch-size, --precision, --cuda-graph, checkpoints;
 // several ranks under trainctl local or torchrun), plus the model's sizes. Prints the done line
@@ -9,6 +9,7 @@
 
 #include <train/cli.h>
 #include <train/error.h>
+#include <train/fused_optim.h>
 #include <train/log.h>
 #include <train/trainer.h>
 
@@ -35,20 +36,15 @@ struct Flags {
   int64_t train_sequences = 16384, eval_sequences = 512;
 };
 
-// The run's per-step rate: linear warm-up over the first 5% of `total` steps, then cosine to 0.
-// Step i (0-based) runs at lr_at(i). One small function so a built-in schedule can replace it.
-train::LrSchedule warmup_cosine_schedule(double base, int64_t total, double* first_rate) {
-  const int64_t warmup = std::max<int64_t>(1, static_cast<int64_t>(kWarmupFraction * static_cast<double>(total)));
-  auto lr_at = [base, warmup, total](int64_t i) {
-    if (i < warmup) return base * static_cast<double>(i + 1) / static_cast<double>(warmup);
-    const double t = static_cast<double>(std::min(i, total) - warmup) / static_cast<double>(std::max<int64_t>(total - warmup, 1));
-    return base * 0.5 * (1.0 + std::cos(M_PI * t));
+// The run's per-step rate: linear warm-up from 0 over the first 5% of the run's steps, then a
+// cosine to 0 (train::warmup_cosine). The Trainer tells the schedule the run's length.
+train::LrSchedule warmup_cosine_schedule() {
+  train::LrSchedule s = train::warmup_cosine(0);
+  s.rate = [](int64_t step, const train::ScheduleContext& run) {
+    const auto warmup = std::max<int64_t>(1, static_cast<int64_t>(kWarmupFraction * static_cast<double>(run.total_steps)));
+    return train::warmup_cosine(warmup).rate(step, run);
   };
-  *first_rate = lr_at(0);
-  train::LrSchedule s;
-  s.every = train::LrSchedule::Every::step;
-  s.next = [lr_at](int64_t steps_done, double) { return lr_at(steps_done); };
-  s.description = "warm-up " + std::to_string(warmup) + " steps + cosine over " + std::to_string(total) + " steps";
+  s.description = "warmup_cosine(warmup=5% of the run)";
   return s;
 }
 
@@ -70,12 +66,6 @@ train::Metric token_accuracy() {
           }};
 }
 
-int64_t total_steps(const train::TrainConfig& c, int64_t samples, int world, int64_t batch) {
-  const int64_t per_rank = (samples + world - 1) / world;
-  const int64_t steps = static_cast<int64_t>(c.epochs) * ((per_rank + batch - 1) / batch);
-  return c.max_steps > 0 ? std::min(steps, c.max_steps) : steps;
-}
-
 train::TrainResult train_transformer(const Flags& f, const train::TrainConfig& config, const train::DistEnv& env) {
   train::TrainConfig c = config;
   const int64_t batch = c.batch_size > 0 ? c.batch_size : kDefaultBatch;
@@ -91,10 +81,11 @@ train::TrainResult train_transformer(const Flags& f, const train::TrainConfig& c
   spec.loss = lm_loss();
   spec.metrics = {token_accuracy()};
   const double base = c.lr > 0 ? c.lr : kDefaultLr;
-  double first_rate = base;
-  spec.lr_schedule = warmup_cosine_schedule(base, total_steps(c, f.train_sequences, env.world_size, batch), &first_rate);
-  spec.optimizer = [first_rate](const std::vector<at::Tensor>& params) {
-    return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(first_rate));
+  spec.lr_schedule = warmup_cosine_schedule();
+  // Fused AdamW: its step counts and rate live on the device, so on a GPU the whole step,
+  // per-step rate included, runs in the CUDA graph.
+  spec.optimizer = [base](const std::vector<at::Tensor>& params) {
+    return std::make_unique<train::optim::FusedAdamW>(params, torch::optim::AdamWOptions(base));
   };
   spec.batch_size = batch;
   spec.unit = "tokens";
