@@ -9,6 +9,8 @@
 #include "train/log.h"
 #include "train/trainer.h"
 
+#include "health_check.h"
+
 #include <CLI/CLI.hpp>
 
 #include <cmath>
@@ -178,6 +180,24 @@ void add_run_flags(CLI::App& app, TrainConfig& c) {
       ->check(positive("number of ranks", "leave it out to take it from SLURM or torchrun"));
 }
 
+// issue 24: the network interface and the health check.
+void add_network_and_health_flags(CLI::App& app, detail::NetHealthOptions& c) {
+  app.add_option("--interface", c.interface,
+                 "network interface (e.g. ib0) for Gloo, NCCL (NCCL_SOCKET_IFNAME) and the rendezvous store; "
+                 "checked to exist with an address (default: $TRAIN_INTERFACE, else each library's own choice)")
+      ->envname("TRAIN_INTERFACE");
+  app.add_flag("--health-check", c.health_check,
+               "before training, measure each node's GEMM throughput and the all-reduce bus bandwidth, and name "
+               "the nodes below --health-min-fraction of the others' median (exits 69 if any)");
+  app.add_option("--health-min-fraction", c.health_min_fraction,
+                 "a node is bad when its GEMM throughput is below this fraction of the median of the other nodes'")
+      ->capture_default_str()
+      ->check(number("a fraction in (0, 1]", [](double v) { return v > 0 && v <= 1; }, "the default is 0.5"));
+  app.add_flag("--health-warn-only", c.health_warn_only, "with --health-check: name the bad nodes, then train anyway");
+  app.add_flag("--exclude-bad-nodes", c.exclude_bad_nodes,
+               "with --health-check under SLURM: requeue the job without the bad nodes (at most 3 times per job)");
+}
+
 void add_checkpoint_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--checkpoint-dir", c.checkpoint_dir, "write checkpoints here (shared by all nodes); enables resume");
   app.add_option("--checkpoint-every", c.checkpoint_every, "also checkpoint every N steps (0: only at epoch ends)")->capture_default_str()
@@ -203,6 +223,7 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
   add_model_and_data_flags(app, c);
   add_run_flags(app, c);
   add_checkpoint_flags(app, c);
+  add_network_and_health_flags(app, detail::net_health_options());
 }
 
 void apply_rendezvous_flags(const TrainConfig& c, DistEnv& env) {
@@ -259,6 +280,9 @@ int main(int argc, char** argv, const std::string& description, const TrainFn& t
   } catch (const ConfigError& e) {
     log::error(e.what());
     return kExitUsage;
+  } catch (const detail::HealthError& e) {
+    log::error(e.what());
+    return detail::kExitUnhealthy;
   } catch (const std::exception& e) {
     log::error(e.what());
     return 1;

@@ -1,5 +1,6 @@
 // The faults tests inject (fault_injection.h).
 #include "fault_injection.h"
+#include "net_health_options.h"
 
 #include "train/error.h"
 #include "train/signals.h"
@@ -34,6 +35,26 @@ FaultInjection FaultInjection::from_env(int rank) {
                       "it is a testing aid; unset it for real runs.");
   }
   return f;
+}
+
+double slow_node_factor(const std::string& node) {
+  const char* fault = std::getenv("TRAIN_FAULT_SLOW_NODE");
+  if (fault == nullptr || *fault == '\0') return 1;
+  const std::string v = fault;
+  const size_t colon = v.rfind(':');
+  double factor = 0;
+  try {
+    size_t used = 0;
+    if (colon != std::string::npos && colon > 0) factor = std::stod(v.substr(colon + 1), &used);
+    if (colon == std::string::npos || used != v.size() - colon - 1) factor = 0;
+  } catch (const std::exception&) {
+    factor = 0;
+  }
+  if (!(factor >= 1)) {
+    throw ConfigError("TRAIN_FAULT_SLOW_NODE='" + v + "': expected NODE:FACTOR with a FACTOR of 1 or more, e.g. node2:10.",
+                      "it is a testing aid; unset it for real runs.");
+  }
+  return v.substr(0, colon) == node ? factor : 1;
 }
 
 void FaultInjection::after_step(int64_t step) const {

@@ -2,8 +2,11 @@
 // name the rank, host and operation so that a dead peer is reported instead of hanging.
 #include "process_group_impl.h"
 
+#include "net_health_options.h"
+
 #include "train/error.h"
 #include "train/log.h"
+#include "train/net_interfaces.h"
 
 #include <ATen/ops/from_blob.h>
 
@@ -13,6 +16,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include <unistd.h>
 
@@ -27,6 +31,25 @@ std::string where(const DistEnv& env) {
   return "rank " + std::to_string(env.rank) + "/" + std::to_string(env.world_size) + " on " +
          env.host;
 }
+// Rank 0's listening socket for the rendezvous store, bound to the address of this host that
+// MASTER_ADDR resolves to (on `interface` where it resolves there) instead of every interface;
+// nullopt (c10d binds every interface) when MASTER_ADDR is no address of this host.
+std::optional<int> store_listen_fd(const DistEnv& env, const std::string& interface) {
+  std::string note, error;
+  const std::string address = net::store_bind_address(env.master_addr, interface, &note);
+  if (address.empty()) {
+    log::debug(note);
+    return std::nullopt;
+  }
+  const int fd = net::listen_on(address, env.master_port, &error);
+  if (fd < 0) {
+    log::debug("the store's own socket: " + error + "; c10d binds it instead");
+    return std::nullopt;
+  }
+  log::debug(note + ":" + std::to_string(env.master_port));
+  return fd;
+}
+
 bool looks_like_timeout(const std::string& what) {
   return what.find("imeout") != std::string::npos || what.find("imed out") != std::string::npos;
 }
@@ -179,6 +202,12 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const DistEnv& env,
     throw ConfigError("MASTER_PORT: expected 1..65535, found " + std::to_string(env.master_port) + ".",
                       "unset MASTER_PORT to let libtrain derive one from the job id.");
   }
+  const std::string interface = detail::chosen_interface();  // issue 24: --interface / TRAIN_INTERFACE
+  if (!interface.empty()) {
+    net::require_interface(interface, "--interface");  // a ConfigError naming the interfaces here
+    // Read by NCCL when its communicator is created (after this); the flag wins over the environment.
+    if (options.backend == Backend::nccl) ::setenv("NCCL_SOCKET_IFNAME", interface.c_str(), 1);
+  }
   impl->guarded("rendezvous with " + env.master_addr + ":" + std::to_string(env.master_port), [&] {
     c10d::TCPStoreOptions so;
     so.port = static_cast<uint16_t>(env.master_port);
@@ -188,6 +217,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const DistEnv& env,
     so.numWorkers = env.world_size;
     so.waitWorkers = true;  // clients count themselves in; the server waits for all of them
     so.timeout = options.timeout;
+    if (so.isServer && env.world_size > 1) so.masterListenFd = detail::store_listen_fd(env, interface);
     auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
     // A prefix keeps our keys apart should the user reuse the store, and one attempt's keys
     // apart from the next when torchrun restarts the workers.
@@ -202,8 +232,9 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const DistEnv& env,
       auto o = c10d::ProcessGroupGloo::Options::create(options.timeout);
       // Bind to the address other ranks can reach us at; the default device resolves the host
       // name, which on clusters often maps to a management interface or 127.0.1.1.
-      const char* iface = std::getenv("GLOO_SOCKET_IFNAME");
-      if (iface != nullptr && *iface != '\0') {
+      const char* from_env = std::getenv("GLOO_SOCKET_IFNAME");
+      const std::string iface = !interface.empty() ? interface : from_env != nullptr ? from_env : "";
+      if (!iface.empty()) {
         o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(iface));
       } else {
         o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());

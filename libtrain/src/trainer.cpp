@@ -3,6 +3,8 @@
 // agreements, evaluation. Resume, stops, checkpoints and the run's end are in trainer_end.cpp.
 #include "trainer_run.h"
 
+#include "health_check.h"
+
 namespace train {
 
 using detail::Clock;
@@ -42,6 +44,7 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : run_(std::make_unique<Run>()
   t.c = std::move(config);
   t.env = std::move(env);
   validate(t.c);
+  detail::validate(detail::net_health_options());  // issue 24: --interface, --health-*
   t.threads = pick_threads(t.c, t.env);
   at::set_num_threads(t.threads);
   detail::apply_cpu_kernels_env();
@@ -65,6 +68,7 @@ TrainResult Trainer::fit(const TrainSpec& spec) {
   t.setup(spec);
   t.build_model();  // before connect(): the optimizer decides whether the step is captured
   t.connect();
+  if (detail::net_health_options().health_check) detail::run_health_check(detail::net_health_options(), t.env, t.pg.get(), *t.dev);
   t.resume();
   if (t.pg) {
     DdpOptions dopt;
