@@ -69,6 +69,11 @@ struct TrainConfig {
   std::string preempt_signals = "USR2";  ///< signals that mean "checkpoint, requeue and resume"
   double time_margin_sec = 60;  ///< checkpoint this long before the SLURM job's end time
   bool requeue = true;          ///< under SLURM, `scontrol requeue` the job after a preemption checkpoint
+
+  // issue 24: the hung-rank roll-call. No step's progress for this long (seconds) ends the run
+  // with a roll-call naming where each rank is; 0 = automatic (10x the median step, at least
+  // 60 s, at most 80% of dist_timeout_sec). Must be below dist_timeout_sec.
+  double stall_timeout_sec = 0;
 };
 
 /// The built-in MNIST recipe's TrainSpec::auto_bf16_batch: --precision auto picks bf16 on CUDA
