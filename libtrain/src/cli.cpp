@@ -142,6 +142,11 @@ void add_run_flags(CLI::App& app, TrainConfig& c) {
       ->check(one_of({"auto", "gloo", "nccl"}, "nccl for GPUs, gloo for CPUs"));
   app.add_option("--dist-timeout", c.dist_timeout_sec, "seconds before a missing or stalled peer is an error")->capture_default_str()
       ->check(positive("number of seconds", "the default is 300"));
+  app.add_option("--stall-timeout", c.stall_timeout_sec,
+                 "seconds without progress before rank 0 prints a roll-call of where every rank is and the run "
+                 "exits (status 79); 0: 10x the median step, at least 60 s, at most 80% of --dist-timeout")
+      ->capture_default_str()
+      ->check(non_negative("number of seconds", "e.g. --stall-timeout 120; it must be below --dist-timeout"));
   app.add_flag("--ddp-single-rank", c.ddp_single_rank,
                "with one rank too: a process group and DDP (measures what DDP itself costs)");
   app.add_option("--bucket-cap-mb", c.bucket_cap_mb, "DDP gradient bucket size in MB")->capture_default_str()

@@ -70,7 +70,9 @@ void ProcessGroupImpl::guarded(const std::string& op, const std::function<void()
         "another rank probably died or stalled; look for the first error in the other ranks' "
         "logs (srun prints them per task). Raise --dist-timeout if ranks are just slow.";
     if (looks_like_timeout(what)) {
-      throw TimeoutError(msg + " (timeout " + std::to_string(timeout.count() / 1000) + " s)", hint);
+      const std::string ranks = read_roll_call(*this);
+      throw TimeoutError(msg + " (timeout " + std::to_string(timeout.count() / 1000) + " s)" +
+                             (ranks.empty() ? "" : ". Roll-call: " + ranks + "."), hint);
     }
     throw CommError(msg, hint);
   }
@@ -268,6 +270,7 @@ void ProcessGroup::allreduce_sum(at::Tensor& tensor) {
   const auto dtype = detail::shm_dtype_of(tensor.scalar_type());
   // The choice depends only on what the contract makes equal on every rank (device, dtype,
   // size), never on memory layout, so all ranks always take the same path.
+  const detail::CollectiveWait in_collective(&core_->rollcall, detail::CollectiveKind::allreduce);
   if (shm != nullptr && dtype && tensor.device().is_cpu() && tensor.nbytes() <= shm->capacity()) {
     const at::Tensor in = tensor.contiguous();
     std::memcpy(shm->slot(), in.const_data_ptr(), in.nbytes());
@@ -289,6 +292,7 @@ void ProcessGroup::allreduce_sum(at::Tensor& tensor) {
 }
 
 void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
+  const detail::CollectiveWait in_collective(&core_->rollcall, detail::CollectiveKind::broadcast);
   std::vector<at::Tensor> v{tensor};
   c10d::BroadcastOptions o;
   o.rootRank = root;
@@ -299,6 +303,7 @@ void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
 }
 
 void ProcessGroup::barrier() {
+  const detail::CollectiveWait in_collective(&core_->rollcall, detail::CollectiveKind::barrier);
   c10d::BarrierOptions o;
   o.timeout = core_->timeout;
   if (core_->backend == Backend::nccl) o.device_ids = {static_cast<int64_t>(core_->device_index)};

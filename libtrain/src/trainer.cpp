@@ -123,6 +123,7 @@ void Trainer::Run::connect() {
   f.peer_kernels = dev->peer_kernels();
   f.peer_access_to_other = env.local_world_size == 2 && dev->peer_access(1 - env.local_rank);
   plan = detail::plan_comm(c, f);
+  detail::check_stall_timeout(c.stall_timeout_sec, c.dist_timeout_sec);
   if (env.world_size <= 1 && !c.ddp_single_rank) return;
   if (!plan.why.empty()) log::info(plan.why);
   DistEnv e = env;
@@ -139,6 +140,7 @@ void Trainer::Run::connect() {
   log::info("rendezvous: " + std::to_string(e.world_size) + " ranks at " + e.master_addr + ":" +
             std::to_string(e.master_port) + ", backend " + to_string(plan.backend));
   pg = ProcessGroup::create(e, po);
+  where = detail::rollcall_of(pg.get());
 }
 
 // The model is built right after seeding, so every rank (and every run) starts from the same weights.
@@ -213,6 +215,8 @@ void Trainer::Run::make_step() {
 // one small all-reduce now. CUDA ranks read the agreement they posted `check_every` steps ago (long
 // done on the device, so the host never waits), then post the next.
 bool Trainer::Run::check_stop(Clock::time_point t0, double earlier_segments) {
+  detail::mark_phase(where, detail::Phase::stop_check);
+  if (faults.skips_collective(prog().step)) return false;
   StopRequest request;
   if (device_stop_flags()) {
     request = preemption->collect();
@@ -226,6 +230,7 @@ bool Trainer::Run::check_stop(Clock::time_point t0, double earlier_segments) {
   const double seconds = earlier_segments + seconds_since(t0);
   prog().train_seconds += seconds;
   result.train_seconds += seconds;
+  detail::mark_phase(where, detail::Phase::checkpoint);  // rank 0 writes it now
   stop(request);
   return true;
 }
@@ -251,9 +256,14 @@ void Trainer::Run::train() {
   } else if (preemption->job_has_no_time_limit()) {
     log::info("SLURM job has no time limit: no checkpoint before a deadline (signals and --checkpoint-every still apply)");
   }
+  if (pg && env.world_size > 1) {
+    rollcall = std::make_unique<detail::RollCall>(
+        *pg, detail::RollCallOptions{c.stall_timeout_sec, c.dist_timeout_sec, c.checkpoint_dir.empty() ? "." : c.checkpoint_dir});
+  }
   for (; prog().epoch <= c.epochs; ++prog().epoch) {
     if (!train_epoch()) break;
   }
+  rollcall.reset();
   if (profiler) profiler->finish(prog().step);
 }
 
@@ -307,11 +317,16 @@ bool Trainer::Run::train_epoch() {
   double images_since_log = 0;
   const int64_t images_before = prog().images_total;
   bool max_steps_reached = false;
+  wait_ns_at_epoch = where ? where->wait_ns.load(std::memory_order_relaxed) : 0;
+  step_at_epoch = prog().step;
   for (int64_t b = prog().batches_done; b < batches; ++b) {
     const int64_t start = b * batch;
     const int64_t len = std::min(batch, n_local - start);
     if (profiler) profiler->before_step(prog().step + 1);
+    if (where) where->begin_step(prog().step + 1);
+    faults.before_step(prog().step + 1);
     at::Tensor loss = train_step->run(order, start, len);
+    detail::mark_phase(where, detail::Phase::step_end);
     const double lr_used = prog().lr;
     last_step_lr = lr_used;
     ++prog().epoch_steps;
@@ -334,6 +349,7 @@ bool Trainer::Run::train_epoch() {
       // The epoch's training time leaves out the checkpoint's (the done line reports it).
       earlier_segments += seconds_since(t0);
       const at::Tensor loss_sum = shared_loss_sum();  // every rank takes part
+      detail::mark_phase(where, detail::Phase::checkpoint);
       if (env.rank == 0) write_checkpoint(prog(), loss_sum);
       t0 = Clock::now();
     }
@@ -348,6 +364,7 @@ bool Trainer::Run::train_epoch() {
   end_epoch(epoch_seconds);
   if (max_steps_reached) return false;
   if (ckdir && env.rank == 0) {
+    detail::mark_phase(where, detail::Phase::checkpoint);
     Progress next = prog();
     next.epoch += 1;
     write_checkpoint(next, state.loss_sum);  // zero: the next epoch has no steps yet
@@ -399,6 +416,8 @@ void Trainer::Run::print_line(const PendingLine& line, double l) {
 
 // The epoch's mean loss over ranks, evaluation, the epoch line, and the schedule's next rate.
 void Trainer::Run::end_epoch(double epoch_seconds) {
+  detail::mark_phase(where, detail::Phase::epoch_end);
+  const std::string stragglers_line = report_stragglers(epoch_seconds);
   at::Tensor mean_loss =
       (state.loss_sum / static_cast<double>(std::max<int64_t>(1, prog().epoch_steps))).reshape({1});
   if (pg) {
@@ -419,7 +438,8 @@ void Trainer::Run::end_epoch(double epoch_seconds) {
   log::info("Test set: Average loss: " + fmt("%.4f", ev.loss) + ", Accuracy: " +
             std::to_string(static_cast<int64_t>(std::llround(ev.accuracy() * static_cast<double>(ev.count)))) + "/" +
             std::to_string(ev.count) + " (" + fmt("%.2f", 100.0 * ev.accuracy()) + "%), epoch time " +
-            fmt("%.1f", epoch_seconds) + " s, evaluation " + fmt("%.2f", eval_seconds) + " s");
+            fmt("%.1f", epoch_seconds) + " s, evaluation " + fmt("%.2f", eval_seconds) + " s" +
+            (stragglers_line.empty() ? "" : "; " + stragglers_line));
   MetricsRecord line{"epoch", prog().epoch, prog().step,
                      {{"train_loss", prog().last_train_loss}, {"test_loss", ev.loss}, {"test_accuracy", ev.accuracy()},
                       {"images_per_sec", prog().train_seconds > 0 ? prog().images_total / prog().train_seconds : 0.0},
@@ -453,6 +473,7 @@ EvalResult Trainer::Run::evaluate(bool one_batch) {
   const int64_t n = idx.size(0);
   for (int64_t start = 0; start < n; start += c.test_batch_size) {
     const int64_t len = std::min(c.test_batch_size, n - start);
+    detail::mark_phase(where, detail::Phase::evaluation);
     Batch b = data.get_batch(idx.narrow(0, start, len));
     at::Tensor out = model.forward(b.inputs);
     totals[0] += spec->loss(out, b.targets, Reduction::sum).to(at::kDouble);
@@ -473,6 +494,28 @@ EvalResult Trainer::Run::evaluate(bool one_batch) {
   }
   model.module->train();
   return r;
+}
+
+}  // namespace train
+
+namespace train {
+
+// Every rank's seconds per step outside collectives this epoch, gathered by one small all-reduce
+// (each rank fills its own slot), against the median; rank 0 names a rank slow again and again.
+std::string Trainer::Run::report_stragglers(double epoch_seconds) {
+  const int64_t steps = prog().step - step_at_epoch;
+  if (!pg || env.world_size < 2 || !where) return "";
+  const double waited = static_cast<double>(where->wait_ns.load(std::memory_order_relaxed) - wait_ns_at_epoch) / 1e9;
+  at::Tensor times = torch::zeros({env.world_size}, at::TensorOptions().dtype(at::kDouble).device(device));
+  times[env.rank] = steps > 0 ? std::max(0.0, epoch_seconds - waited) / static_cast<double>(steps) : 0.0;
+  pg->allreduce_sum(times);
+  if (env.rank != 0) return "";
+  const at::Tensor host = times.cpu();
+  std::vector<double> per_rank(host.data_ptr<double>(), host.data_ptr<double>() + env.world_size);
+  std::string warning;
+  const std::string line = stragglers.report(per_rank, &warning);
+  if (!warning.empty()) log::warn(warning);
+  return line;
 }
 
 }  // namespace train

@@ -76,6 +76,11 @@ struct TrainConfig {
   std::string lr_schedule = "auto";
   int64_t warmup_steps = -1;    ///< warmup-cosine and linear: steps of linear warm-up from 0; < 0 = the recipe's (resnet18: 5% of the run, else 0)
   bool nesterov = false;        ///< SGD only: Nesterov momentum
+
+  // issue 24: the hung-rank roll-call. No step's progress for this long (seconds) ends the run
+  // with a roll-call naming where each rank is; 0 = automatic (10x the median step, at least
+  // 60 s, at most 80% of dist_timeout_sec). Must be below dist_timeout_sec.
+  double stall_timeout_sec = 0;
 };
 
 /// The built-in MNIST recipe's TrainSpec::auto_bf16_batch: --precision auto picks bf16 on CUDA
