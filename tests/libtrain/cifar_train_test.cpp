@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -142,9 +143,12 @@ TEST(CifarTrain, ResNet18TrainsWithWarmupCosinePerStep) {
     }
   }
   ASSERT_EQ(lrs.size(), 10u);
-  for (size_t i = 0; i < lrs.size(); ++i) {
-    const double expected = i < 1 ? 0.02 : 0.02 * 0.5 * (1 + std::cos(M_PI * static_cast<double>(i - 1) / 9.0));
-    EXPECT_NEAR(lrs[i], expected, 1e-12) << "step " << i;
-  }
+  // Step k (0-based) runs at 0.02 for k < 1 (the warm-up), then 0.02 * (1 + cos(pi * (k - 1) / 9)) / 2.
+  // The metrics line of step k records the rate after its schedule update: that of step k + 1.
+  auto rate = [](size_t k) {
+    return k < 1 ? 0.02 : 0.02 * 0.5 * (1 + std::cos(M_PI * static_cast<double>(std::min<size_t>(k, 10) - 1) / 9.0));
+  };
+  for (size_t i = 0; i < lrs.size(); ++i) EXPECT_NEAR(lrs[i], rate(i + 1), 1e-12) << "step " << i;
+  EXPECT_NEAR(lrs[4], 0.02 * 0.5 * (1 + std::cos(M_PI * 4.0 / 9.0)), 1e-12) << "mid-run: on the cosine";
   EXPECT_LT(losses.back(), losses.front()) << r.err;
 }
