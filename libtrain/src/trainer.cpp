@@ -383,7 +383,7 @@ void Trainer::Run::log_progress(int64_t b, int64_t batches, int64_t start, const
   line.batches = batches;
   line.seen = std::min<int64_t>(start * env.world_size, spec->train_data->size());
   line.ips = dt > 0 ? images_since_log / dt : 0.0;
-  line.lr = prog().lr;
+  line.lr = last_step_lr;  // the rate this step ran with (the schedule may have moved on)
   line.step_seconds = dt / static_cast<double>(std::max<int64_t>(1, prog().step - step_at_log));
   step_at_log = prog().step;
   t_log = now;

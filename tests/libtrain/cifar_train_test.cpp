@@ -143,12 +143,11 @@ TEST(CifarTrain, ResNet18TrainsWithWarmupCosinePerStep) {
     }
   }
   ASSERT_EQ(lrs.size(), 10u);
-  // Step k (0-based) runs at 0.02 for k < 1 (the warm-up), then 0.02 * (1 + cos(pi * (k - 1) / 9)) / 2.
-  // The metrics line of step k records the rate after its schedule update: that of step k + 1.
-  auto rate = [](size_t k) {
-    return k < 1 ? 0.02 : 0.02 * 0.5 * (1 + std::cos(M_PI * static_cast<double>(std::min<size_t>(k, 10) - 1) / 9.0));
-  };
-  for (size_t i = 0; i < lrs.size(); ++i) EXPECT_NEAR(lrs[i], rate(i + 1), 1e-12) << "step " << i;
-  EXPECT_NEAR(lrs[4], 0.02 * 0.5 * (1 + std::cos(M_PI * 4.0 / 9.0)), 1e-12) << "mid-run: on the cosine";
+  // train::warmup_cosine with 1 warm-up step (5% of 10, at least 1): step k (0-based) runs at
+  // 0.02 * k / 1 while k < 1 (the first step at 0), then at 0.02 * (1 + cos(pi * (k - 1) / 9)) / 2.
+  // The metrics line of step k records the rate that step ran with.
+  auto rate = [](size_t k) { return k < 1 ? 0.0 : 0.02 * 0.5 * (1 + std::cos(M_PI * static_cast<double>(k - 1) / 9.0)); };
+  for (size_t i = 0; i < lrs.size(); ++i) EXPECT_NEAR(lrs[i], rate(i), 1e-12) << "step " << i;
+  EXPECT_NEAR(lrs[5], 0.02 * 0.5 * (1 + std::cos(M_PI * 4.0 / 9.0)), 1e-12) << "mid-run: on the cosine";
   EXPECT_LT(losses.back(), losses.front()) << r.err;
 }
