@@ -6,6 +6,7 @@
 set(_train_src ${CMAKE_CURRENT_LIST_DIR}/src)
 add_library(train STATIC
   ${_train_src}/adadelta.cpp
+  ${_train_src}/fused_optim.cpp
   ${_train_src}/augment.cpp
   ${_train_src}/checkpoint.cpp
   ${_train_src}/cli.cpp
@@ -19,6 +20,10 @@ add_library(train STATIC
   ${_train_src}/metrics.cpp
   ${_train_src}/device/train_device.cpp
   ${_train_src}/fault_injection.cpp
+  ${_train_src}/health_check.cpp
+  ${_train_src}/health_verdict.cpp
+  ${_train_src}/rollcall.cpp
+  ${_train_src}/straggler.cpp
   ${_train_src}/preemption.cpp
   ${_train_src}/profile.cpp
   ${_train_src}/process_group.cpp

@@ -19,6 +19,7 @@ if [[ -z "$data" ]]; then
 fi
 export TRAIN_FASHION_MNIST_DIR=$data
 py=$(command -v python3)
+export TRAIN_TEST_PYTHON=${TRAIN_TEST_PYTHON:-$py}   # the tests that compare with Python's torch use it
 tp=$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path)')
 prefix="$tp"
 [[ -d "$repo/.deps/usr" ]] && prefix="$repo/.deps/usr;$tp"
@@ -27,7 +28,7 @@ t0=$(date +%s)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAIN_USE_CCACHE=OFF \
   -DCMAKE_PREFIX_PATH="$prefix" >"$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
 grep "NCCL path" "$out/configure.log"
-cmake --build build-gpu -j "$(nproc)" --target train_program trainctl ddp_test dist_train_test gpu_train_test \
+cmake --build build-gpu -j "$(nproc)" --target train_program trainctl transformer_bench ddp_test dist_train_test gpu_train_test fused_optim_test \
   >"$out/build.log" 2>&1 || { grep -E "error|Error" -A3 "$out/build.log" | head -60; exit 1; }
 echo "built in $(( $(date +%s) - t0 )) s"
 rc=0
@@ -36,10 +37,10 @@ if [[ "${TRAIN_GPU_TESTS:-1}" = 1 ]]; then
   build-gpu/bin/train --data "$data" --device cuda --epochs 1 --limit-train-samples 8000 --log-interval 40 \
     >"$out/smoke.out" 2>"$out/smoke.err" || rc=1
   grep -E "training step|Test set|error" "$out/smoke.err" | tail -4; tail -1 "$out/smoke.out"
-  for t in "gpu_train_test" "dist_train_test --gtest_filter=DistTrainGpu.*" "ddp_test --gtest_filter=*Gpu*:*Nccl*"; do
+  for t in ${TRAIN_GPU_TEST_LIST:-"gpu_train_test" "fused_optim_test --gtest_filter=*Cuda*" "dist_train_test --gtest_filter=DistTrainGpu.*" "ddp_test --gtest_filter=*Gpu*:*Nccl*"}; do
     name=${t%% *}
     timeout 420 build-gpu/tests/$t >"$out/$name.log" 2>&1; r=$?
-    grep -E "^\[(gpu parity|graph vs eager|bf16)\]|PASSED|FAILED|SKIPPED" "$out/$name.log" | tail -12
+    grep -E "^\[[^ ]|PASSED|FAILED|SKIPPED|^\[ +(OK|FAILED) +\]" "$out/$name.log" | tail -24
     [[ $r = 0 ]] || { rc=1; grep -B2 -A6 "Failure" "$out/$name.log" | head -30; }
   done
 fi

@@ -1,6 +1,8 @@
 // trainctl: the launcher's command line (no LibTorch). One function per subcommand below adds its
 // options and returns the action to run: hostnames, hostlist, env, local, sbatch, preflight, and the
 // work around a job: sweep, sweep-report, plot, resources, interactive, status, logs, cancel.
+// The logic behind them lives in the launcher library, where its tests reach it (sbatch.h,
+// job_requests.h, plotting.h, jobs.h, ...): this file parses the flags, calls it, and prints.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -25,12 +27,13 @@
 #include "train/launcher/device.h"
 #include "train/launcher/env.h"
 #include "train/launcher/hostlist.h"
+#include "train/launcher/job_requests.h"
 #include "train/launcher/jobs.h"
 #include "train/launcher/local_launch.h"
+#include "train/launcher/plotting.h"
 #include "train/launcher/preflight.h"
 #include "train/launcher/resources.h"
 #include "train/launcher/sbatch.h"
-#include "train/launcher/slurm_time.h"
 #include "train/launcher/sweep.h"
 #include "train/subprocess.h"
 
@@ -215,15 +218,6 @@ Command add_local(CLI::App& app, const std::vector<std::string>& after_dashes) {
   }};
 }
 
-/// Seconds from now until a SLURM timestamp such as 2026-11-26T02:42:19 (local time); 0 when it
-/// doesn't parse or lies in the past.
-long seconds_until(const std::string& when) {
-  const int64_t at = train::parse_slurm_timestamp(when);
-  if (at == 0) return 0;
-  const int64_t diff = at - static_cast<int64_t>(std::time(nullptr));
-  return diff > 0 ? static_cast<long>(diff) : 0;
-}
-
 /// A text option of a job request: its flag, the field of SbatchOptions it sets, its --help line and
 /// the name its value gets there.
 struct JobOption {
@@ -291,27 +285,6 @@ void add_batch_options(CLI::App* cmd, train::SbatchOptions& o) {
                          "skip the `trainctl preflight` step before training");
 }
 
-/// The words of a trainctl command line to record in a script's header: without where the script
-/// went (--out) or what was done with it (--submit, --test-only).
-std::vector<std::string> recorded_command(const std::vector<std::string>& before_dashes,
-                                          const std::vector<std::string>& train_args) {
-  std::vector<std::string> command;
-  for (std::size_t i = 0; i < before_dashes.size(); ++i) {
-    const std::string& word = before_dashes[i];
-    if (word == "--submit" || word == "--test-only" || word.rfind("--out=", 0) == 0) continue;
-    if (word == "--out") {
-      ++i;
-      continue;
-    }
-    command.push_back(word);
-  }
-  if (!train_args.empty()) {
-    command.push_back("--");
-    command.insert(command.end(), train_args.begin(), train_args.end());
-  }
-  return command;
-}
-
 /// The flag that turns plan_job()'s partition checks off.
 constexpr char kNoClusterChecks[] = "--no-cluster-checks";
 
@@ -334,23 +307,6 @@ train::SbatchPlan plan_job(const train::SbatchOptions& o, const CLI::App& cmd, b
   }
   for (const std::string& w : warnings) std::cerr << "trainctl " << cmd.get_name() << ": warning: " << w << std::endl;
   return plan;
-}
-
-/// `trainctl sbatch --test-only`: asks sbatch when the script's job would start, and prints it with
-/// a hint when that is more than a minute away.
-int print_test_only(const std::string& script) {
-  const train::TestOnlyResult r = train::sbatch_test_only(script);
-  std::string text = "sbatch --test-only: the job would start at " + r.start_time + " on " + r.nodes +
-                     " in partition " + r.partition + " (" + r.processors + " processors)";
-  const long wait = seconds_until(r.start_time);
-  if (wait > 60) {
-    text += ", in about " + std::to_string(wait / 3600) + " h " + std::to_string(wait / 60 % 60) +
-            " min. Hint: squeue --start -p " + r.partition + " shows the jobs ahead; a shorter --time or "
-            "fewer nodes can start sooner (backfill)";
-  } else {
-    text += ", now";
-  }
-  return print(text + ".\n");
 }
 
 /// `trainctl sbatch`; `before_dashes` and `after_dashes` hold the command line around the first
@@ -389,7 +345,7 @@ Command add_sbatch(CLI::App& app, const std::vector<std::string>& before_dashes,
       throw train::ConfigError("--submit with --test-only: expected one of them, found both.",
                                "use --test-only to see when the job would start, then --submit.");
     }
-    o->command = recorded_command(before_dashes, o->train_args);
+    o->command = train::recorded_command(before_dashes, o->train_args);
     const train::SbatchPlan plan = plan_job(*o, *cmd, /*with_plan_warnings=*/true);
     const std::string script = train::render_sbatch_script(*o, plan);
     if (!out->empty()) {
@@ -397,16 +353,12 @@ Command add_sbatch(CLI::App& app, const std::vector<std::string>& before_dashes,
     } else if (!submit && !test_only) {
       return print(script);
     }
-    if (test_only) return print_test_only(script);
+    if (test_only) {
+      return print(train::render_test_only(train::sbatch_test_only(script), static_cast<int64_t>(std::time(nullptr))));
+    }
     if (submit) {
       const std::string id = train::sbatch_submit(script, plan.output);
-      std::string log = plan.output;
-      for (const auto& [pattern, value] : std::vector<std::pair<std::string, std::string>>{
-               {"%x", plan.job_name}, {"%j", id}, {"%A", id}, {"%a", "*"}}) {
-        for (std::size_t at = log.find(pattern); at != std::string::npos; at = log.find(pattern, at + value.size())) {
-          log.replace(at, pattern.size(), value);
-        }
-      }
+      const std::string log = train::submitted_log(plan.output, plan.job_name, id);
       std::cerr << "trainctl sbatch: submitted job " << id << " (" << plan.job_name << "), log " << log
                 << "; follow it with squeue -j " << id << std::endl;
       return print(id + "\n");
@@ -457,103 +409,31 @@ std::string current_folder() {
   return buf;
 }
 
-/// `path` made absolute against the current folder, without "." parts.
-std::string absolute(const std::string& path) {
-  std::string full = !path.empty() && path[0] == '/' ? path : current_folder() + "/" + path;
-  std::string out;
-  std::size_t start = 0;
-  while (start <= full.size()) {
-    std::size_t slash = full.find('/', start);
-    if (slash == std::string::npos) slash = full.size();
-    const std::string part = full.substr(start, slash - start);
-    if (!part.empty() && part != ".") out += "/" + part;
-    start = slash + 1;
-  }
-  return out.empty() ? "/" : out;
-}
-
 std::string user_name() {
   const passwd* pw = ::getpwuid(::getuid());
   return pw != nullptr ? pw->pw_name : "";
-}
-
-/// Each swept parameter comes from the grid only: a copy after '--' would fight the task's own value.
-void check_params_not_in_train_args(const std::vector<train::SweepParam>& parsed,
-                                    const std::vector<std::string>& train_args) {
-  for (const train::SweepParam& p : parsed) {
-    bool given = false;
-    train::train_flag_value(train_args, {"--" + p.name}, &given);
-    if (given) {
-      throw train::ConfigError("--param " + p.name + ": expected --" + p.name + " only in the sweep, found it "
-                               "among the train arguments after '--' as well.",
-                               "drop --" + p.name + " after '--': each task gets its own value from the grid.");
-    }
-  }
-}
-
-/// SLURM opens each task's log before its script runs: the run folders must exist first.
-void make_sweep_task_dirs(const std::string& root, const std::string& dir, std::size_t tasks) {
-  for (std::size_t i = 0; i < tasks; ++i) {
-    const std::string task_dir = train::sweep_task_dir(root, static_cast<int>(i));
-    const std::string err = train::files::make_dirs(task_dir);
-    if (!err.empty()) {
-      throw train::ConfigError("--output-dir " + dir + ": expected to create " + task_dir + ", found " + err + ".",
-                               "pick a folder you can write to, on a file system the nodes share.");
-    }
-  }
 }
 
 /// `trainctl sweep`'s action once its options are parsed (train's arguments included): checks the
 /// grid, writes the script, the index and the run folders under `dir`, and with --submit submits.
 int run_sweep(train::SbatchOptions& o, const std::vector<std::string>& params, const std::string& dir, int throttle,
               const CLI::App& cmd, const std::vector<std::string>& before_dashes) {
-  std::vector<train::SweepParam> parsed;
-  for (const std::string& p : params) parsed.push_back(train::parse_sweep_param(p));
-  const std::vector<train::SweepPoint> grid = train::sweep_grid(parsed);
-  require_given(!dir.empty(), "--output-dir", "the folder that will hold the sweep",
-                "e.g. --output-dir sweeps/lr-bs: each task gets its run folder there, and sweep-report reads it.");
-  check_params_not_in_train_args(parsed, o.train_args);
-  if (o.job_name.empty()) o.job_name = "sweep";
-  const std::string root = absolute(dir);
-  const std::string index_path = train::files::join(root, train::kSweepIndexFile);
-  if (train::files::exists(index_path)) {
-    throw train::ConfigError("--output-dir " + dir + ": expected a new or empty folder, found a sweep there already (" +
-                                 index_path + ").",
-                             "pick another folder, so that the runs of both sweeps stay apart; trainctl "
-                             "sweep-report " + dir + " shows the old one.");
-  }
-  train::ArrayTasks tasks;
-  tasks.run_root = root;
-  tasks.throttle = throttle;
-  for (const train::SweepPoint& point : grid) tasks.task_args.push_back(train::sweep_point_args(point));
-  o.array_tasks = tasks;
-  o.command = recorded_command(before_dashes, o.train_args);
+  const train::SweepPlan sweep = train::plan_sweep(o, params, dir, throttle, current_folder());
+  o.command = train::recorded_command(before_dashes, o.train_args);
   const train::SbatchPlan plan = plan_job(o, cmd, /*with_plan_warnings=*/true);
   const std::string script = train::render_sbatch_script(o, plan);
 
-  make_sweep_task_dirs(root, dir, grid.size());
-  train::SweepIndex index;
-  index.job_name = plan.job_name;
-  index.output_dir = root;
-  for (const train::SweepParam& p : parsed) index.param_names.push_back(p.name);
-  index.tasks = grid;
-  index.train_args = o.train_args;
-  const std::string script_path = train::files::join(root, train::kSweepScriptFile);
-  write_file(script_path, script, "--output-dir", 0755);
-  write_file(index_path, train::render_sweep_index(index), "--output-dir");
-  const int at_once = throttle > 0 ? std::min<int>(throttle, static_cast<int>(grid.size())) : static_cast<int>(grid.size());
-  if (cmd.count("--submit") == 0) {
-    std::string text = "sweep of " + std::to_string(grid.size()) + " tasks (at most " + std::to_string(at_once) +
-                       " at once) written to " + root + ":\n  script " + script_path + "\n  index  " + index_path +
-                       "\nSubmit it with: sbatch " + script_path + "   (or rerun with --submit)\n";
-    return print(text);
-  }
+  train::make_sweep_task_dirs(sweep, dir);
+  train::SweepIndex index = train::sweep_index(sweep, plan.job_name, o.train_args);
+  write_file(sweep.script_path, script, "--output-dir", 0755);
+  write_file(sweep.index_path, train::render_sweep_index(index), "--output-dir");
+  if (cmd.count("--submit") == 0) return print(train::render_sweep_written(sweep));
   const std::string id = train::sbatch_submit(script, plan.output);
   index.job_id = id;
-  write_file(index_path, train::render_sweep_index(index), "--output-dir");
-  std::cerr << "trainctl sweep: submitted array job " << id << " (" << grid.size() << " tasks, at most " << at_once
-            << " at once), run folders " << root << "/task-N; follow it with trainctl status " << id
-            << ", then trainctl sweep-report " << dir << std::endl;
+  write_file(sweep.index_path, train::render_sweep_index(index), "--output-dir");
+  std::cerr << "trainctl sweep: submitted array job " << id << " (" << sweep.grid.size() << " tasks, at most "
+            << sweep.at_once << " at once), run folders " << sweep.root << "/task-N; follow it with trainctl status "
+            << id << ", then trainctl sweep-report " << dir << std::endl;
   return print(id + "\n");
 }
 
@@ -592,10 +472,10 @@ Command add_sweep(CLI::App& app, const std::vector<std::string>& before_dashes,
   }};
 }
 
-/// Runs a program briefly and says whether it exited 0.
-bool runs_ok(const std::vector<std::string>& argv, const std::string& input = "", double timeout_s = 60) {
-  const train::CommandResult r = train::run_command(argv, input, timeout_s);
-  return r.started && !r.timed_out && r.exit_code == 0;
+/// TRAIN_PYTHON's value: the Python the user chose for plots, "" when unset.
+std::string train_python() {
+  const char* p = std::getenv("TRAIN_PYTHON");
+  return p != nullptr ? p : "";
 }
 
 /// The repository's scripts/ folder: next to the build tree trainctl lives in, else the source tree it
@@ -603,64 +483,7 @@ bool runs_ok(const std::vector<std::string>& argv, const std::string& input = ""
 std::string scripts_folder() {
   char exe[4096];
   const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n > 0) {
-    exe[n] = '\0';
-    std::string path(exe);
-    for (int up = 0; up < 3 && path.rfind('/') != std::string::npos; ++up) {
-      path = path.substr(0, path.rfind('/'));
-      if (train::files::exists(path + "/scripts/sweep_plot.py")) return path + "/scripts";
-    }
-  }
-  return std::string(TRAIN_SOURCE_DIR) + "/scripts";
-}
-
-/// The Pythons to try for matplotlib, in order: TRAIN_PYTHON when set (the user's choice, and no
-/// other), else the repository's .venv, then python3.
-std::vector<std::string> python_candidates(const std::string& scripts) {
-  if (const char* p = std::getenv("TRAIN_PYTHON"); p != nullptr && *p != '\0') return {p};
-  return {scripts.substr(0, scripts.rfind('/')) + "/.venv/bin/python", "python3"};
-}
-
-/// The first of python_candidates() that imports matplotlib, or "" when none does.
-std::string python_with_matplotlib(const std::string& scripts) {
-  for (const std::string& python : python_candidates(scripts)) {
-    if (python.find('/') != std::string::npos && !train::files::exists(python)) continue;
-    if (runs_ok({python, "-c", "import matplotlib"})) return python;
-  }
-  return "";
-}
-
-/// Draws the report's PNG with matplotlib (TRAIN_PYTHON when set, else the repository's .venv, then python3) or
-/// gnuplot; returns what happened, for stderr.
-std::string draw_sweep_png(const std::string& csv, const std::string& png, const std::string& metric,
-                           const train::SweepIndex& index, const std::vector<train::SweepResult>& results) {
-  const std::string scripts = scripts_folder();
-  const std::vector<std::string> pythons = python_candidates(scripts);
-  if (const std::string python = python_with_matplotlib(scripts); !python.empty()) {
-    const train::CommandResult r =
-        train::run_command({python, scripts + "/sweep_plot.py", csv, png, metric}, "", 120);
-    if (r.exit_code == 0) return "wrote " + png + " (matplotlib)";
-    return "no PNG: " + scripts + "/sweep_plot.py failed (exit " + std::to_string(r.exit_code) + "): " + r.err;
-  }
-  if (runs_ok({"gnuplot", "--version"})) {
-    std::string data;
-    for (const train::SweepResult& r : results) {
-      const auto it = r.metrics.find(metric);
-      if (it == r.metrics.end()) continue;
-      std::string label;
-      for (const auto& [name, value] : r.params) label += (label.empty() ? "" : " ") + name + "=" + value;
-      data += "\"" + label + "\" " + std::to_string(it->second) + "\n";
-    }
-    const std::string plot = "set terminal png size 900,500\nset output '" + png + "'\nset style fill solid\n"
-                             "set boxwidth 0.6\nset xtics rotate by -30\nset ylabel '" + metric + "'\nset title '" +
-                             index.job_name + ": " + metric + " per combination'\n$d << EOD\n" + data +
-                             "EOD\nplot $d using 0:2:xtic(1) with boxes notitle\n";
-    if (runs_ok({"gnuplot"}, plot)) return "wrote " + png + " (gnuplot)";
-  }
-  const std::string venv = pythons.size() > 1 ? pythons[pythons.size() - 2] : pythons.front();
-  return "no PNG made (the table above is complete): neither Python with matplotlib (TRAIN_PYTHON, " + venv +
-         " or python3) nor gnuplot is available. Hint: install one, e.g. " + venv +
-         " -m pip install matplotlib, or apt-get install gnuplot-nox; " + csv + " has the numbers.";
+  return train::scripts_folder(n > 0 ? std::string(exe, static_cast<std::size_t>(n)) : std::string(), TRAIN_SOURCE_DIR);
 }
 
 Command add_sweep_report(CLI::App& app) {
@@ -685,7 +508,8 @@ Command add_sweep_report(CLI::App& app) {
     write_file(csv, train::render_sweep_csv(index, results), "sweep-report");
     if (!*no_png) {
       std::cerr << "trainctl sweep-report: "
-                << draw_sweep_png(csv, train::files::join(*dir, "sweep-report.png"), *metric, index, results)
+                << train::draw_sweep_png(csv, train::files::join(*dir, "sweep-report.png"), *metric, index, results,
+                                         scripts_folder(), train_python())
                 << std::endl;
     }
     return 0;
@@ -711,24 +535,10 @@ Command add_plot(CLI::App& app) {
     const std::string example = "e.g. trainctl plot metrics.jsonl -o curves.png.";
     require_given(!inputs->empty(), "METRICS", "one or more files written by train --metrics", example);
     require_given(!out->empty(), "-o", "the PNG to write", example);
-    for (const std::string& in : *inputs) {
-      if (!train::files::is_regular_file(in)) {
-        throw train::ConfigError(in + ": expected a metrics file written by train --metrics, found " +
-                                     (train::files::exists(in) ? "something that is not a file" : "nothing at that path") + ".",
-                                 "pass the file given to train --metrics (a sweep keeps one per task: DIR/task-N/metrics.jsonl).");
-      }
-    }
+    train::check_metrics_files(*inputs);
     const std::string scripts = scripts_folder();
-    const std::string python = python_with_matplotlib(scripts);
-    if (python.empty()) {
-      std::string tried;
-      for (const std::string& p : python_candidates(scripts)) tried += (tried.empty() ? "" : ", ") + p;
-      throw train::ConfigError("trainctl plot: expected a Python with matplotlib, found none among " + tried + ".",
-                               "run scripts/setup.sh (it installs matplotlib into .venv), or set TRAIN_PYTHON to a "
-                               "Python that has it.");
-    }
-    std::vector<std::string> argv = {python, scripts + "/plot_metrics.py", *out, std::to_string(*width), std::to_string(*height)};
-    argv.insert(argv.end(), inputs->begin(), inputs->end());
+    const std::string python = train::plot_python(scripts, train_python());
+    const std::vector<std::string> argv = train::plot_command(python, scripts, *out, *width, *height, *inputs);
     const train::CommandResult r = train::run_command(argv, "", 120);
     if (!r.started || r.timed_out || r.exit_code != 0) {
       std::string why = r.err;
@@ -790,28 +600,10 @@ Command add_interactive(CLI::App& app) {
   cmd->add_flag("--run", *run, "execute the command instead of printing it");
   add_no_cluster_checks_flag(cmd);
   return {cmd, [o, run, pty, cmd]() {
-    o->signal = "none";
-    if (o->job_name.empty()) o->job_name = "interactive";
+    train::prepare_interactive(*o);
     const train::SbatchPlan plan = plan_job(*o, *cmd, /*with_plan_warnings=*/false);
-    std::vector<std::string> argv = {"salloc"};
-    for (const std::string& flag : train::job_shape_flags(*o, plan)) argv.push_back(flag);
-    if (*pty) {
-      for (const char* a : {"srun", "--pty", "--overlap", "--nodes=1", "--ntasks=1"}) argv.push_back(a);
-    }
-    // The batch script's environment: its --setup lines and SRUN_CPUS_PER_TASK, then an interactive shell.
-    std::string code = "set +u";
-    for (const std::string& line : o->setup) code += "; " + line;
-    code += "; if [[ -n \"${SLURM_CPUS_PER_TASK:-}\" ]]; then export SRUN_CPUS_PER_TASK=\"$SLURM_CPUS_PER_TASK\"; fi";
-    code += "; echo \"interactive: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST; srun runs on it, exit ends it\" >&2";
-    code += "; exec bash -i";
-    argv.push_back("bash");
-    argv.push_back("-c");
-    argv.push_back(code);
-    if (!*run) {
-      std::string line;
-      for (const std::string& a : argv) line += (line.empty() ? "" : " ") + train::shell_quote(a);
-      return print(line + "\n");
-    }
+    std::vector<std::string> argv = train::salloc_command(*o, plan, *pty);
+    if (!*run) return print(train::command_line(argv) + "\n");
     try {
       train::find_program("salloc", train::current_environment());
     } catch (const train::ConfigError&) {

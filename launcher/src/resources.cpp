@@ -21,7 +21,6 @@
 namespace train {
 namespace {
 
-using text::all_digits;
 using text::split;
 
 /// Seconds sinfo and scontrol get (an unreachable controller makes them retry for about 10 s).
@@ -92,49 +91,6 @@ std::string gres_cell(std::int64_t used, std::int64_t total) {
 }
 
 }  // namespace
-
-std::vector<GresItem> parse_gres_items(const std::string& gres) {
-  std::vector<GresItem> items;
-  if (gres.empty() || gres == "(null)") return items;
-  // Commas also appear inside "(S:0-1)" and "(3/8,0/8)": items start after a comma outside parentheses.
-  std::size_t start = 0;
-  int depth = 0;
-  for (std::size_t i = 0; i <= gres.size(); ++i) {
-    const char c = i < gres.size() ? gres[i] : ',';
-    if (c == '(') ++depth;
-    if (c == ')') --depth;
-    if (c != ',' || depth > 0) continue;
-    const std::string item = gres.substr(start, i - start).substr(0, gres.substr(start, i - start).find('('));
-    start = i + 1;
-    const std::vector<std::string> parts = split(item, ':');
-    if (parts.empty() || parts[0].empty() || parts[0] == "(null)") continue;
-    GresItem g;
-    g.name = parts[0];
-    if (parts.size() == 1) {
-      g.count = 1;
-    } else if (parts.size() == 2) {
-      if (all_digits(parts[1]) || (!parts[1].empty() && std::isdigit(static_cast<unsigned char>(parts[1][0])) != 0)) {
-        g.count = number_of(parts[1]);
-      } else {
-        g.type = parts[1];
-        g.count = 1;
-      }
-    } else {
-      g.type = parts[1];
-      g.count = number_of(parts[2]);
-    }
-    items.push_back(g);
-  }
-  return items;
-}
-
-std::int64_t gres_total(const std::vector<GresItem>& items, const std::string& name) {
-  std::int64_t n = 0;
-  for (const GresItem& g : items) {
-    if (g.name == name) n += g.count;
-  }
-  return n;
-}
 
 std::vector<NodeInfo> parse_scontrol_nodes(const std::string& text) {
   std::vector<NodeInfo> nodes;

@@ -16,6 +16,7 @@
 #include "train/error.h"
 #include "train/text.h"
 #include "train/launcher/env.h"
+#include "train/launcher/gres.h"
 #include "train/launcher/local_launch.h"
 #include "train/subprocess.h"
 
@@ -36,29 +37,6 @@ std::int64_t leading_number(const std::string& text) {
   while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end])) != 0) ++end;
   if (end == 0 || end > 18) return -1;
   return std::stoll(text.substr(0, end));
-}
-
-/// GPUs a gres string offers per node: the largest count of a gpu (or, for shards, shard) entry,
-/// e.g. 4 for "gpu:a100:4(S:0-1),shard:a100:256"; 0 when there is none.
-int gres_count(const std::string& gres, const std::string& name) {
-  int best = 0;
-  std::size_t start = 0;
-  // Commas also appear inside "(S:0-1)"; items start after a comma outside parentheses.
-  int depth = 0;
-  for (std::size_t i = 0; i <= gres.size(); ++i) {
-    const char c = i < gres.size() ? gres[i] : ',';
-    if (c == '(') ++depth;
-    if (c == ')') --depth;
-    if (c != ',' || depth > 0) continue;
-    std::string item = gres.substr(start, i - start);
-    start = i + 1;
-    item = item.substr(0, item.find('('));
-    if (item.rfind(name + ":", 0) != 0 && item != name) continue;
-    const std::size_t colon = item.rfind(':');
-    const std::int64_t n = colon == std::string::npos ? 1 : leading_number(item.substr(colon + 1));
-    best = std::max<int>(best, n < 0 ? 1 : static_cast<int>(std::min<std::int64_t>(n, 1 << 20)));
-  }
-  return best;
 }
 
 std::string names_of(const std::vector<PartitionInfo>& partitions) {
@@ -181,7 +159,10 @@ std::vector<std::string> check_against_partitions(const SbatchOptions& o, const 
   if (plan.gpus_per_node > 0) {
     const std::string kind = plan.shard ? "shard" : "gpu";
     int offered = 0;
-    for (const std::string& g : part->gres) offered = std::max(offered, gres_count(g, kind));
+    for (const std::string& g : part->gres) {
+      const std::int64_t n = std::min<std::int64_t>(gres_largest(parse_gres_items(g), kind), 1 << 20);
+      offered = std::max(offered, static_cast<int>(n));
+    }
     if (offered == 0) {
       const std::string gres_text = part->gres.empty() ? std::string("no gres at all") : "only gres " + part->gres.front();
       throw ConfigError(plan.gpu_request + ": expected " + where + " to have GPUs (gres " + kind +

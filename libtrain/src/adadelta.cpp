@@ -67,9 +67,13 @@ torch::Tensor Adadelta::step(LossClosure closure) {
   for (size_t gi = 0; gi < param_groups_.size(); ++gi) {
     auto& group = param_groups_[gi];
     const auto& o = static_cast<const AdadeltaOptions&>(group.options());
-    if (fused_step(gi, group, o)) continue;
+    std::vector<torch::Tensor> with_grads;
+    for (auto& p : group.params()) {
+      if (p.grad().defined()) with_grads.push_back(p);
+    }
+    if (!with_grads.empty() && kernel_update(gi, with_grads, o, /*launch=*/true)) continue;
     all_fused = false;
-    if (foreach_step(group, o)) continue;
+    if (foreach_update(group, o)) continue;
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       torch::Tensor grad = o.maximize() ? -p.grad() : p.grad();
@@ -90,7 +94,7 @@ torch::Tensor Adadelta::step(LossClosure closure) {
   return loss;
 }
 
-void Adadelta::sync_lr_to_device() {
+void Adadelta::sync_lr() {
   torch::NoGradGuard no_grad;
   for (size_t gi = 0; gi < device_lr_.size() && gi < param_groups_.size(); ++gi) {
     DeviceLr& lr = device_lr_[gi];
@@ -113,17 +117,9 @@ AdadeltaParamState& Adadelta::state_for(const torch::Tensor& p) {
   return static_cast<AdadeltaParamState&>(*slot);
 }
 
-// On CUDA, where the build compiled it: the whole update in one kernel for the whole group, when
-// every parameter, gradient and state tensor is float32 with the parameter's dense strides.
-bool Adadelta::fused_step(size_t group_index, torch::optim::OptimizerParamGroup& group, const AdadeltaOptions& o) {
-  std::vector<torch::Tensor> params;
-  for (auto& p : group.params()) {
-    if (p.grad().defined()) params.push_back(p);
-  }
-  return !params.empty() && fused_update(group_index, params, o, /*launch=*/true);
-}
+bool Adadelta::update_bucket(const std::vector<torch::Tensor>& params) { return bucket_update(params, nullptr); }
 
-bool Adadelta::step_fused(const std::vector<torch::Tensor>& subset, const FusedLaunch& launch) {
+bool Adadelta::bucket_update(const std::vector<torch::Tensor>& subset, const KernelLaunch* launch) {
   torch::NoGradGuard no_grad;
   std::vector<std::vector<torch::Tensor>> per_group(param_groups_.size());
   for (const auto& p : subset) {
@@ -146,12 +142,12 @@ bool Adadelta::step_fused(const std::vector<torch::Tensor>& subset, const FusedL
   for (size_t gi = 0; gi < per_group.size(); ++gi) {
     if (per_group[gi].empty()) continue;
     ++groups;
-    if (!fused_update(gi, per_group[gi], options(gi), /*launch=*/false)) return false;
+    if (!kernel_update(gi, per_group[gi], options(gi), /*launch=*/false)) return false;
   }
-  if (launch && groups != 1) return false;
+  if (launch != nullptr && groups != 1) return false;
   for (size_t gi = 0; gi < per_group.size(); ++gi) {
     if (per_group[gi].empty()) continue;
-    fused_update(gi, per_group[gi], options(gi), /*launch=*/true, launch ? &launch : nullptr);
+    kernel_update(gi, per_group[gi], options(gi), /*launch=*/true, launch);
     for (auto& p : per_group[gi]) p.unsafeGetTensorImpl()->bump_version();
   }
   last_step_fused_ = true;
@@ -162,7 +158,7 @@ bool Adadelta::step_fused(const std::vector<torch::Tensor>& subset, const FusedL
 // On CUDA, one kernel per operation for the whole group (torch's foreach ops) instead of one per
 // parameter: the same elementwise arithmetic in a tenth of the launches. The CPU keeps the
 // per-parameter loop, whose results the recorded CPU runs pin down.
-bool Adadelta::foreach_step(torch::optim::OptimizerParamGroup& group, const AdadeltaOptions& o) {
+bool Adadelta::foreach_update(torch::optim::OptimizerParamGroup& group, const AdadeltaOptions& o) {
   std::vector<torch::Tensor> params, grads, square_avgs, acc_deltas;
   for (auto& p : group.params()) {
     if (!p.grad().defined()) continue;

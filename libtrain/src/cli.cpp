@@ -7,6 +7,8 @@
 #include "train/log.h"
 #include "train/trainer.h"
 
+#include "health_check.h"
+
 #include <CLI/CLI.hpp>
 
 #include <cmath>
@@ -124,6 +126,10 @@ void add_distributed_flags(CLI::App& app, DistributedConfig& d) {
   add_choice_flag(app, "--backend", d.backend, "auto | gloo | nccl", "nccl for GPUs, gloo for CPUs");
   app.add_option("--dist-timeout", d.timeout_sec, "seconds before a missing or stalled peer is an error")->capture_default_str()
       ->check(positive("number of seconds", "the default is 300"));
+  add_optional(app, "--stall-timeout", d.stall_timeout_sec,
+               "seconds without progress before rank 0 prints a roll-call of where every rank is and the run "
+               "exits (status 79); 0: 10x the median step, at least 60 s, at most 80% of --dist-timeout", true)
+      ->check(non_negative("number of seconds", "e.g. --stall-timeout 120; it must be below --dist-timeout"));
   app.add_flag("--ddp-single-rank", d.ddp_single_rank,
                "with one rank too: a process group and DDP (measures what DDP itself costs)");
   app.add_option("--bucket-cap-mb", d.bucket_cap_mb, "DDP gradient bucket size in MB")->capture_default_str()
@@ -159,6 +165,25 @@ void add_gpu_flags(CLI::App& app, GpuConfig& g) {
                   "CUDA: keep convolution weights and activations in channels-last (NHWC) order, which cuDNN "
                   "computes in without converting: on, off",
                   "on avoids cuDNN's layout conversions");
+}
+
+// issue 24: the network interface and the health check.
+void add_network_and_health_flags(CLI::App& app, TrainConfig& t) {
+  HealthConfig& c = t.health;
+  app.add_option("--interface", t.distributed.interface,
+                 "network interface (e.g. ib0) for Gloo, NCCL (NCCL_SOCKET_IFNAME) and the rendezvous store; "
+                 "checked to exist with an address (default: $TRAIN_INTERFACE, else each library's own choice)")
+      ->envname("TRAIN_INTERFACE");
+  app.add_flag("--health-check", c.check,
+               "before training, measure each node's GEMM throughput and the all-reduce bus bandwidth, and name "
+               "the nodes below --health-min-fraction of the others' median (exits 69 if any)");
+  app.add_option("--health-min-fraction", c.min_fraction,
+                 "a node is bad when its GEMM throughput is below this fraction of the median of the other nodes'")
+      ->capture_default_str()
+      ->check(number("a fraction in (0, 1]", [](double v) { return v > 0 && v <= 1; }, "the default is 0.5"));
+  app.add_flag("--health-warn-only", c.warn_only, "with --health-check: name the bad nodes, then train anyway");
+  app.add_flag("--exclude-bad-nodes", c.exclude_bad_nodes,
+               "with --health-check under SLURM: requeue the job without the bad nodes (at most 3 times per job)");
 }
 
 void add_checkpoint_flags(CLI::App& app, CheckpointConfig& k) {
@@ -240,6 +265,7 @@ void add_trainer_flags(CLI::App& app, TrainConfig& c) {
   add_distributed_flags(app, c.distributed);
   add_gpu_flags(app, c.gpu);
   add_checkpoint_flags(app, c.checkpoint);
+  add_network_and_health_flags(app, c);
 }
 
 void add_recipe_flags(CLI::App& app, RecipeOptions& options, const std::vector<RecipeFlag>& flags) {
@@ -300,6 +326,9 @@ int main(int argc, char** argv, const std::string& description, const TrainFn& t
   } catch (const ConfigError& e) {
     log::error(e.what());
     return kExitUsage;
+  } catch (const detail::HealthError& e) {
+    log::error(e.what());
+    return detail::kExitUnhealthy;
   } catch (const std::exception& e) {
     log::error(e.what());
     return 1;

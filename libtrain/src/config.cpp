@@ -30,6 +30,9 @@ void check_counts(const TrainConfig& c) {
   const DistributedConfig& d = c.distributed;
   if (d.world_size && *d.world_size < 1) bad("--world-size", "a positive number of ranks", std::to_string(*d.world_size), "leave it out to take it from SLURM or torchrun");
   if (!(d.timeout_sec > 0)) bad("--dist-timeout", "a positive number of seconds", fmt("%g", d.timeout_sec), "the default is 300");
+  if (d.stall_timeout_sec && !(*d.stall_timeout_sec > 0)) {
+    bad("--stall-timeout", "a positive number of seconds (leave it out for the automatic one)", fmt("%g", *d.stall_timeout_sec), "");
+  }
   if (!(d.bucket_cap_mb > 0)) bad("--bucket-cap-mb", "a positive size in MB", fmt("%g", d.bucket_cap_mb), "the default is 25");
   const CheckpointConfig& k = c.checkpoint;
   if (k.every && *k.every < 1) bad("--checkpoint-every", "a positive number of steps (leave it out for epoch ends only)", std::to_string(*k.every), "");

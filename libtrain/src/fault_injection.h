@@ -1,6 +1,13 @@
 // Faults a test injects into a run through the environment, at an exact step (private: not part
-// of libtrain's API). TRAIN_FAULT_SIGNAL_AT_STEP=STEP:SIG[:RANK] makes the rank(s) raise SIG
-// right after optimizer step STEP, so a test can stop a run where it wants.
+// of libtrain's API).
+// - TRAIN_FAULT_SIGNAL_AT_STEP=STEP:SIG[:RANK]: the rank(s) raise SIG right after optimizer step
+//   STEP, so a test can stop a run where it wants.
+// - TRAIN_FAULT_SLEEP_AT_STEP=STEP:SECONDS[:RANK]: the rank(s) sleep SECONDS in get_batch of step
+//   STEP (a rank stuck on a slow file system: the roll-call must name it).
+// - TRAIN_FAULT_SKIP_COLLECTIVE_AT_STEP=STEP[:RANK]: the rank(s) skip the stop check's all-reduce
+//   after step STEP (a collective the others call alone: the roll-call must name it).
+// - TRAIN_FAULT_STEP_DELAY=SECONDS[:RANK]: the rank(s) sleep SECONDS in get_batch of every step
+//   (a slow node: the straggler report must name it).
 #pragma once
 
 #include <cstdint>
@@ -11,12 +18,20 @@ class FaultInjection {
  public:
   /// Reads the environment for this rank. Throws train::ConfigError for a malformed value.
   static FaultInjection from_env(int rank);
+  /// Called in get_batch's place, before every step (1-based).
+  void before_step(int64_t step) const;
   /// Called after every optimizer step.
   void after_step(int64_t step) const;
+  /// Whether this rank skips the stop check's collective after `step`.
+  bool skips_collective(int64_t step) const { return skip_step_ > 0 && step == skip_step_; }
 
  private:
   int64_t signal_step_ = -1;
   int signal_ = 0;
+  int64_t sleep_step_ = -1;
+  double sleep_seconds_ = 0;
+  int64_t skip_step_ = -1;
+  double step_delay_ = 0;
 };
 
 }  // namespace train::detail

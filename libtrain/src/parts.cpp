@@ -10,6 +10,8 @@
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/functional/loss.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace train {
@@ -52,6 +54,76 @@ LrSchedule step_lr(double gamma, int64_t step_size) {
   return {LrSchedule::Every::epoch,
           [gamma, step_size](int64_t epoch, double lr) { return epoch % step_size == 0 ? lr * gamma : lr; },
           "step_lr(gamma=" + fmt("%g", gamma) + ", step_size=" + std::to_string(step_size) + ")"};
+}
+
+namespace {
+
+void check_warmup(const char* name, int64_t warmup_steps, double final_ratio) {
+  if (warmup_steps < 0 || !(final_ratio >= 0 && final_ratio <= 1)) {
+    throw ConfigError(std::string(name) + ": expected warmup_steps >= 0 and 0 <= final_ratio <= 1, found " +
+                          std::to_string(warmup_steps) + " and " + fmt("%g", final_ratio) + ".",
+                      "e.g. warmup_cosine(500) warms up over 500 steps, then decays to 0 at the run's end.");
+  }
+}
+
+// The fraction of the way from the warm-up's end to the run's last step, in [0, 1].
+double progress_after_warmup(int64_t step, int64_t warmup, int64_t total) {
+  const double span = static_cast<double>(std::max<int64_t>(1, total - warmup));
+  return std::clamp(static_cast<double>(step - warmup) / span, 0.0, 1.0);
+}
+
+}  // namespace
+
+LrSchedule warmup_cosine(int64_t warmup_steps, double final_ratio) {
+  check_warmup("warmup_cosine", warmup_steps, final_ratio);
+  LrSchedule s;
+  s.every = LrSchedule::Every::step;
+  s.rate = [warmup_steps, final_ratio](int64_t step, const ScheduleContext& run) {
+    if (step < warmup_steps) return run.base_lr * (static_cast<double>(step) / static_cast<double>(warmup_steps));
+    const double p = progress_after_warmup(step, warmup_steps, run.total_steps);
+    return run.base_lr * (final_ratio + (1 - final_ratio) * 0.5 * (1.0 + std::cos(M_PI * p)));
+  };
+  s.description = "warmup_cosine(warmup_steps=" + std::to_string(warmup_steps) + ", final_ratio=" +
+                  fmt("%g", final_ratio) + ")";
+  return s;
+}
+
+LrSchedule linear_decay(int64_t warmup_steps, double final_ratio) {
+  check_warmup("linear_decay", warmup_steps, final_ratio);
+  LrSchedule s;
+  s.every = LrSchedule::Every::step;
+  s.rate = [warmup_steps, final_ratio](int64_t step, const ScheduleContext& run) {
+    if (step < warmup_steps) return run.base_lr * (static_cast<double>(step) / static_cast<double>(warmup_steps));
+    const double p = progress_after_warmup(step, warmup_steps, run.total_steps);
+    return run.base_lr * (1 - (1 - final_ratio) * p);
+  };
+  s.description = "linear_decay(warmup_steps=" + std::to_string(warmup_steps) + ", final_ratio=" +
+                  fmt("%g", final_ratio) + ")";
+  return s;
+}
+
+LrSchedule one_cycle(double pct_start, double div_factor, double final_div_factor) {
+  if (!(pct_start > 0 && pct_start < 1) || !(div_factor > 0) || !(final_div_factor > 0)) {
+    throw ConfigError("one_cycle: expected 0 < pct_start < 1 and positive div factors, found pct_start " +
+                          fmt("%g", pct_start) + ", div_factor " + fmt("%g", div_factor) + ", final_div_factor " +
+                          fmt("%g", final_div_factor) + ".",
+                      "OneCycleLR's defaults are one_cycle(0.3, 25, 1e4).");
+  }
+  LrSchedule s;
+  s.every = LrSchedule::Every::step;
+  s.rate = [pct_start, div_factor, final_div_factor](int64_t step, const ScheduleContext& run) {
+    // torch.optim.lr_scheduler.OneCycleLR, two phases, cosine annealing.
+    const double max_lr = run.base_lr, initial = max_lr / div_factor, min_lr = initial / final_div_factor;
+    const double up_end = pct_start * static_cast<double>(run.total_steps) - 1;
+    const double down_end = static_cast<double>(run.total_steps) - 1;
+    const double n = static_cast<double>(step);
+    auto anneal = [](double from, double to, double pct) { return to + (from - to) / 2.0 * (std::cos(M_PI * pct) + 1); };
+    if (up_end > 0 && n <= up_end) return anneal(initial, max_lr, n / up_end);
+    return anneal(max_lr, min_lr, (n - up_end) / (down_end - up_end));
+  };
+  s.description = "one_cycle(pct_start=" + fmt("%g", pct_start) + ", div_factor=" + fmt("%g", div_factor) +
+                  ", final_div_factor=" + fmt("%g", final_div_factor) + ")";
+  return s;
 }
 
 Metric accuracy() {

@@ -2,8 +2,11 @@
 // name the rank, host and operation so that a dead peer is reported instead of hanging.
 #include "process_group_impl.h"
 
+#include "net_health_options.h"
+
 #include "train/error.h"
 #include "train/log.h"
+#include "train/net_interfaces.h"
 
 #include <ATen/ops/from_blob.h>
 
@@ -13,6 +16,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include <unistd.h>
 
@@ -27,6 +31,25 @@ std::string where(const DistEnv& env) {
   return "rank " + std::to_string(env.rank) + "/" + std::to_string(env.world_size) + " on " +
          env.host;
 }
+// Rank 0's listening socket for the rendezvous store, bound to the address of this host that
+// MASTER_ADDR resolves to (on `interface` where it resolves there) instead of every interface;
+// nullopt (c10d binds every interface) when MASTER_ADDR is no address of this host.
+std::optional<int> store_listen_fd(const DistEnv& env, const std::string& interface) {
+  std::string note, error;
+  const std::string address = net::store_bind_address(env.master_addr, interface, &note);
+  if (address.empty()) {
+    log::debug(note);
+    return std::nullopt;
+  }
+  const int fd = net::listen_on(address, env.master_port, &error);
+  if (fd < 0) {
+    log::debug("the store's own socket: " + error + "; c10d binds it instead");
+    return std::nullopt;
+  }
+  log::debug(note + ":" + std::to_string(env.master_port));
+  return fd;
+}
+
 bool looks_like_timeout(const std::string& what) {
   return what.find("imeout") != std::string::npos || what.find("imed out") != std::string::npos;
 }
@@ -47,7 +70,9 @@ void ProcessGroupImpl::guarded(const std::string& op, const std::function<void()
         "another rank probably died or stalled; look for the first error in the other ranks' "
         "logs (srun prints them per task). Raise --dist-timeout if ranks are just slow.";
     if (looks_like_timeout(what)) {
-      throw TimeoutError(msg + " (timeout " + std::to_string(timeout.count() / 1000) + " s)", hint);
+      const std::string ranks = read_roll_call(*this);
+      throw TimeoutError(msg + " (timeout " + std::to_string(timeout.count() / 1000) + " s)" +
+                             (ranks.empty() ? "" : ". Roll-call: " + ranks + "."), hint);
     }
     throw CommError(msg, hint);
   }
@@ -179,6 +204,12 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const DistEnv& env,
     throw ConfigError("MASTER_PORT: expected 1..65535, found " + std::to_string(env.master_port) + ".",
                       "unset MASTER_PORT to let libtrain derive one from the job id.");
   }
+  const std::string interface = detail::chosen_interface();  // issue 24: --interface / TRAIN_INTERFACE
+  if (!interface.empty()) {
+    net::require_interface(interface, "--interface");  // a ConfigError naming the interfaces here
+    // Read by NCCL when its communicator is created (after this); the flag wins over the environment.
+    if (options.backend == Backend::nccl) ::setenv("NCCL_SOCKET_IFNAME", interface.c_str(), 1);
+  }
   impl->guarded("rendezvous with " + env.master_addr + ":" + std::to_string(env.master_port), [&] {
     c10d::TCPStoreOptions so;
     so.port = static_cast<uint16_t>(env.master_port);
@@ -188,6 +219,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const DistEnv& env,
     so.numWorkers = env.world_size;
     so.waitWorkers = true;  // clients count themselves in; the server waits for all of them
     so.timeout = options.timeout;
+    if (so.isServer && env.world_size > 1) so.masterListenFd = detail::store_listen_fd(env, interface);
     auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
     // A prefix keeps our keys apart should the user reuse the store, and one attempt's keys
     // apart from the next when torchrun restarts the workers.
@@ -202,8 +234,9 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const DistEnv& env,
       auto o = c10d::ProcessGroupGloo::Options::create(options.timeout);
       // Bind to the address other ranks can reach us at; the default device resolves the host
       // name, which on clusters often maps to a management interface or 127.0.1.1.
-      const char* iface = std::getenv("GLOO_SOCKET_IFNAME");
-      if (iface != nullptr && *iface != '\0') {
+      const char* from_env = std::getenv("GLOO_SOCKET_IFNAME");
+      const std::string iface = !interface.empty() ? interface : from_env != nullptr ? from_env : "";
+      if (!iface.empty()) {
         o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(iface));
       } else {
         o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
@@ -237,6 +270,7 @@ void ProcessGroup::allreduce_sum(at::Tensor& tensor) {
   const auto dtype = detail::shm_dtype_of(tensor.scalar_type());
   // The choice depends only on what the contract makes equal on every rank (device, dtype,
   // size), never on memory layout, so all ranks always take the same path.
+  const detail::CollectiveWait in_collective(&core_->rollcall, detail::CollectiveKind::allreduce);
   if (shm != nullptr && dtype && tensor.device().is_cpu() && tensor.nbytes() <= shm->capacity()) {
     const at::Tensor in = tensor.contiguous();
     std::memcpy(shm->slot(), in.const_data_ptr(), in.nbytes());
@@ -258,6 +292,7 @@ void ProcessGroup::allreduce_sum(at::Tensor& tensor) {
 }
 
 void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
+  const detail::CollectiveWait in_collective(&core_->rollcall, detail::CollectiveKind::broadcast);
   std::vector<at::Tensor> v{tensor};
   c10d::BroadcastOptions o;
   o.rootRank = root;
@@ -268,6 +303,7 @@ void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
 }
 
 void ProcessGroup::barrier() {
+  const detail::CollectiveWait in_collective(&core_->rollcall, detail::CollectiveKind::barrier);
   c10d::BarrierOptions o;
   o.timeout = core_->timeout;
   if (core_->backend == Backend::nccl) o.device_ids = {static_cast<int64_t>(core_->device_index)};

@@ -1,6 +1,7 @@
 // Private: the c10d store and backend behind train::ProcessGroup, shared by libtrain's sources.
 #pragma once
 
+#include "rollcall.h"
 #include "train/details/shm_group.h"
 #include "train/process_group.h"
 
@@ -53,6 +54,8 @@ struct ProcessGroupImpl {
   std::unique_ptr<ShmGroup> small_shm;
   static constexpr size_t kSmallShmBytes = 64 * 1024;
   bool shut_down = false;
+  /// Where this rank is (the hung-rank roll-call, rollcall.h); collectives count themselves here.
+  RollCallRecord rollcall;
 
   /// Collective: a shared-memory group of `capacity` bytes per rank when allowed and every rank
   /// is on this machine; else null with the reason in *why_not.

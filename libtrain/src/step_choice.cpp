@@ -3,6 +3,7 @@
 #include "step_choice.h"
 
 #include "train/adadelta.h"
+#include "train/fused_optim.h"
 
 #include <c10/util/Type.h>
 #include <torch/optim/adagrad.h>
@@ -18,11 +19,17 @@ namespace train::detail {
 std::string capture_refusal(const torch::optim::Optimizer& optimizer) {
   const std::type_info& type = typeid(optimizer);
   // Exact types, not subclasses: a subclass may override step() with host state of its own.
-  if (type == typeid(optim::Adadelta) || type == typeid(torch::optim::SGD)) return "";
+  if (type == typeid(optim::Adadelta) || type == typeid(torch::optim::SGD) || type == typeid(optim::FusedSGD) ||
+      type == typeid(optim::FusedAdam) || type == typeid(optim::FusedAdamW)) {
+    return "";
+  }
   if (type == typeid(torch::optim::Adam) || type == typeid(torch::optim::AdamW)) {
-    return std::string(type == typeid(torch::optim::Adam) ? "torch::optim::Adam" : "torch::optim::AdamW") +
+    const bool w = type == typeid(torch::optim::AdamW);
+    return std::string(w ? "torch::optim::AdamW" : "torch::optim::Adam") +
            " computes its bias correction on the host from a host step count, which a replayed CUDA graph would "
-           "freeze at its capture-time value (training would silently differ from the eager step)";
+           "freeze at its capture-time value (training would silently differ from the eager step); " +
+           (w ? "train::optim::FusedAdamW" : "train::optim::FusedAdam") +
+           " (train/fused_optim.h) keeps its step count on the device and is captured";
   }
   if (type == typeid(torch::optim::Adagrad)) {
     return "torch::optim::Adagrad decays its rate on the host from a host step count, which a replayed CUDA graph "
@@ -34,7 +41,8 @@ std::string capture_refusal(const torch::optim::Optimizer& optimizer) {
   }
   return c10::demangle(type.name()) +
          " is not an optimizer libtrain knows to keep its per-step state on the device (a step that reads host "
-         "state would replay its capture-time values); libtrain captures its Adadelta and torch::optim::SGD";
+         "state would replay its capture-time values); libtrain captures its Adadelta, FusedSGD, FusedAdam and "
+         "FusedAdamW, and torch::optim::SGD";
 }
 
 StepChoice choose_step(bool cuda, Switch cuda_graph, bool lr_every_step,
@@ -42,12 +50,13 @@ StepChoice choose_step(bool cuda, Switch cuda_graph, bool lr_every_step,
   StepChoice choice;
   if (!cuda || cuda_graph == Switch::off) return choice;
   choice.warn = cuda_graph == Switch::on;
-  if (lr_every_step) {
-    // The rate is baked into a captured step; one that changes every step can't be replayed.
-    choice.why_eager = "the LR schedule changes the rate every step, and a captured step holds its capture-time rate";
-    return choice;
-  }
   choice.why_eager = capture_refusal(optimizer);
+  if (choice.why_eager.empty() && lr_every_step && dynamic_cast<const optim::DeviceStateOptimizer*>(&optimizer) == nullptr) {
+    // This optimizer's rate is baked into a captured step: one that changes every step can't be replayed.
+    choice.why_eager = c10::demangle(typeid(optimizer).name()) +
+                       " bakes its rate into a captured step, and the LR schedule changes it every step; "
+                       "train::optim::FusedSGD (train/fused_optim.h) reads it from the device and is captured";
+  }
   choice.graph = choice.why_eager.empty();
   return choice;
 }

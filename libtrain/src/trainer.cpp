@@ -3,6 +3,8 @@
 // agreements, evaluation. Resume, stops, checkpoints and the run's end are in trainer_end.cpp.
 #include "trainer_run.h"
 
+#include "health_check.h"
+
 namespace train {
 
 using detail::Clock;
@@ -42,6 +44,14 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : run_(std::make_unique<Run>()
   t.c = std::move(config);
   t.env = std::move(env);
   validate(t.c);
+  // The process group and the health check read these (libtrain/src/net_health_options.h).
+  detail::NetHealthOptions& net = detail::net_health_options();
+  net.interface = t.c.distributed.interface;
+  net.health_check = t.c.health.check;
+  net.health_min_fraction = t.c.health.min_fraction;
+  net.health_warn_only = t.c.health.warn_only;
+  net.exclude_bad_nodes = t.c.health.exclude_bad_nodes;
+  detail::validate(net);  // issue 24: --interface, --health-*
   t.threads = pick_threads(t.c, t.env);
   at::set_num_threads(t.threads);
   detail::apply_cpu_kernels_env();
@@ -65,6 +75,7 @@ TrainResult Trainer::fit(const TrainSpec& spec) {
   t.setup(spec);
   t.build_model();  // before connect(): the optimizer decides whether the step is captured
   t.connect();
+  if (detail::net_health_options().health_check) detail::run_health_check(detail::net_health_options(), t.env, t.pg.get(), *t.dev);
   t.resume();
   if (t.pg) {
     DdpOptions dopt;
@@ -123,6 +134,7 @@ void Trainer::Run::connect() {
   f.peer_kernels = dev->peer_kernels();
   f.peer_access_to_other = env.local_world_size == 2 && dev->peer_access(1 - env.local_rank);
   plan = detail::plan_comm(c, f);
+  detail::check_stall_timeout(c.distributed.stall_timeout_sec.value_or(0), c.distributed.timeout_sec);
   if (env.world_size <= 1 && !c.distributed.ddp_single_rank) return;
   if (!plan.why.empty()) log::info(plan.why);
   DistEnv e = env;
@@ -139,6 +151,7 @@ void Trainer::Run::connect() {
   log::info("rendezvous: " + std::to_string(e.world_size) + " ranks at " + e.master_addr + ":" +
             std::to_string(e.master_port) + ", backend " + to_string(plan.backend));
   pg = ProcessGroup::create(e, po);
+  where = detail::rollcall_of(pg.get());
 }
 
 // The model is built right after seeding, so every rank (and every run) starts from the same weights.
@@ -161,7 +174,8 @@ void Trainer::Run::build_model() {
   const double lr0 = optimizer->param_groups()[0].options().get_lr();
   state.model = model.module.get();
   state.optimizer = optimizer.get();
-  state.progress.lr = lr0;
+  schedule_run = schedule_context(lr0);
+  state.progress.lr = spec->lr_schedule.rate ? spec->lr_schedule.rate(0, schedule_run) : lr0;
   state.loss_sum = torch::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
   state.world_size = env.world_size;
   state.batch_size = batch;
@@ -213,6 +227,8 @@ void Trainer::Run::make_step() {
 // one small all-reduce now. CUDA ranks read the agreement they posted `check_every` steps ago (long
 // done on the device, so the host never waits), then post the next.
 bool Trainer::Run::check_stop(Clock::time_point t0, double earlier_segments) {
+  detail::mark_phase(where, detail::Phase::stop_check);
+  if (faults.skips_collective(prog().step)) return false;
   StopRequest request;
   if (device_stop_flags()) {
     request = preemption->collect();
@@ -226,6 +242,7 @@ bool Trainer::Run::check_stop(Clock::time_point t0, double earlier_segments) {
   const double seconds = earlier_segments + seconds_since(t0);
   prog().train_seconds += seconds;
   result.train_seconds += seconds;
+  detail::mark_phase(where, detail::Phase::checkpoint);  // rank 0 writes it now
   stop(request);
   return true;
 }
@@ -251,10 +268,43 @@ void Trainer::Run::train() {
   } else if (preemption->job_has_no_time_limit()) {
     log::info("SLURM job has no time limit: no checkpoint before a deadline (signals and --checkpoint-every still apply)");
   }
+  if (pg && env.world_size > 1) {
+    const std::string dump_dir = c.checkpoint.dir.empty() ? "." : c.checkpoint.dir;
+    rollcall = std::make_unique<detail::RollCall>(
+        *pg, detail::RollCallOptions{c.distributed.stall_timeout_sec.value_or(0), c.distributed.timeout_sec, dump_dir});
+  }
   for (; prog().epoch <= epochs; ++prog().epoch) {
     if (!train_epoch()) break;
   }
+  rollcall.reset();
   if (profiler) profiler->finish(prog().step);
+}
+
+// The run's length as a schedule sees it: every rank takes ceil(samples / ranks) samples
+// (DistributedSampler pads), in batches of `batch`; --dry-run takes one batch an epoch.
+ScheduleContext Trainer::Run::schedule_context(double lr0) const {
+  ScheduleContext run;
+  run.base_lr = lr0;
+  const DistributedSampler sampler(spec->train_data->size(), env.world_size, env.rank);
+  run.steps_per_epoch = c.run.dry_run ? 1 : (sampler.num_samples() + batch - 1) / batch;
+  run.total_steps = static_cast<int64_t>(epochs) * run.steps_per_epoch;
+  if (c.run.max_steps) run.total_steps = std::min(run.total_steps, *c.run.max_steps);
+  return run;
+}
+
+double Trainer::Run::next_lr(int64_t index) const {
+  const LrSchedule& s = spec->lr_schedule;
+  return s.rate ? s.rate(index, schedule_run) : s.next(index, prog_const().lr);
+}
+
+// A per-step schedule's rate for the next step: into the optimizer and, where it changed, into a
+// captured step (the rate's device copy is refreshed, no recapture, no host wait).
+void Trainer::Run::follow_schedule(int64_t step) {
+  prog().lr = next_lr(step);
+  if (prog().lr == step_lr) return;
+  set_lr(*optimizer, prog().lr);
+  train_step->lr_changed();
+  step_lr = prog().lr;
 }
 
 // One epoch: its steps, then evaluation and the epoch-end checkpoint. Returns false when the run
@@ -280,21 +330,22 @@ bool Trainer::Run::train_epoch() {
   double images_since_log = 0;
   const int64_t images_before = prog().images_total;
   bool max_steps_reached = false;
+  wait_ns_at_epoch = where ? where->wait_ns.load(std::memory_order_relaxed) : 0;
+  step_at_epoch = prog().step;
   for (int64_t b = prog().batches_done; b < batches; ++b) {
     const int64_t start = b * batch;
     const int64_t len = std::min(batch, n_local - start);
     if (profiler) profiler->before_step(prog().step + 1);
+    if (where) where->begin_step(prog().step + 1);
+    faults.before_step(prog().step + 1);
     at::Tensor loss = train_step->run(order, start, len);
+    detail::mark_phase(where, detail::Phase::step_end);
     const double lr_used = prog().lr;
     last_step_lr = lr_used;
     ++prog().epoch_steps;
     ++prog().step;
     if (profiler) profiler->after_step(prog().step);
-    if (spec->lr_schedule.every == LrSchedule::Every::step) {
-      prog().lr = spec->lr_schedule.next(prog().step, prog().lr);
-      set_lr(*optimizer, prog().lr);
-      step_lr = prog().lr;
-    }
+    if (spec->lr_schedule.every == LrSchedule::Every::step) follow_schedule(prog().step);
     prog().batches_done = b + 1;
     images_since_log += static_cast<double>(len * env.world_size);
     prog().images_total += len * env.world_size;
@@ -311,6 +362,7 @@ bool Trainer::Run::train_epoch() {
       // The epoch's training time leaves out the checkpoint's (the done line reports it).
       earlier_segments += seconds_since(t0);
       const at::Tensor loss_sum = shared_loss_sum();  // every rank takes part
+      detail::mark_phase(where, detail::Phase::checkpoint);
       if (env.rank == 0) write_checkpoint(prog(), loss_sum);
       t0 = Clock::now();
     }
@@ -325,6 +377,7 @@ bool Trainer::Run::train_epoch() {
   end_epoch(epoch_seconds);
   if (max_steps_reached) return false;
   if (ckdir && env.rank == 0) {
+    detail::mark_phase(where, detail::Phase::checkpoint);
     Progress next = prog();
     next.epoch += 1;
     write_checkpoint(next, state.loss_sum);  // zero: the next epoch has no steps yet
@@ -343,7 +396,7 @@ void Trainer::Run::log_progress(int64_t b, int64_t batches, int64_t start, const
   line.batches = batches;
   line.seen = std::min<int64_t>(start * env.world_size, spec->train_data->size());
   line.ips = dt > 0 ? images_since_log / dt : 0.0;
-  line.lr = prog().lr;
+  line.lr = last_step_lr;  // the rate this step ran with (the schedule may have moved on)
   line.step_seconds = dt / static_cast<double>(std::max<int64_t>(1, prog().step - step_at_log));
   step_at_log = prog().step;
   t_log = now;
@@ -376,6 +429,8 @@ void Trainer::Run::print_line(const PendingLine& line, double l) {
 
 // The epoch's mean loss over ranks, evaluation, the epoch line, and the schedule's next rate.
 void Trainer::Run::end_epoch(double epoch_seconds) {
+  detail::mark_phase(where, detail::Phase::epoch_end);
+  const std::string stragglers_line = report_stragglers(epoch_seconds);
   at::Tensor mean_loss =
       (state.loss_sum / static_cast<double>(std::max<int64_t>(1, prog().epoch_steps))).reshape({1});
   if (pg) {
@@ -396,7 +451,8 @@ void Trainer::Run::end_epoch(double epoch_seconds) {
   log::info("Test set: Average loss: " + fmt("%.4f", ev.loss) + ", Accuracy: " +
             std::to_string(static_cast<int64_t>(std::llround(ev.accuracy() * static_cast<double>(ev.count)))) + "/" +
             std::to_string(ev.count) + " (" + fmt("%.2f", 100.0 * ev.accuracy()) + "%), epoch time " +
-            fmt("%.1f", epoch_seconds) + " s, evaluation " + fmt("%.2f", eval_seconds) + " s");
+            fmt("%.1f", epoch_seconds) + " s, evaluation " + fmt("%.2f", eval_seconds) + " s" +
+            (stragglers_line.empty() ? "" : "; " + stragglers_line));
   MetricsRecord line{"epoch", prog().epoch, prog().step,
                      {{"train_loss", prog().last_train_loss}, {"test_loss", ev.loss}, {"test_accuracy", ev.accuracy()},
                       {"images_per_sec", prog().train_seconds > 0 ? prog().images_total / prog().train_seconds : 0.0},
@@ -410,7 +466,7 @@ void Trainer::Run::end_epoch(double epoch_seconds) {
   for_callbacks([&](Callback& cb) { cb.on_epoch_end({prog().epoch, prog().step, prog().last_train_loss, ev, epoch_seconds, last_step_lr, optimizer.get()});
   });
   result.epochs = prog().epoch;
-  if (spec->lr_schedule.every == LrSchedule::Every::epoch) prog().lr = spec->lr_schedule.next(prog().epoch, prog().lr);
+  if (spec->lr_schedule.every == LrSchedule::Every::epoch) prog().lr = next_lr(prog().epoch);
   prog().batches_done = 0;
   prog().epoch_steps = 0;
   state.loss_sum.zero_();
@@ -430,6 +486,7 @@ EvalResult Trainer::Run::evaluate(bool one_batch) {
   const int64_t n = idx.size(0);
   for (int64_t start = 0; start < n; start += c.run.test_batch_size) {
     const int64_t len = std::min(c.run.test_batch_size, n - start);
+    detail::mark_phase(where, detail::Phase::evaluation);
     Batch b = data.get_batch(idx.narrow(0, start, len));
     at::Tensor out = model.forward(b.inputs);
     totals[0] += spec->loss(out, b.targets, Reduction::sum).to(at::kDouble);
@@ -450,6 +507,28 @@ EvalResult Trainer::Run::evaluate(bool one_batch) {
   }
   model.module->train();
   return r;
+}
+
+}  // namespace train
+
+namespace train {
+
+// Every rank's seconds per step outside collectives this epoch, gathered by one small all-reduce
+// (each rank fills its own slot), against the median; rank 0 names a rank slow again and again.
+std::string Trainer::Run::report_stragglers(double epoch_seconds) {
+  const int64_t steps = prog().step - step_at_epoch;
+  if (!pg || env.world_size < 2 || !where) return "";
+  const double waited = static_cast<double>(where->wait_ns.load(std::memory_order_relaxed) - wait_ns_at_epoch) / 1e9;
+  at::Tensor times = torch::zeros({env.world_size}, at::TensorOptions().dtype(at::kDouble).device(device));
+  times[env.rank] = steps > 0 ? std::max(0.0, epoch_seconds - waited) / static_cast<double>(steps) : 0.0;
+  pg->allreduce_sum(times);
+  if (env.rank != 0) return "";
+  const at::Tensor host = times.cpu();
+  std::vector<double> per_rank(host.data_ptr<double>(), host.data_ptr<double>() + env.world_size);
+  std::string warning;
+  const std::string line = stragglers.report(per_rank, &warning);
+  if (!warning.empty()) log::warn(warning);
+  return line;
 }
 
 }  // namespace train

@@ -25,8 +25,10 @@
 #include "device/train_device.h"
 #include "fault_injection.h"
 #include "profile.h"
+#include "rollcall.h"
 #include "step/train_step.h"
 #include "step_choice.h"
+#include "straggler.h"
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
@@ -77,6 +79,10 @@ struct Trainer::Run {
   std::unique_ptr<DistributedDataParallel> ddp;
   std::unique_ptr<Preemption> preemption;
   detail::FaultInjection faults;  // a test's injected faults (TRAIN_FAULT_SIGNAL_AT_STEP)
+  detail::RollCallRecord* where = nullptr;        // this rank's position (the process group's; null for one rank)
+  std::unique_ptr<detail::RollCall> rollcall;     // while train() runs, with two ranks or more
+  detail::StragglerReport stragglers;             // rank 0's, at every epoch's end
+  int64_t wait_ns_at_epoch = 0, step_at_epoch = 0;  // where->wait_ns and the step when this process began the epoch
   std::vector<std::shared_ptr<MetricsSink>> metrics;  // rank 0: --metrics, --tensorboard, TrainSpec::metrics_sinks
   std::unique_ptr<detail::StepProfiler> profiler;  // --profile
   TrainingState state;
@@ -99,6 +105,11 @@ struct Trainer::Run {
   Progress checkpoint_progress;
 
   Progress& prog() { return state.progress; }
+  const Progress& prog_const() const { return state.progress; }
+  ScheduleContext schedule_run;  // what the LR schedule knows of the run (set in build_model)
+  ScheduleContext schedule_context(double lr0) const;
+  double next_lr(int64_t index) const;
+  void follow_schedule(int64_t step);
 
   void setup(const TrainSpec& s);
   void connect();
@@ -125,6 +136,7 @@ struct Trainer::Run {
   void print_line(const PendingLine& line, double loss);
   void flush_pending_line();
   void end_epoch(double epoch_seconds);
+  std::string report_stragglers(double epoch_seconds);
   EvalResult evaluate(bool one_batch);
   void stop(const StopRequest& request);
   at::Tensor shared_loss_sum();

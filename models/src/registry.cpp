@@ -3,6 +3,7 @@
 #include "train/models/cifar_cnn.h"
 #include "train/models/mnist_cnn.h"
 #include "train/models/model.h"
+#include "train/models/resnet18.h"
 
 #include <algorithm>
 #include <map>
@@ -31,6 +32,12 @@ Registry& registry() {
     cifar.channels = 3, cifar.height = 32, cifar.width = 32;
     cifar.make = [](const ModelOptions& o) { return std::make_shared<CifarCnn>(o); };
     reg->entries[cifar.name] = cifar;
+    ModelInfo resnet;
+    resnet.name = "resnet18";
+    resnet.description = "ResNet-18, CIFAR variant: 3x3 stem, no max-pool (3x32x32 input, 10 classes)";
+    resnet.channels = 3, resnet.height = 32, resnet.width = 32;
+    resnet.make = [](const ModelOptions& o) { return std::make_shared<ResNet18>(o); };
+    reg->entries[resnet.name] = resnet;
     return reg;
   }();
   return *r;

@@ -114,7 +114,9 @@ std::string read_text(const std::string& path) {
 }
 
 std::string venv_python() {
-  std::string py = std::string(TRAIN_SOURCE_DIR) + "/.venv/bin/python";
+  // TRAIN_TEST_PYTHON: a Python with torch elsewhere (scripts/gpu-check.sh sets the GPU node's).
+  const char* given = std::getenv("TRAIN_TEST_PYTHON");
+  std::string py = given != nullptr && *given != '\0' ? given : std::string(TRAIN_SOURCE_DIR) + "/.venv/bin/python";
   if (!files::exists(py)) return "";
   RunResult r = run_program({py, "-c", "import torch"}, {}, 120);
   return r.exit_code == 0 ? py : "";

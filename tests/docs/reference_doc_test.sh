@@ -73,7 +73,7 @@ mapfile -t vars < <({
   for f in env.cpp device.cpp local_launch.cpp preflight.cpp; do grep -hoE '"[A-Z][A-Z0-9_]+"' "$src/launcher/src/$f"; done |
     tr -d '"' | grep -vE '^(SIG[A-Z0-9]+|PATH)$'
   grep -hoE '\$\{?TRAIN[A-Z_]*' "$src"/scripts/*.sh | tr -d '${'
-  grep -hoE '\$\{?TRAINCTL_BIN' "$src"/launcher/src/sbatch.cpp | tr -d '${'
+  grep -hoE '\$\{?TRAINCTL_BIN' "$src"/launcher/src/sbatch_script.cpp | tr -d '${'
 } | grep -vxE 'TRAIN_ARGS' | sort -u)
 ((${#vars[@]} > 40)) || fail "expected over 40 environment variables from the sources, found ${#vars[@]}"
 for v in "${vars[@]}"; do

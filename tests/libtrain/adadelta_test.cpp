@@ -86,7 +86,7 @@ TEST(Adadelta, StateSurvivesSaveAndLoad) {
   EXPECT_TRUE(torch::equal(a, b));
 }
 
-// step_fused (a captured step's update of one gradient bucket) refuses, changing nothing, where
+// update_bucket (a captured step's update of one gradient bucket) refuses, changing nothing, where
 // the fused CUDA kernel can't run: CPU tensors, a parameter without a gradient, one the
 // optimizer doesn't hold. The full step still works afterwards, bit for bit like a fresh one.
 TEST(Adadelta, StepFusedRefusesWhatTheKernelCantTakeAndChangesNothing) {
@@ -99,15 +99,15 @@ TEST(Adadelta, StepFusedRefusesWhatTheKernelCantTakeAndChangesNothing) {
   const auto before = a.detach().clone();
   const auto version = a._version();
 
-  EXPECT_FALSE(opt.step_fused({a}));  // no gradient yet
+  EXPECT_FALSE(opt.update_bucket({a}));  // no gradient yet
   a.mutable_grad() = torch::randn({4, 3});
   b.mutable_grad() = torch::randn({3});
   a2.mutable_grad() = a.grad().clone();
   b2.mutable_grad() = b.grad().clone();
-  EXPECT_FALSE(opt.step_fused({a, b}));  // CPU tensors: no fused kernel
+  EXPECT_FALSE(opt.update_bucket({a, b}));  // CPU tensors: no fused kernel
   auto stranger = torch::randn({2}, torch::requires_grad());
   stranger.mutable_grad() = torch::ones({2});
-  EXPECT_FALSE(opt.step_fused({stranger}));  // not one of the optimizer's parameters
+  EXPECT_FALSE(opt.update_bucket({stranger}));  // not one of the optimizer's parameters
   EXPECT_TRUE(torch::equal(a, before));
   EXPECT_EQ(a._version(), version);
   EXPECT_FALSE(opt.lr_on_device());

@@ -8,6 +8,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
 using train::test::bin;
 using train::test::run_program;
 
@@ -112,4 +116,38 @@ TEST(CifarTrain, AugmentedRunsResumeBitForBit) {
     EXPECT_NE(refused.exit_code, 0) << w << refused.err;
     EXPECT_NE(refused.err.find("--augment crop,flip"), std::string::npos) << w << refused.err;
   }
+}
+
+// --model resnet18 (the CIFAR ResNet-18) trains with its recipe on CIFAR-10 files: 128 a batch, SGD
+// with Nesterov momentum, and a per-step linear warm-up (5% of the steps) then cosine to 0; the
+// metrics' per-step rates follow that curve, and the loss falls on a few repeated images.
+TEST(CifarTrain, ResNet18TrainsWithWarmupCosinePerStep) {
+  train::test::TempDir d("cifar-resnet18");
+  train::test::write_cifar_layout(d.file("data/cifar-10-batches-bin"), /*binary=*/true, 20, 10);
+  const std::string metrics = d.file("metrics.jsonl");
+  auto args = cifar_args(d.file("data"), {"--model", "resnet18", "--batch-size", "8", "--epochs", "5", "--lr", "0.02",
+                                          "--limit-train-samples", "16", "--limit-test-samples", "8",
+                                          "--log-interval", "1", "--metrics", metrics});
+  auto r = run_program(args, {}, 600);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = done(r);
+  EXPECT_EQ(j["epochs"], 5);
+  EXPECT_EQ(j["steps"], 10);  // 16 / 8 a step, 5 epochs
+  std::vector<double> lrs, losses;
+  std::istringstream lines(train::test::read_text(metrics));
+  for (std::string line; std::getline(lines, line);) {
+    auto m = nlohmann::json::parse(line, nullptr, false);
+    if (!m.is_discarded() && m.value("event", "") == "train") {
+      lrs.push_back(m["lr"].get<double>());
+      losses.push_back(m["loss"].get<double>());
+    }
+  }
+  ASSERT_EQ(lrs.size(), 10u);
+  // train::warmup_cosine with 1 warm-up step (5% of 10, at least 1): step k (0-based) runs at
+  // 0.02 * k / 1 while k < 1 (the first step at 0), then at 0.02 * (1 + cos(pi * (k - 1) / 9)) / 2.
+  // The metrics line of step k records the rate that step ran with.
+  auto rate = [](size_t k) { return k < 1 ? 0.0 : 0.02 * 0.5 * (1 + std::cos(M_PI * static_cast<double>(k - 1) / 9.0)); };
+  for (size_t i = 0; i < lrs.size(); ++i) EXPECT_NEAR(lrs[i], rate(i), 1e-12) << "step " << i;
+  EXPECT_NEAR(lrs[5], 0.02 * 0.5 * (1 + std::cos(M_PI * 4.0 / 9.0)), 1e-12) << "mid-run: on the cosine";
+  EXPECT_LT(losses.back(), losses.front()) << r.err;
 }

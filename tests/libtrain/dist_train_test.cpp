@@ -324,3 +324,39 @@ TEST(DistTrainGpu, PeerAllreduceGivesNcclsBitsOnTwoGpus) {
   EXPECT_EQ(peer["params_sha256"], nccl["params_sha256"]);
   EXPECT_EQ(again["params_sha256"], peer["params_sha256"]);
 }
+
+// Two GPU ranks, the fused optimizers with a per-step warm-up + cosine schedule: the CUDA-graph
+// step (gradients averaged inside the graph, NCCL or the peer all-reduce) lands on the eager
+// step's bits, rate refreshes and all.
+TEST(DistTrainGpu, FusedOptimizersWithPerStepScheduleGraphEqualsEagerOnTwoGpus) {
+  const int gpus = nvidia_gpus();
+  if (gpus < 2) GTEST_SKIP() << "needs 2 NVIDIA GPUs, found " << gpus << ": run scripts/gpu-check.sh on a node with 2 GPUs (docs/gpu.md)";
+  if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+  for (const char* opt : {"sgd", "adam", "adamw"}) {
+    for (const char* peer : {"off", "auto"}) {
+      auto run = [&](const std::string& graph) {
+        std::vector<std::string> a = {bin("train"), "--data", train::test::fashion_mnist_dir(), "--epochs", "2",
+                                      "--limit-train-samples", "3200", "--limit-test-samples", "1000", "--batch-size",
+                                      "32", "--device", "cuda", "--deterministic", "--tf32", "off", "--precision",
+                                      "fp32", "--no-dropout", "--log-interval", "1000", "--optimizer", opt,
+                                      "--lr-schedule", "warmup-cosine", "--warmup-steps", "10", "--peer-allreduce",
+                                      peer, "--cuda-graph", graph};
+        if (std::string(opt) == "sgd") a.insert(a.end(), {"--lr", "0.05", "--momentum", "0.9", "--nesterov"});
+        auto r = run_program(local(2, a));
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        if (graph == "on") {
+          EXPECT_NE(r.err.find("training step: CUDA graph"), std::string::npos) << r.err;
+          EXPECT_EQ(r.err.find("capturing the step failed"), std::string::npos) << r.err;
+        }
+        return done(r);
+      };
+      const auto eager = run("off");
+      const auto graph = run("on");
+      std::printf("[2 GPUs, %s + warmup-cosine, --peer-allreduce %s] graph %s vs eager %s\n", opt, peer,
+                  graph.value("params_sha256", std::string("?")).c_str(),
+                  eager.value("params_sha256", std::string("?")).c_str());
+      EXPECT_EQ(graph["steps"], eager["steps"]);
+      EXPECT_EQ(graph["params_sha256"], eager["params_sha256"]) << opt << ", --peer-allreduce " << peer;
+    }
+  }
+}

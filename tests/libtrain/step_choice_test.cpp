@@ -4,6 +4,7 @@
 #include "step_choice.h"
 
 #include "train/adadelta.h"
+#include "train/fused_optim.h"
 
 #include <gtest/gtest.h>
 #include <torch/optim/adagrad.h>
@@ -35,11 +36,15 @@ class MyOptimizer : public torch::optim::SGD {
 
 TEST(StepChoice, CapturesOnlyOptimizersWhoseStateLivesOnTheDevice) {
   EXPECT_EQ(capture_refusal(train::optim::Adadelta(params())), "");
+  EXPECT_EQ(capture_refusal(train::optim::FusedSGD(params(), torch::optim::SGDOptions(0.1).momentum(0.9))), "");
+  EXPECT_EQ(capture_refusal(train::optim::FusedAdam(params())), "");
+  EXPECT_EQ(capture_refusal(train::optim::FusedAdamW(params())), "");
   EXPECT_EQ(capture_refusal(torch::optim::SGD(params(), torch::optim::SGDOptions(0.1).momentum(0.9))), "");
 
   const std::string adamw = capture_refusal(torch::optim::AdamW(params()));
   EXPECT_NE(adamw.find("torch::optim::AdamW"), std::string::npos) << adamw;
   EXPECT_NE(adamw.find("bias correction"), std::string::npos) << adamw;
+  EXPECT_NE(adamw.find("train::optim::FusedAdamW"), std::string::npos) << adamw;  // the way out
   const std::string adam = capture_refusal(torch::optim::Adam(params()));
   EXPECT_NE(adam.find("torch::optim::Adam "), std::string::npos) << adam;
   EXPECT_NE(capture_refusal(torch::optim::Adagrad(params())).find("Adagrad"), std::string::npos);
@@ -61,14 +66,22 @@ TEST(StepChoice, HostStateOptimizerFallsBackToEagerAndSaysWhy) {
     EXPECT_NE(c.why_eager.find("bias correction"), std::string::npos) << c.why_eager;
     EXPECT_EQ(c.warn, flag == Switch::on);
   }
+  // The fused AdamW, per-step schedule and all: captured.
+  train::optim::FusedAdamW fused(params());
+  EXPECT_TRUE(choose_step(true, Switch::on, /*lr_every_step=*/true, fused).graph);
   train::optim::Adadelta adadelta(params());
   auto g = choose_step(true, Switch::automatic, false, adadelta);
   EXPECT_TRUE(g.graph);
   EXPECT_EQ(g.why_eager, "");
-  // A per-step schedule: eager, whatever the optimizer.
-  auto s = choose_step(true, Switch::on, /*lr_every_step=*/true, adadelta);
+  // A per-step schedule stays in the graph where the optimizer reads its rate from the device
+  // (Adadelta, the fused ones); torch::optim::SGD bakes it in: eager, naming the fix.
+  EXPECT_TRUE(choose_step(true, Switch::on, /*lr_every_step=*/true, adadelta).graph);
+  torch::optim::SGD sgd(params(), torch::optim::SGDOptions(0.1));
+  auto s = choose_step(true, Switch::on, /*lr_every_step=*/true, sgd);
   EXPECT_FALSE(s.graph);
   EXPECT_NE(s.why_eager.find("every step"), std::string::npos) << s.why_eager;
+  EXPECT_NE(s.why_eager.find("FusedSGD"), std::string::npos) << s.why_eager;
+  EXPECT_TRUE(choose_step(true, Switch::automatic, /*lr_every_step=*/false, sgd).graph);
   // Nobody asked for a graph: eager, nothing to explain.
   for (auto c : {choose_step(false, Switch::automatic, false, adamw), choose_step(true, Switch::off, false, adamw)}) {
     EXPECT_FALSE(c.graph);

@@ -22,6 +22,9 @@ namespace {
 // 0.1, momentum 0.9, weight decay 1e-4, batch 256, 4 epochs).
 const Recipe kMnistRecipe{"adadelta", 64, 1.0, 0.7, 0.0, 0.9, 14, "fashion-mnist"};
 const Recipe kCifarRecipe{"sgd", 256, 0.1, 1.0, 1e-4, 0.9, 4, "cifar10"};
+// The usual CIFAR-10 ResNet-18 recipe: SGD 0.1, Nesterov momentum 0.9, weight decay 5e-4, batch 128, a linear
+// warm-up over the first 5% of the steps and then a cosine decay to 0, every step; 30 epochs.
+const Recipe kResNet18Recipe{"sgd", 128, 0.1, 1.0, 5e-4, 0.9, 30, "cifar10", "warmup_cosine", true, 0.05};
 
 const char* kMnistHowTo =
     "get the files on a machine with internet access (a login node): python -c \"from torchvision import "
@@ -103,9 +106,12 @@ std::string format_name(Format format) {
   return "unknown";
 }
 
-bool has_recipe(const std::string& model) { return model == "mnist" || model == "cifar10"; }
+bool has_recipe(const std::string& model) { return model == "mnist" || model == "cifar10" || model == "resnet18"; }
 
-const Recipe& recipe_for(const std::string& model) { return model == "cifar10" ? kCifarRecipe : kMnistRecipe; }
+const Recipe& recipe_for(const std::string& model) {
+  if (model == "resnet18") return kResNet18Recipe;
+  return model == "cifar10" ? kCifarRecipe : kMnistRecipe;
+}
 
 const std::vector<DatasetInfo>& datasets() {
   static const std::vector<DatasetInfo> kDatasets = make_datasets();

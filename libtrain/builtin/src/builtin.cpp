@@ -6,10 +6,12 @@
 #include "train/trainer.h"
 
 #include "train/adadelta.h"
+#include "train/fused_optim.h"
 #include "train/augment.h"
 #include "train/catalog.h"
 #include "train/datasets/dataset.h"
 #include "train/error.h"
+#include "train/text.h"
 #include "train/models/model.h"
 
 #include <torch/optim/adam.h>
@@ -17,6 +19,9 @@
 #include <torch/optim/sgd.h>
 
 #include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
 
 namespace train::builtin {
 namespace {
@@ -41,7 +46,7 @@ std::shared_ptr<InMemoryDataset> load(const std::string& dataset, const std::str
                           std::to_string(info.channels) + "x" + std::to_string(info.height) + "x" +
                           std::to_string(info.width) + ", found " + std::to_string(shape[1]) + "x" +
                           std::to_string(shape[2]) + "x" + std::to_string(shape[3]) + ".",
-                      "use --model mnist with mnist/fashion-mnist and --model cifar10 with cifar10.");
+                      "use --model mnist with mnist/fashion-mnist and --model cifar10 or resnet18 with cifar10.");
   }
   return std::make_shared<InMemoryDataset>(d.images, d.labels, d.name);
 }
@@ -50,36 +55,47 @@ std::shared_ptr<InMemoryDataset> load(const std::string& dataset, const std::str
 struct OptimizerSettings {
   OptimizerKind kind;
   double lr, weight_decay, momentum;
+  bool nesterov;
 };
 
 OptimizerSettings optimizer_settings(const Recipe& c, const catalog::Recipe& r) {
   const OptimizerKind kind = c.optimizer == OptimizerKind::automatic ? parse_choice<OptimizerKind>("recipe", r.optimizer)
                                                                      : c.optimizer;
+  const bool nesterov = (c.nesterov || r.nesterov) && c.momentum > 0;  // Nesterov needs momentum
   if (kind == OptimizerKind::adam || kind == OptimizerKind::adamw) {
     // torch.optim's defaults where the recipe's (made for Adadelta or SGD) don't fit.
-    return {kind, c.lr.value_or(1e-3), c.weight_decay.value_or(kind == OptimizerKind::adamw ? 1e-2 : 0.0), c.momentum};
+    return {kind, c.lr.value_or(1e-3), c.weight_decay.value_or(kind == OptimizerKind::adamw ? 1e-2 : 0.0), c.momentum,
+            nesterov};
   }
-  return {kind, c.lr.value_or(r.lr), c.weight_decay.value_or(r.weight_decay), c.momentum};
+  return {kind, c.lr.value_or(r.lr), c.weight_decay.value_or(r.weight_decay), c.momentum, nesterov};
 }
 
-OptimizerBuilder optimizer_for(const OptimizerSettings& o) {
-  const double lr = o.lr, wd = o.weight_decay, momentum = o.momentum;
-  switch (o.kind) {
+// On CUDA the fused optimizers (what Python runs with fused=True), which a CUDA graph captures.
+OptimizerBuilder optimizer_for(const OptimizerSettings& s) {
+  const double lr = s.lr, wd = s.weight_decay, momentum = s.momentum;
+  const bool nesterov = s.nesterov;
+  switch (s.kind) {
     case OptimizerKind::adam:
       return [lr, wd](const std::vector<at::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
-        return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(lr).weight_decay(wd));
+        const auto o = torch::optim::AdamOptions(lr).weight_decay(wd);
+        if (!params.empty() && params.front().is_cuda()) return std::make_unique<optim::FusedAdam>(params, o);
+        return std::make_unique<torch::optim::Adam>(params, o);
       };
     case OptimizerKind::adamw:
       return [lr, wd](const std::vector<at::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
-        return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(lr).weight_decay(wd));
+        const auto o = torch::optim::AdamWOptions(lr).weight_decay(wd);
+        if (!params.empty() && params.front().is_cuda()) return std::make_unique<optim::FusedAdamW>(params, o);
+        return std::make_unique<torch::optim::AdamW>(params, o);
       };
     case OptimizerKind::adadelta:
       return [lr, wd](const std::vector<at::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
         return std::make_unique<optim::Adadelta>(params, optim::AdadeltaOptions(lr).weight_decay(wd));
       };
     default:
-      return [lr, wd, momentum](const std::vector<at::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
-        return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(lr).momentum(momentum).weight_decay(wd));
+      return [lr, wd, momentum, nesterov](const std::vector<at::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
+        const auto o = torch::optim::SGDOptions(lr).momentum(momentum).weight_decay(wd).nesterov(nesterov);
+        if (!params.empty() && params.front().is_cuda()) return std::make_unique<optim::FusedSGD>(params, o);
+        return std::make_unique<torch::optim::SGD>(params, o);
       };
   }
 }
@@ -92,7 +108,41 @@ std::vector<std::pair<std::string, std::string>> recorded(const Recipe& c, const
           {"weight_decay", number(o.weight_decay)},
           {"limit_train_samples", std::to_string(c.limit_train_samples.value_or(0))},
           {"limit_test_samples", std::to_string(c.limit_test_samples.value_or(0))},
-          {"no_dropout", c.no_dropout ? "true" : "false"}};
+          {"no_dropout", c.no_dropout ? "true" : "false"},
+          {"nesterov", o.nesterov ? "true" : "false"}};
+}
+
+// warmup-cosine or linear with the recipe's warm-up: a share of the run's steps (resnet18: 5%).
+LrSchedule warmup_share(bool linear, double share) {
+  LrSchedule s = linear ? linear_decay(0) : warmup_cosine(0);
+  s.rate = [linear, share](int64_t step, const ScheduleContext& run) {
+    const int64_t warmup = std::max<int64_t>(1, static_cast<int64_t>(share * static_cast<double>(run.total_steps)));
+    return (linear ? linear_decay(warmup) : warmup_cosine(warmup)).rate(step, run);
+  };
+  s.description = std::string(linear ? "linear_decay" : "warmup_cosine") + "(warmup=" + text::format("%g", 100 * share) +
+                  "% of the run)";
+  return s;
+}
+
+// --lr-schedule: auto takes the recipe's (StepLR per epoch by gamma; resnet18 warm-up + cosine
+// per step), else the one named, per step over the whole run.
+LrSchedule schedule_for(const Recipe& c, const catalog::Recipe& r) {
+  LrScheduleKind kind = c.lr_schedule;
+  if (kind == LrScheduleKind::automatic) {
+    kind = r.schedule == "warmup_cosine" ? LrScheduleKind::warmup_cosine : LrScheduleKind::step;
+  }
+  switch (kind) {
+    case LrScheduleKind::constant: return constant_lr();
+    case LrScheduleKind::one_cycle: return one_cycle();
+    case LrScheduleKind::warmup_cosine:
+    case LrScheduleKind::linear: {
+      const bool linear = kind == LrScheduleKind::linear;
+      if (!c.warmup_steps && r.warmup_fraction > 0) return warmup_share(linear, r.warmup_fraction);
+      const int64_t warmup = c.warmup_steps.value_or(0);
+      return linear ? linear_decay(warmup) : warmup_cosine(warmup);
+    }
+    default: return step_lr(c.gamma.value_or(r.gamma));
+  }
 }
 
 }  // namespace
@@ -134,7 +184,7 @@ TrainResult run_training(const TrainConfig& config, const Recipe& c, const DistE
   const OptimizerSettings optimizer = optimizer_settings(c, recipe);
   spec.optimizer = optimizer_for(optimizer);
   spec.recipe = recorded(c, optimizer);
-  spec.lr_schedule = step_lr(c.gamma.value_or(recipe.gamma));
+  spec.lr_schedule = schedule_for(c, recipe);
   spec.batch_size = recipe.batch_size;
   spec.epochs = recipe.epochs;
   if (c.model == "mnist") spec.auto_bf16_batch = kAutoBf16Batch;  // measured there only (docs/gpu.md)

@@ -21,6 +21,15 @@ const std::vector<std::pair<OptimizerKind, std::string>>& choices<OptimizerKind>
   return all;
 }
 
+template <>
+const std::vector<std::pair<LrScheduleKind, std::string>>& choices<LrScheduleKind>() {
+  static const std::vector<std::pair<LrScheduleKind, std::string>> all = {
+      {LrScheduleKind::automatic, "auto"}, {LrScheduleKind::step, "step"}, {LrScheduleKind::constant, "constant"},
+      {LrScheduleKind::warmup_cosine, "warmup-cosine"}, {LrScheduleKind::linear, "linear"},
+      {LrScheduleKind::one_cycle, "one-cycle"}};
+  return all;
+}
+
 namespace builtin {
 namespace {
 
@@ -48,6 +57,10 @@ void validate(const Recipe& c) {
   if (c.gamma && !(*c.gamma > 0 && *c.gamma <= 1)) bad("--gamma", "a factor in (0, 1]", *c.gamma, "the MNIST recipe uses 0.7");
   if (!(c.momentum >= 0 && c.momentum < 1)) bad("--momentum", "a value in [0, 1)", c.momentum, "the CIFAR-10 recipe uses 0.9");
   if (c.weight_decay && !(*c.weight_decay >= 0)) bad("--weight-decay", "0 or more", *c.weight_decay, "the CIFAR-10 recipe uses 1e-4");
+  if (c.warmup_steps && *c.warmup_steps < 0) {
+    bad("--warmup-steps", "0 or more steps", static_cast<double>(*c.warmup_steps), "e.g. --warmup-steps 500");
+  }
+  if (c.nesterov && !(c.momentum > 0)) bad("--nesterov", "a positive --momentum", c.momentum, "e.g. --momentum 0.9 --nesterov");
   if (c.limit_train_samples && *c.limit_train_samples < 1) {
     bad("--limit-train-samples", "a positive count (leave it out for all)", static_cast<double>(*c.limit_train_samples), "");
   }
@@ -64,6 +77,21 @@ void add_flags(CLI::App& app, Recipe& r) {
                                  RecipeFlag::weight_decay, RecipeFlag::limit_train_samples,
                                  RecipeFlag::limit_test_samples, RecipeFlag::no_dropout});
   cli::add_choice_flag(app, "--optimizer", r.optimizer, "auto | adadelta | sgd | adam | adamw", "auto takes the model's recipe");
+  app.add_flag("--nesterov", r.nesterov, "SGD: Nesterov momentum");
+  cli::add_choice_flag(app, "--lr-schedule", r.lr_schedule,
+                       "auto (the recipe's) | step (StepLR by --gamma each epoch) | constant | warmup-cosine | linear | "
+                       "one-cycle (per step, over the whole run; the graph follows them)",
+                       "e.g. --lr-schedule warmup-cosine --warmup-steps 500");
+  app.add_option_function<int64_t>("--warmup-steps", [&r](int64_t v) { r.warmup_steps = v; },
+                                   "warmup-cosine and linear: steps of linear warm-up from 0 (default: the recipe's, "
+                                   "resnet18 5% of the run, else 0)")
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            return value.empty() || value.find_first_not_of("0123456789") != std::string::npos
+                       ? "expected 0 or more steps, found '" + value + "'. Hint: e.g. --warmup-steps 500"
+                       : "";
+          },
+          "0 or more steps"));
   app.add_option_function<std::string>("--augment", [&r](const std::string& v) { r.augment = parse_augment(v); },
                                        "augment the training images on their device: crop (random crop after 4 pixels "
                                        "of padding), flip (horizontal, p=0.5), or crop,flip; deterministic given "

@@ -1,16 +1,16 @@
 // Adadelta for LibTorch, matching torch.optim.Adadelta step for step (LibTorch ships none).
 #pragma once
 
+#include "train/device_state_optimizer.h"
+
 #include <torch/optim/optimizer.h>
 #include <torch/optim/serialize.h>
 
-#include <functional>
 #include <vector>
 
-namespace train::detail {
-struct AdadeltaFusedTensor;   // libtrain's CUDA kernels' view of one parameter's update
-struct AdadeltaFusedOptions;
-}  // namespace train::detail
+namespace train::details {
+struct AdadeltaKernel;  // libtrain's CUDA step: the fused kernel inside its own (private)
+}  // namespace train::details
 
 namespace train::optim {
 
@@ -48,50 +48,47 @@ struct AdadeltaParamState
 ///   acc_delta = rho * acc_delta + (1 - rho) * delta^2
 ///   p -= lr * delta
 /// Throws train::ConfigError for a negative lr, eps or weight decay, or rho outside [0, 1].
-class Adadelta : public torch::optim::Optimizer {
+class Adadelta : public torch::optim::Optimizer, public DeviceStateOptimizer {
  public:
   explicit Adadelta(const std::vector<torch::optim::OptimizerParamGroup>& param_groups,
                     AdadeltaOptions defaults = {});
   explicit Adadelta(std::vector<torch::Tensor> params, AdadeltaOptions defaults = {})
       : Adadelta({torch::optim::OptimizerParamGroup(std::move(params))}, std::move(defaults)) {}
 
-  /// One update of every parameter that has a gradient. Parameters without one are skipped.
+  /// One update of every parameter that has a gradient (parameters without one are skipped), by
+  /// one of three paths with the same arithmetic: on CUDA libtrain's fused kernel (one launch a
+  /// group, where it was built and every tensor is float32 with the parameter's dense strides),
+  /// else torch's foreach ops; on the CPU the per-parameter loop of torch.optim.Adadelta.
   torch::Tensor step(LossClosure closure = nullptr) override;
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
 
   /// CUDA: true when the last step ran as the fused kernel, which reads each group's learning
-  /// rate from device memory; a captured step then follows a new rate after sync_lr_to_device()
-  /// instead of being captured again.
-  bool lr_on_device() const { return last_step_fused_; }
-  /// Copies each group's learning rate to its device copy (call it outside any graph capture).
-  void sync_lr_to_device();
+  /// rate from device memory; a captured step then follows a new rate after sync_lr() instead of
+  /// being captured again.
+  bool lr_on_device() const override { return last_step_fused_; }
+  void sync_lr() override;
   /// CUDA: one update of just these parameters (each one of this optimizer's, with a gradient)
   /// as the fused kernel, on the current stream, bumping their version counters (autograd then
   /// refuses a backward that still needs an updated value). False, with nothing changed, where
   /// the fused kernel doesn't apply (no CUDA kernel built, a tensor it can't take, or no eager
   /// fused step before: the rate isn't on the device yet). A captured step uses it to update each
   /// gradient bucket as soon as its average is done.
-  /// With `launch`, the update is not queued here: `launch` gets the fused kernel's
-  /// descriptors (one per parameter, in `params` order) and applies them in a kernel of its own
-  /// (libtrain's GPU peer all-reduce averages and updates in one); then all of `params` must
-  /// share one parameter group (false otherwise).
-  using FusedLaunch =
-      std::function<void(const detail::AdadeltaFusedTensor* tensors, int count, const detail::AdadeltaFusedOptions& options)>;
-  bool step_fused(const std::vector<torch::Tensor>& params, const FusedLaunch& launch = nullptr);
+  bool update_bucket(const std::vector<torch::Tensor>& params);
 
  private:
+  friend struct details::AdadeltaKernel;
+  struct KernelLaunch;  // a caller's kernel that applies the update (libtrain's peer all-reduce)
   // The state of `p`, created (zeros) on its first update.
   AdadeltaParamState& state_for(const torch::Tensor& p);
-  // The update of a group's parameters with gradients as libtrain's fused CUDA kernel; false when
-  // it doesn't apply (then foreach_step or the per-parameter loop runs).
-  bool fused_step(size_t group_index, torch::optim::OptimizerParamGroup& group, const AdadeltaOptions& options);
-  // The fused update of `params` (all of group `group_index`, all with gradients): with
-  // launch=false only whether it applies.
-  bool fused_update(size_t group_index, const std::vector<torch::Tensor>& params, const AdadeltaOptions& options,
-                    bool launch, const FusedLaunch* launcher = nullptr);
+  // The fused kernel's update of `params` (all of group `group_index`, all with gradients): with
+  // launch=false only whether it applies; with `launcher`, handed to the caller's kernel.
+  bool kernel_update(size_t group_index, const std::vector<torch::Tensor>& params, const AdadeltaOptions& options,
+                     bool launch, const KernelLaunch* launcher = nullptr);
+  // update_bucket, optionally through a caller's kernel (then all of `params` share one group).
+  bool bucket_update(const std::vector<torch::Tensor>& params, const KernelLaunch* launcher);
   // The update of a group of CUDA parameters with torch's foreach ops; false when it doesn't apply.
-  bool foreach_step(torch::optim::OptimizerParamGroup& group, const AdadeltaOptions& options);
+  bool foreach_update(torch::optim::OptimizerParamGroup& group, const AdadeltaOptions& options);
   struct DeviceLr {
     torch::Tensor tensor;  // float32 [1] on the group's device, read by the fused kernel
     double value = 0;      // what it holds

@@ -1,5 +1,5 @@
 // TrainConfig: what the Trainer itself honours, in typed sections (run, distributed, gpu,
-// checkpoint, logging), the flag text of each enumerated choice, the checks, and TrainResult:
+// checkpoint, logging, health), the flag text of each enumerated choice, the checks, and TrainResult:
 // what a finished run reports in its done line. A program's own recipe (model, optimizer, data)
 // lives in the program: train/cli.h's RecipeOptions, train/builtin.h's BuiltinRecipe.
 #pragma once
@@ -95,6 +95,21 @@ struct DistributedConfig {
   double bucket_cap_mb = 25;             ///< --bucket-cap-mb: gradient bucket size
   bool ddp_single_rank = false;          ///< --ddp-single-rank: a process group and DDP even with one rank (measures DDP's own cost)
   bool shm_allreduce = true;             ///< --shm-allreduce auto (true): CPU ranks of one machine sum in shared memory; off (false): Gloo
+  /// --stall-timeout: no step's progress for this long (seconds) ends the run with a roll-call
+  /// naming where each rank is. Unset (--stall-timeout 0): 10x the median step, at least 60 s,
+  /// at most 80% of timeout_sec. Must be below timeout_sec.
+  std::optional<double> stall_timeout_sec;
+  /// --interface (or TRAIN_INTERFACE): the network interface, e.g. ib0, for Gloo, NCCL
+  /// (NCCL_SOCKET_IFNAME) and the rendezvous store; "" = TRAIN_INTERFACE, else each library's own.
+  std::string interface;
+};
+
+/// A check of the nodes before training (docs/reference.md, --health-check).
+struct HealthConfig {
+  bool check = false;                ///< --health-check: GEMM and all-reduce measured before training
+  double min_fraction = 0.5;         ///< --health-min-fraction: a node below this fraction of the others' median GEMM is bad
+  bool warn_only = false;            ///< --health-warn-only: name bad nodes but train anyway
+  bool exclude_bad_nodes = false;    ///< --exclude-bad-nodes: under SLURM, requeue the job without the bad nodes
 };
 
 /// CUDA-only settings: errors on the CPU unless left at their defaults.
@@ -142,6 +157,7 @@ struct TrainConfig {
   GpuConfig gpu;
   CheckpointConfig checkpoint;
   LoggingConfig logging;
+  HealthConfig health;
 };
 
 /// The built-in MNIST recipe's TrainSpec::auto_bf16_batch: --precision auto picks bf16 on CUDA

@@ -38,21 +38,45 @@ class Trainer;
 using OptimizerBuilder =
     std::function<std::unique_ptr<torch::optim::Optimizer>(const std::vector<at::Tensor>& parameters)>;
 
-/// The learning rate over a run. The rate of the optimizer's first parameter group is the start;
-/// next() is called at the end of each epoch (every = epoch; index = the epoch that ended,
-/// 1-based) or after each optimizer step (every = step; index = steps so far) with the current
-/// rate and returns the next. The Trainer checkpoints the current rate, so resume is exact.
+/// What an LR schedule knows about the run (LrSchedule::rate gets it).
+struct ScheduleContext {
+  double base_lr = 0;           ///< the optimizer's first group's rate as built (e.g. --lr)
+  int64_t total_steps = 0;      ///< the run's optimizer steps: epochs x steps per epoch, or --max-steps if fewer
+  int64_t steps_per_epoch = 0;  ///< per rank (every rank takes the same number)
+};
+
+/// The learning rate over a run. The rate of the optimizer's first parameter group is the start.
+/// Either a recurrence, `next`: called at the end of each epoch (every = epoch; index = the epoch
+/// that ended, 1-based) or after each optimizer step (every = step; index = steps so far) with the
+/// current rate, it returns the next; or a closed form, `rate` (it wins when both are set): the
+/// rate for index = 0 (the start) and after each epoch or step as above, given the run's length,
+/// so a schedule over the whole run needs no step count from you. The Trainer checkpoints the
+/// current rate, so resume is exact. Under a CUDA graph a per-step schedule stays in the graph
+/// when the optimizer reads its rate from the device (train/fused_optim.h, train::optim::Adadelta).
 struct LrSchedule {
   enum class Every { epoch, step };
   Every every = Every::epoch;
   std::function<double(int64_t index, double lr)> next;
   std::string description = "constant";  ///< recorded in checkpoints and logs
+  std::function<double(int64_t index, const ScheduleContext& run)> rate;
 };
 
 /// The same rate throughout.
 LrSchedule constant_lr();
 /// torch.optim.lr_scheduler.StepLR: multiply by gamma every step_size epochs.
 LrSchedule step_lr(double gamma, int64_t step_size = 1);
+/// Per step: linear warm-up from 0 over `warmup_steps`, then a half cosine down to
+/// `final_ratio` x the base rate at the run's last step (transformers' get_cosine_schedule_with_
+/// warmup when final_ratio is 0: rate(s) = base * s / warmup, then base * (final + (1 - final) *
+/// 0.5 * (1 + cos(pi * progress)))).
+LrSchedule warmup_cosine(int64_t warmup_steps, double final_ratio = 0);
+/// Per step: linear warm-up from 0 over `warmup_steps`, then linear down to `final_ratio` x the base
+/// rate at the run's last step (transformers' get_linear_schedule_with_warmup when final_ratio is 0).
+LrSchedule linear_decay(int64_t warmup_steps = 0, double final_ratio = 0);
+/// Per step: torch.optim.lr_scheduler.OneCycleLR's rate (cosine annealing, two phases, the base
+/// rate as max_lr; the momentum is not cycled): from base / div_factor up to base over the first
+/// pct_start of the run, then down to base / div_factor / final_div_factor.
+LrSchedule one_cycle(double pct_start = 0.3, double div_factor = 25, double final_div_factor = 1e4);
 
 /// An evaluation metric: its value is the sum of `batch_sum` over the evaluation set divided by
 /// the number of samples (so it must be a per-sample sum, e.g. correct predictions).

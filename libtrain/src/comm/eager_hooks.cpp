@@ -74,16 +74,20 @@ class ProcessGroupHook : public FlatBucketHook {
       views_.push_back(views_of(r, k, flats_.back()));
     }
     works_.resize(flats_.size());
+    numbers_.resize(flats_.size());
   }
   void launch(Reducer&, size_t k) override {
     std::vector<at::Tensor> v{flats_[k]};
     c10d::AllreduceOptions o;
     o.reduceOp = c10d::ReduceOp::SUM;
     o.timeout = pg_.timeout;
+    numbers_[k] = pg_.rollcall.launch();
     pg_.guarded(op(k), [&] { works_[k] = pg_.pg->allreduce(v, o); });
   }
   void finalize(Reducer& r, size_t k) override {
+    pg_.rollcall.begin_wait(numbers_[k], detail::CollectiveKind::allreduce, static_cast<int32_t>(k));
     pg_.wait(works_[k], op(k));
+    pg_.rollcall.end_wait();
     works_[k].reset();
     write_back(r, k, views_[k]);
   }
@@ -92,6 +96,7 @@ class ProcessGroupHook : public FlatBucketHook {
   detail::ProcessGroupImpl& pg_;
   std::vector<at::Tensor> flats_;
   std::vector<c10::intrusive_ptr<c10d::Work>> works_;
+  std::vector<int64_t> numbers_;  // each bucket's collective number (the roll-call)
 };
 
 // CPU ranks on one machine: the buckets' flat buffers live in this rank's slot of a shared-memory
@@ -99,8 +104,9 @@ class ProcessGroupHook : public FlatBucketHook {
 // order: deterministic, and no background thread competing for the cores).
 class SharedMemoryHook : public FlatBucketHook {
  public:
-  SharedMemoryHook(const Reducer& r, std::unique_ptr<details::ShmGroup> shm, const std::vector<size_t>& offsets, int world)
-      : FlatBucketHook(world), shm_(std::move(shm)), offsets_(offsets) {
+  SharedMemoryHook(const Reducer& r, std::unique_ptr<details::ShmGroup> shm, const std::vector<size_t>& offsets, int world,
+                   detail::RollCallRecord& rollcall)
+      : FlatBucketHook(world), shm_(std::move(shm)), offsets_(offsets), rollcall_(rollcall) {
     for (size_t k = 0; k < r.buckets().size(); ++k) {
       const GradBucket& b = r.buckets()[k];
       const auto opts = r.params()[b.params.front()].options().requires_grad(false);
@@ -115,7 +121,9 @@ class SharedMemoryHook : public FlatBucketHook {
   void launch(Reducer&, size_t) override {}  // summed synchronously in finalize()
   void finalize(Reducer& r, size_t k) override {
     const GradBucket& b = r.buckets()[k];
+    rollcall_.begin_wait(rollcall_.launch(), detail::CollectiveKind::allreduce, static_cast<int32_t>(k));
     shm_->allreduce_sum(offsets_[k], static_cast<size_t>(b.numel), *detail::shm_dtype_of(b.dtype), op(k));
+    rollcall_.end_wait();
     write_back(r, k, results_[k]);
   }
 
@@ -123,6 +131,7 @@ class SharedMemoryHook : public FlatBucketHook {
   std::unique_ptr<details::ShmGroup> shm_;  // before the views: they point into its mapping
   std::vector<size_t> offsets_;
   std::vector<std::vector<at::Tensor>> results_;  // per bucket: the sum's place in the shared result region
+  detail::RollCallRecord& rollcall_;
 };
 
 }  // namespace
@@ -144,7 +153,7 @@ std::shared_ptr<CommHook> make_eager_hook(Reducer& r, ProcessGroup& process_grou
     auto shm = pg.create_shm_group(shm_bytes, &why_not);
     if (shm) {
       *why = "gradients are summed in shared memory (" + std::to_string(shm_bytes >> 10) + " KiB per rank)";
-      return std::make_shared<SharedMemoryHook>(r, std::move(shm), offsets, process_group.size());
+      return std::make_shared<SharedMemoryHook>(r, std::move(shm), offsets, process_group.size(), pg.rollcall);
     }
     *why = "Gloo sums the gradients (" + why_not + ")";
   } else {

@@ -3,7 +3,7 @@
 #include "device/train_device.h"
 #include "process_group_impl.h"
 #include "step/train_step.h"
-#include "train/adadelta.h"
+#include "adadelta_kernel.h"
 #include "train/error.h"
 
 namespace train::detail {
@@ -23,8 +23,8 @@ std::unique_ptr<TrainStep> make_cuda_graph_step(const StepParts&, int64_t, int) 
 namespace train::optim {
 
 // No CUDA: the fused update never applies; the foreach and per-parameter paths run.
-bool Adadelta::fused_update(size_t, const std::vector<torch::Tensor>&, const AdadeltaOptions&, bool,
-                            const FusedLaunch*) {
+bool Adadelta::kernel_update(size_t, const std::vector<torch::Tensor>&, const AdadeltaOptions&, bool,
+                             const KernelLaunch*) {
   return false;
 }
 
@@ -40,5 +40,9 @@ c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10
 }
 
 void* ProcessGroupImpl::nccl_comm() const { return nullptr; }
+
+void enable_flight_recorder() {}  // no NCCL, no flight recorder
+
+std::string dump_flight_recorder(const ProcessGroupImpl&, const std::string&) { return ""; }
 
 }  // namespace train::detail

@@ -1,9 +1,7 @@
 // Adadelta's fused CUDA update (train/adadelta.h): one kernel for a whole group (or one gradient
 // bucket), reading the learning rate from device memory so a captured step follows a new rate.
 // CUDA builds only; without libtrain's kernels (no CUDA compiler) it never applies.
-#include "train/adadelta.h"
-
-#include "cuda/adadelta_fused.h"
+#include "adadelta_kernel.h"
 
 #include <ATen/ops/full.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
@@ -11,8 +9,8 @@
 
 namespace train::optim {
 
-bool Adadelta::fused_update(size_t group_index, const std::vector<torch::Tensor>& params, const AdadeltaOptions& o,
-                            bool launch, const FusedLaunch* launcher) {
+bool Adadelta::kernel_update(size_t group_index, const std::vector<torch::Tensor>& params, const AdadeltaOptions& o,
+                             bool launch, const KernelLaunch* launcher) {
   if (!detail::adadelta_fused_available()) return false;
   for (const auto& p : params) {
     const torch::Tensor& g = p.grad();
@@ -23,7 +21,7 @@ bool Adadelta::fused_update(size_t group_index, const std::vector<torch::Tensor>
     }
   }
   // The rate lives on the device: eager steps refresh it, a captured step reads whatever
-  // sync_lr_to_device() last wrote. (A first update inside a capture keeps the foreach path,
+  // sync_lr() last wrote. (A first update inside a capture keeps the foreach path,
   // whose rate the graph bakes in.)
   const bool capturing = c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
   if (device_lr_.size() <= group_index) device_lr_.resize(group_index + 1);
@@ -60,7 +58,7 @@ bool Adadelta::fused_update(size_t group_index, const std::vector<torch::Tensor>
   }
   fo.lr_device = lr.tensor.const_data_ptr<float>();
   if (launcher != nullptr) {
-    (*launcher)(tensors.data(), static_cast<int>(tensors.size()), fo);
+    launcher->apply(tensors.data(), static_cast<int>(tensors.size()), fo);
     return true;
   }
   const auto stream = c10::cuda::getCurrentCUDAStream(params.front().device().index());

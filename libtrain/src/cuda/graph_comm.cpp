@@ -4,6 +4,8 @@
 // all-reduce costs, and a grouped call pays it per tensor).
 #include "cuda/graph_comm.h"
 
+#include "adadelta_kernel.h"
+
 #include "cuda/peer_reduce.h"
 #include "process_group_impl.h"
 #include "train/adadelta.h"
@@ -138,7 +140,7 @@ struct GraphCommState {
   // stream. The first bucket decides; a later one can't fall back, earlier buckets being updated.
   void update_bucket(size_t k) {
     if (!updated_in_buckets) return;
-    if (adadelta->step_fused(params_of(k))) return;
+    if (adadelta->update_bucket(params_of(k))) return;
     TORCH_CHECK(k == 0, "the fused Adadelta update of gradient bucket ", k, " could not run");
     updated_in_buckets = false;
   }
@@ -232,8 +234,8 @@ class PeerGraphHook : public CommHook {
     int64_t numel = 0;
     for (const PeerInput& in : inputs) numel += in.numel;
     if (s.updated_in_buckets && inputs.size() == grads.size() && numel * 4 <= GraphCommState::kFlatBucketBytes) {
-      const bool updated = s.adadelta->step_fused(
-          s.params_of(k), [&](const AdadeltaFusedTensor* t, int n, const AdadeltaFusedOptions& o) {
+      const bool updated = details::AdadeltaKernel::update_bucket(
+          *s.adadelta, s.params_of(k), [&](const AdadeltaFusedTensor* t, int n, const AdadeltaFusedOptions& o) {
             TORCH_CHECK(static_cast<size_t>(n) == inputs.size(), "the fused update covers ", n, " of ", inputs.size(),
                         " gradients of a bucket");
             s.peer->average(b.peer_slot, b.peer_offset, inputs, out, s.side_stream->stream(), t, &o);

@@ -115,9 +115,9 @@ class CudaGraphStep : public TrainStep {
   // Adadelta's fused kernel reads the rate from the device: the graph follows a new rate once it
   // is copied there. Any other optimizer's rate is baked into the graph: capture again.
   void lr_changed() override {
-    auto* adadelta = dynamic_cast<optim::Adadelta*>(parts_.optimizer);
-    if (adadelta != nullptr && adadelta->lr_on_device()) {
-      adadelta->sync_lr_to_device();
+    auto* on_device = dynamic_cast<optim::DeviceStateOptimizer*>(parts_.optimizer);
+    if (on_device != nullptr && on_device->lr_on_device()) {
+      on_device->sync_lr();  // the captured update reads the rate from the device
     } else {
       release();
     }

@@ -1,6 +1,8 @@
 // The eager training step: the step as plain LibTorch calls, on any device.
 #include "step/train_step.h"
 
+#include "rollcall.h"
+
 #include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
 #include <torch/optim/optimizer.h>
@@ -8,6 +10,8 @@
 namespace train::detail {
 
 at::Tensor forward_backward(const StepParts& p, const Batch& b) {
+  RollCallRecord* const where = rollcall_of(p.process_group);
+  mark_phase(where, Phase::forward);
   at::Tensor loss;
   if (p.bf16) {
     at::autocast::set_autocast_enabled(at::kCUDA, true);
@@ -26,6 +30,7 @@ at::Tensor forward_backward(const StepParts& p, const Batch& b) {
     at::Tensor out = p.model->forward(b.inputs);
     loss = (*p.loss)(out, b.targets, Reduction::mean);
   }
+  mark_phase(where, Phase::backward);
   loss.backward();
   *p.loss_sum += loss.detach().to(at::kDouble);
   return loss;
@@ -34,6 +39,7 @@ at::Tensor forward_backward(const StepParts& p, const Batch& b) {
 at::Tensor step_on(const StepParts& p, const Batch& batch) {
   p.optimizer->zero_grad();
   at::Tensor loss = forward_backward(p, batch);
+  mark_phase(rollcall_of(p.process_group), Phase::optimizer);
   p.optimizer->step();
   return loss;
 }

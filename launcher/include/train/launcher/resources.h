@@ -7,23 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "train/launcher/gres.h"
 #include "train/launcher/sbatch.h"
 
 namespace train {
-
-/// One item of a gres string: "gpu:a100:4(S:0-1)" is {gpu, a100, 4}; "shard:16" is {shard, "", 16}.
-struct GresItem {
-  std::string name;   ///< gpu, shard, mps, ...
-  std::string type;   ///< a100, "" when untyped
-  std::int64_t count = 0;
-};
-
-/// Parses a Gres or GresUsed string as sinfo and scontrol print it ("gpu:a100:4(S:0-1),shard:a100:16",
-/// "gpu:a100:2(IDX:0-1),shard:a100:3(3/8,0/8)"); "(null)" and "" give none. Unparsable items are skipped.
-std::vector<GresItem> parse_gres_items(const std::string& gres);
-
-/// The sum of the counts of items named `name` (gpu, shard), of any type.
-std::int64_t gres_total(const std::vector<GresItem>& items, const std::string& name);
 
 /// One node as `scontrol show node -o` describes it.
 struct NodeInfo {

@@ -17,8 +17,8 @@ int64_t parse_slurm_timestamp(const std::string& text);
 /// for a job started without --time in a partition without MaxTime.
 bool is_no_time_limit(const std::string& limit);
 
-/// A duration in words, to the minute above an hour and to the second below: "45 s", "12 min 05 s",
-/// "2 h 05 min", "3 d 04 h". Negative durations read as "0 s".
+/// A duration in words: to the hour from a day up, to the minute from an hour up, else to the
+/// second: "45 s", "12 min 05 s", "2 h 05 min", "3 d 04 h". Negative durations read as "0 s".
 std::string describe_duration(int64_t seconds);
 
 /// When a job ends, for its log: the date and local time with the zone's abbreviation and the time

@@ -53,9 +53,12 @@ struct Recipe {
   double momentum;        ///< SGD only
   int epochs;             ///< default number of epochs
   std::string dataset;    ///< the dataset it trains on by default
+  std::string schedule = "step";  ///< "step": StepLR by gamma each epoch; "warmup_cosine": per step (below)
+  bool nesterov = false;          ///< SGD only
+  double warmup_fraction = 0;     ///< warmup_cosine: the share of the run's steps that warm up linearly
 };
 
-/// The recipe of a built-in model ("mnist", "cifar10"); a model the catalog doesn't know gets
+/// The recipe of a built-in model ("mnist", "cifar10", "resnet18"); a model the catalog doesn't know gets
 /// MNIST's (Adadelta), as `train` always did.
 const Recipe& recipe_for(const std::string& model);
 

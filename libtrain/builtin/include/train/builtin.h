@@ -9,6 +9,8 @@
 #include "train/config.h"
 #include "train/launcher/env.h"
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +25,11 @@ namespace train {
 enum class OptimizerKind { automatic, adadelta, sgd, adam, adamw };
 template <>
 const std::vector<std::pair<OptimizerKind, std::string>>& choices<OptimizerKind>();
+/// --lr-schedule: automatic = the recipe's (StepLR by --gamma each epoch; resnet18 warm-up +
+/// cosine per step), else the one named, per step over the whole run (step: StepLR per epoch).
+enum class LrScheduleKind { automatic, step, constant, warmup_cosine, linear, one_cycle };
+template <>
+const std::vector<std::pair<LrScheduleKind, std::string>>& choices<LrScheduleKind>();
 
 namespace builtin {
 
@@ -33,13 +40,17 @@ struct Recipe : cli::RecipeOptions {
   std::string dataset;           ///< --dataset: "" = the model's (mnist -> fashion-mnist)
   OptimizerKind optimizer = OptimizerKind::automatic;  ///< --optimizer
   AugmentOptions augment;        ///< --augment: the training images of built-in image datasets
+  LrScheduleKind lr_schedule = LrScheduleKind::automatic;  ///< --lr-schedule
+  std::optional<int64_t> warmup_steps;  ///< --warmup-steps (warmup-cosine, linear); unset = the recipe's (resnet18: 5% of the run, else 0)
+  bool nesterov = false;         ///< --nesterov: SGD's Nesterov momentum
 };
 
 /// Checks a Recipe built without the command line. Throws train::ConfigError naming the flag.
 void validate(const Recipe& recipe);
 
 /// Adds the recipe's flags (--model, --dataset, --data, --lr, --gamma, --optimizer, --momentum,
-/// --weight-decay, --limit-train-samples, --limit-test-samples, --no-dropout, --augment), bound to
+/// --nesterov, --lr-schedule, --warmup-steps, --weight-decay, --limit-train-samples,
+/// --limit-test-samples, --no-dropout, --augment), bound to
 /// `recipe`, to an App that has the Trainer's flags (train::cli::add_trainer_flags), and names the
 /// recipes' defaults in the help of --epochs and --batch-size.
 void add_flags(CLI::App& app, Recipe& recipe);

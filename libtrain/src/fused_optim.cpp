@@ -1,0 +1,277 @@
+// Fused SGD, Adam and AdamW (train/fused_optim.h): the state and argument handling of
+// torch/optim/sgd.py's and adam.py's fused paths, the arithmetic in ATen's kernels. On the CPU
+// ATen's CPU fused kernels run with the rate as a number, as Python's do.
+#include "train/fused_optim.h"
+
+#include "train/error.h"
+
+#include <ATen/ops/_foreach_add.h>
+#include <ATen/ops/_fused_adam.h>
+#include <ATen/ops/_fused_adamw.h>
+#include <ATen/ops/_fused_sgd.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
+#include <c10/core/GradMode.h>
+#include <torch/optim/serialize.h>
+
+#include <string>
+#include <utility>
+
+namespace train::optim {
+namespace {
+
+[[noreturn]] void bad_option(const std::string& optimizer, const std::string& what, double found,
+                             const std::string& expected) {
+  throw ConfigError(optimizer + " " + what + ": expected " + expected + ", found " + std::to_string(found) + ".",
+                    "check --lr and the optimizer's options (the same rules as torch.optim's).");
+}
+
+void check_adam_options(const std::string& name, double lr, std::tuple<double, double> betas, double eps, double wd) {
+  if (lr < 0) bad_option(name, "lr", lr, "lr >= 0");
+  if (eps < 0) bad_option(name, "eps", eps, "eps >= 0");
+  if (std::get<0>(betas) < 0 || std::get<0>(betas) >= 1) bad_option(name, "beta1", std::get<0>(betas), "0 <= beta1 < 1");
+  if (std::get<1>(betas) < 0 || std::get<1>(betas) >= 1) bad_option(name, "beta2", std::get<1>(betas), "0 <= beta2 < 1");
+  if (wd < 0) bad_option(name, "weight_decay", wd, "weight_decay >= 0");
+}
+
+at::Tensor run_closure(const torch::optim::Optimizer::LossClosure& closure) {
+  if (closure == nullptr) return {};
+  at::AutoGradMode enable_grad(true);
+  return closure();
+}
+
+/// Adam's and AdamW's hyper-parameters, read from either options type.
+struct AdamHyper {
+  double lr, beta1, beta2, eps, weight_decay;
+  bool amsgrad;
+};
+
+template <typename Options>
+AdamHyper hyper_of(const torch::optim::OptimizerOptions& options) {
+  const auto& o = static_cast<const Options&>(options);
+  return {o.lr(), std::get<0>(o.betas()), std::get<1>(o.betas()), o.eps(), o.weight_decay(), o.amsgrad()};
+}
+
+}  // namespace
+
+void FusedOptimizer::sync_lr() {
+  at::NoGradGuard no_grad;
+  for (size_t g = 0; g < rates_.size() && g < param_groups_.size(); ++g) {
+    Rate& rate = rates_[g];
+    const double now = param_groups_[g].options().get_lr();
+    if (rate.tensor.defined() && rate.value != now) {
+      rate.tensor.fill_(now);
+      rate.value = now;
+    }
+  }
+}
+
+const at::Tensor& FusedOptimizer::device_lr(size_t group, const c10::Device& device) {
+  if (rates_.size() <= group) rates_.resize(group + 1);
+  Rate& rate = rates_[group];
+  const double now = param_groups_[group].options().get_lr();
+  if (!rate.tensor.defined() || rate.tensor.device() != device) {
+    rate.tensor = at::full({}, now, at::TensorOptions().dtype(at::kFloat).device(device));
+    rate.value = now;
+  } else if (rate.value != now) {
+    rate.tensor.fill_(now);  // an eager step after the rate changed without a sync_lr()
+    rate.value = now;
+  }
+  lr_on_device_ = true;
+  return rate.tensor;
+}
+
+std::vector<std::vector<at::Tensor>> FusedOptimizer::params_with_grads(size_t group) const {
+  std::vector<std::vector<at::Tensor>> split;
+  for (const auto& p : param_groups_[group].params()) {
+    if (!p.grad().defined()) continue;
+    if (p.grad().is_sparse()) {
+      throw ConfigError("fused optimizer: expected dense gradients, found a sparse one (shape " +
+                            std::to_string(p.dim()) + "-d).",
+                        "use torch::optim::SGD or Adam for sparse gradients (they run eagerly).");
+    }
+    bool placed = false;
+    for (auto& same : split) {
+      if (same.front().device() == p.device() && same.front().scalar_type() == p.scalar_type()) {
+        same.push_back(p);
+        placed = true;
+        break;
+      }
+    }
+    if (!placed) split.push_back({p});
+  }
+  return split;
+}
+
+FusedSGD::FusedSGD(const std::vector<torch::optim::OptimizerParamGroup>& param_groups,
+                   torch::optim::SGDOptions defaults)
+    : FusedOptimizer(param_groups, std::make_unique<torch::optim::SGDOptions>(defaults)) {
+  if (defaults.lr() < 0) bad_option("FusedSGD", "lr", defaults.lr(), "lr >= 0");
+  if (defaults.momentum() < 0) bad_option("FusedSGD", "momentum", defaults.momentum(), "momentum >= 0");
+  if (defaults.weight_decay() < 0) bad_option("FusedSGD", "weight_decay", defaults.weight_decay(), ">= 0");
+  if (defaults.nesterov() && (defaults.momentum() <= 0 || defaults.dampening() != 0)) {
+    bad_option("FusedSGD", "nesterov momentum", defaults.momentum(), "momentum > 0 and dampening 0 with nesterov");
+  }
+}
+
+at::Tensor FusedSGD::step(LossClosure closure) {
+  at::Tensor loss = run_closure(closure);
+  at::NoGradGuard no_grad;
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    const auto& o = static_cast<const torch::optim::SGDOptions&>(param_groups_[g].options());
+    for (const std::vector<at::Tensor>& params : params_with_grads(g)) {
+      std::vector<at::Tensor> grads, buffers;
+      bool first = o.momentum() != 0;  // Python's is_first_step: no buffer yet for any of them
+      for (const auto& p : params) {
+        grads.push_back(p.grad());
+        if (o.momentum() == 0) continue;
+        auto& slot = state_[p.unsafeGetTensorImpl()];
+        if (!slot) {
+          auto st = std::make_unique<torch::optim::SGDParamState>();
+          st->momentum_buffer(at::empty_like(p.grad()));  // the first step writes it (buf = grad)
+          slot = std::move(st);
+        } else {
+          first = false;
+        }
+        buffers.push_back(static_cast<torch::optim::SGDParamState&>(*slot).momentum_buffer());
+      }
+      if (params.front().is_cuda()) {
+        at::_fused_sgd_(params, grads, buffers, o.weight_decay(), o.momentum(), device_lr(g, params.front().device()),
+                        o.dampening(), o.nesterov(), /*maximize=*/false, first);
+      } else {
+        at::_fused_sgd_(params, grads, buffers, o.weight_decay(), o.momentum(), o.lr(), o.dampening(), o.nesterov(),
+                        /*maximize=*/false, first);
+      }
+    }
+  }
+  return loss;
+}
+
+void FusedSGD::save(torch::serialize::OutputArchive& archive) const {
+  torch::optim::serialize<torch::optim::SGDParamState, torch::optim::SGDOptions>(archive, *this);
+}
+
+void FusedSGD::load(torch::serialize::InputArchive& archive) {
+  torch::optim::serialize<torch::optim::SGDParamState, torch::optim::SGDOptions>(archive, *this);
+}
+
+void FusedAdamParamState::serialize(torch::serialize::OutputArchive& archive) const {
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(step);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(exp_avg);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(exp_avg_sq);
+  _TORCH_OPTIM_SERIALIZE_TORCH_ARG(max_exp_avg_sq);  // skipped when undefined (no amsgrad)
+}
+
+void FusedAdamParamState::serialize(torch::serialize::InputArchive& archive) {
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(at::Tensor, step);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(at::Tensor, exp_avg);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(at::Tensor, exp_avg_sq);
+  _TORCH_OPTIM_DESERIALIZE_TORCH_ARG(at::Tensor, max_exp_avg_sq);
+}
+
+namespace {
+
+/// One Adam or AdamW step of one group's parameters of one device and dtype, as torch/optim/
+/// adam.py's _fused_adam: state created on the first step, the device step counts bumped, then
+/// the fused kernel.
+template <bool kDecoupled>
+void adam_update(torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params, const AdamHyper& h,
+                 const at::Tensor* lr_tensor) {
+  std::vector<at::Tensor> grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps;
+  auto& states = optimizer.state();
+  for (const auto& p : params) {
+    auto& slot = states[p.unsafeGetTensorImpl()];
+    if (!slot) {
+      auto st = std::make_unique<FusedAdamParamState>();
+      st->step(at::zeros({}, p.options().dtype(at::kFloat)));
+      st->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
+      st->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
+      if (h.amsgrad) st->max_exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
+      slot = std::move(st);
+    }
+    auto& st = static_cast<FusedAdamParamState&>(*slot);
+    if (h.amsgrad && !st.max_exp_avg_sq().defined()) {
+      st.max_exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
+    }
+    grads.push_back(p.grad());
+    exp_avgs.push_back(st.exp_avg());
+    exp_avg_sqs.push_back(st.exp_avg_sq());
+    if (h.amsgrad) max_exp_avg_sqs.push_back(st.max_exp_avg_sq());
+    steps.push_back(st.step());
+  }
+  at::_foreach_add_(steps, 1);
+  const std::optional<at::Tensor> none;
+  if (kDecoupled && lr_tensor != nullptr) {
+    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, *lr_tensor, h.beta1, h.beta2,
+                      h.weight_decay, h.eps, h.amsgrad, /*maximize=*/false, none, none);
+  } else if (kDecoupled) {
+    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, h.lr, h.beta1, h.beta2,
+                      h.weight_decay, h.eps, h.amsgrad, /*maximize=*/false, none, none);
+  } else if (lr_tensor != nullptr) {
+    at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, *lr_tensor, h.beta1, h.beta2,
+                     h.weight_decay, h.eps, h.amsgrad, /*maximize=*/false, none, none);
+  } else {
+    at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, h.lr, h.beta1, h.beta2,
+                     h.weight_decay, h.eps, h.amsgrad, /*maximize=*/false, none, none);
+  }
+}
+
+}  // namespace
+
+FusedAdam::FusedAdam(const std::vector<torch::optim::OptimizerParamGroup>& param_groups,
+                     torch::optim::AdamOptions defaults)
+    : FusedOptimizer(param_groups, std::make_unique<torch::optim::AdamOptions>(defaults)) {
+  check_adam_options("FusedAdam", defaults.lr(), defaults.betas(), defaults.eps(), defaults.weight_decay());
+}
+
+at::Tensor FusedAdam::step(LossClosure closure) {
+  at::Tensor loss = run_closure(closure);
+  at::NoGradGuard no_grad;
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    const AdamHyper h = hyper_of<torch::optim::AdamOptions>(param_groups_[g].options());
+    for (const std::vector<at::Tensor>& params : params_with_grads(g)) {
+      const bool cuda = params.front().is_cuda();
+      adam_update<false>(*this, params, h, cuda ? &device_lr(g, params.front().device()) : nullptr);
+    }
+  }
+  return loss;
+}
+
+void FusedAdam::save(torch::serialize::OutputArchive& archive) const {
+  torch::optim::serialize<FusedAdamParamState, torch::optim::AdamOptions>(archive, *this);
+}
+
+void FusedAdam::load(torch::serialize::InputArchive& archive) {
+  torch::optim::serialize<FusedAdamParamState, torch::optim::AdamOptions>(archive, *this);
+}
+
+FusedAdamW::FusedAdamW(const std::vector<torch::optim::OptimizerParamGroup>& param_groups,
+                       torch::optim::AdamWOptions defaults)
+    : FusedOptimizer(param_groups, std::make_unique<torch::optim::AdamWOptions>(defaults)) {
+  check_adam_options("FusedAdamW", defaults.lr(), defaults.betas(), defaults.eps(), defaults.weight_decay());
+}
+
+at::Tensor FusedAdamW::step(LossClosure closure) {
+  at::Tensor loss = run_closure(closure);
+  at::NoGradGuard no_grad;
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    const AdamHyper h = hyper_of<torch::optim::AdamWOptions>(param_groups_[g].options());
+    for (const std::vector<at::Tensor>& params : params_with_grads(g)) {
+      const bool cuda = params.front().is_cuda();
+      adam_update<true>(*this, params, h, cuda ? &device_lr(g, params.front().device()) : nullptr);
+    }
+  }
+  return loss;
+}
+
+void FusedAdamW::save(torch::serialize::OutputArchive& archive) const {
+  torch::optim::serialize<FusedAdamParamState, torch::optim::AdamWOptions>(archive, *this);
+}
+
+void FusedAdamW::load(torch::serialize::InputArchive& archive) {
+  torch::optim::serialize<FusedAdamParamState, torch::optim::AdamWOptions>(archive, *this);
+}
+
+}  // namespace train::optim

@@ -1,0 +1,33 @@
+// Private: `train --health-check` (issue 24, item 5): before training, each rank's GEMM throughput
+// and the all-reduce bus bandwidth over every rank, one table on rank 0, and the nodes whose GEMM is
+// below --health-min-fraction of the other nodes' median named (health_verdict.h says the rule).
+#pragma once
+
+#include "net_health_options.h"
+
+#include "train/error.h"
+#include "train/launcher/env.h"
+
+namespace train {
+class ProcessGroup;
+}  // namespace train
+
+namespace train::detail {
+
+class TrainDevice;
+
+/// `--health-check` found nodes below the others; `train` exits kExitUnhealthy (cli.cpp).
+class HealthError : public Error { using Error::Error; };
+/// train's exit status after a failed health check (EX_UNAVAILABLE of sysexits.h).
+inline constexpr int kExitUnhealthy = 69;
+
+/// Every rank calls it (it is collective when `pg` is set; `pg` null: a job of one rank). Returns
+/// when no node is bad, or with --health-warn-only after a warning. Otherwise throws
+/// train::HealthError naming the bad nodes; with --exclude-bad-nodes under SLURM rank 0 first
+/// requeues the job without them (at most kMaxHealthRequeues times per job).
+void run_health_check(const NetHealthOptions& options, const DistEnv& env, ProcessGroup* pg, const TrainDevice& device);
+
+/// How often one job may requeue itself for failed health checks (counted in its SLURM comment).
+inline constexpr int kMaxHealthRequeues = 3;
+
+}  // namespace train::detail

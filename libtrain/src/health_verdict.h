@@ -1,0 +1,34 @@
+// Private: which nodes the health check names (issue 24, item 5), apart from the measuring so a
+// unit test can check it. No LibTorch.
+//
+// The rule: a node is bad when its value (its slowest rank's GEMM throughput) is below
+// `min_fraction` x the median of the OTHER nodes' values. Leaving the node itself out keeps one
+// slow node of two named (against the other node alone), and a slow node cannot drag its own
+// reference down. A job of one node has nothing to compare with: nothing is named.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace train::detail {
+
+/// The median of `values` (the mean of the middle two for an even count); NaN when empty.
+double median(std::vector<double> values);
+
+struct NodeVerdict {
+  std::string node;
+  double value = 0;      ///< the node's measurement (the minimum over its ranks)
+  double reference = 0;  ///< the median of the other nodes' values (NaN for a job of one node)
+  bool bad = false;
+};
+
+/// Per-rank measurements grouped by node name (in order of first appearance), each node judged.
+/// `node_of_rank` and `value_of_rank` have one entry per rank. A non-finite or non-positive
+/// value (a failed measurement) makes its node bad.
+std::vector<NodeVerdict> judge_nodes(const std::vector<std::string>& node_of_rank,
+                                     const std::vector<double>& value_of_rank, double min_fraction);
+
+/// The names of the bad nodes, comma separated ("" when none).
+std::string bad_node_list(const std::vector<NodeVerdict>& verdicts);
+
+}  // namespace train::detail

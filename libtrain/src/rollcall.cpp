@@ -1,0 +1,285 @@
+// The hung-rank roll-call (rollcall.h): the records' text in the store, the one-line verdict, and
+// the watchdog that publishes, detects a stall (rank 0) and ends a stalled run on every rank.
+#include "rollcall.h"
+
+#include "process_group_impl.h"
+#include "train/error.h"
+#include "train/log.h"
+#include "train/text.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+
+namespace train::detail {
+
+const char* phase_name(Phase p) {
+  switch (p) {
+    case Phase::idle: return "idle";
+    case Phase::get_batch: return "get_batch";
+    case Phase::forward: return "forward";
+    case Phase::backward: return "backward";
+    case Phase::bucket_allreduce: return "all-reduce";
+    case Phase::optimizer: return "optimizer";
+    case Phase::step_end: return "step end (logging, callbacks)";
+    case Phase::stop_check: return "stop check";
+    case Phase::evaluation: return "evaluation";
+    case Phase::checkpoint: return "checkpoint";
+    case Phase::epoch_end: return "epoch end";
+  }
+  return "?";
+}
+
+namespace {
+
+const char* kind_name(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::broadcast: return "broadcast";
+    case CollectiveKind::barrier: return "barrier";
+    default: return "all-reduce";
+  }
+}
+
+// Where a rank is, leaving out for how long: ranks with the same text are together.
+std::string place(const RankPosition& p) {
+  const std::string step = "step " + std::to_string(p.step);
+  if (p.waiting > 0 && p.phase == Phase::bucket_allreduce) {
+    return "all-reduce of bucket " + std::to_string(p.bucket) + " #" + std::to_string(p.waiting) + " (" + step + ")";
+  }
+  if (p.waiting > 0) {
+    return std::string(kind_name(p.kind)) + " #" + std::to_string(p.waiting) + " (" + phase_name(p.phase) + ", " + step +
+           ")";
+  }
+  return std::string(phase_name(p.phase)) + " at " + step;
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+}  // namespace
+
+std::string encode(const RollCallRecord& r) {
+  const double seconds =
+      static_cast<double>(RollCallRecord::now_ns() - r.since_ns.load(std::memory_order_relaxed)) / 1e9;
+  std::ostringstream s;
+  s << int(r.phase.load(std::memory_order_relaxed)) << ' ' << int(r.kind.load(std::memory_order_relaxed)) << ' '
+    << r.bucket.load(std::memory_order_relaxed) << ' ' << r.step.load(std::memory_order_relaxed) << ' '
+    << r.seq.load(std::memory_order_relaxed) << ' ' << r.waiting.load(std::memory_order_relaxed) << ' ' << seconds;
+  return s.str();
+}
+
+std::optional<RankPosition> decode(int rank, const std::string& text) {
+  std::istringstream s(text);
+  int phase = 0, kind = 0;
+  RankPosition p;
+  p.rank = rank;
+  if (!(s >> phase >> kind >> p.bucket >> p.step >> p.seq >> p.waiting >> p.seconds)) return std::nullopt;
+  if (phase < 0 || phase > static_cast<int>(Phase::epoch_end) || kind < 0 || kind > 3) return std::nullopt;
+  p.phase = static_cast<Phase>(phase);
+  p.kind = static_cast<CollectiveKind>(kind);
+  return p;
+}
+
+std::string format_roll_call(const std::vector<std::optional<RankPosition>>& positions) {
+  std::map<std::string, std::vector<int>> groups;
+  std::map<std::string, double> longest;
+  std::vector<int> missing;
+  for (size_t r = 0; r < positions.size(); ++r) {
+    if (!positions[r]) {
+      missing.push_back(static_cast<int>(r));
+      continue;
+    }
+    const std::string where = place(*positions[r]);
+    groups[where].push_back(static_cast<int>(r));
+    longest[where] = std::max(longest[where], positions[r]->seconds);
+  }
+  std::vector<std::pair<std::string, std::vector<int>>> order(groups.begin(), groups.end());
+  // The largest group first (where the healthy ranks wait), then the odd ones out by rank.
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    if (a.second.size() != b.second.size()) return a.second.size() > b.second.size();
+    return a.second.front() < b.second.front();
+  });
+  std::string line;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const auto& [where, ranks] = order[i];
+    if (order.size() == 1 && missing.empty() && ranks.size() > 1) {
+      line = "every rank in " + where;
+    } else {
+      line += (line.empty() ? "" : "; ") + rank_list(ranks) + " in " + where;
+    }
+    if (i > 0 || order.size() == 1) line += " for " + text::format("%.0f", longest[where]) + " s";
+  }
+  if (!missing.empty()) line += (line.empty() ? "" : "; ") + rank_list(missing) + ": no record (not started, or frozen)";
+  return line;
+}
+
+void check_stall_timeout(double stall_timeout_sec, double dist_timeout_sec) {
+  if (stall_timeout_sec < 0 || (stall_timeout_sec > 0 && stall_timeout_sec >= dist_timeout_sec)) {
+    throw ConfigError("--stall-timeout " + text::format("%g", stall_timeout_sec) + ": expected 0 (automatic) or fewer "
+                          "seconds than --dist-timeout (" + text::format("%g", dist_timeout_sec) + "), found " +
+                          (stall_timeout_sec < 0 ? "a negative value." : "one that is not below it."),
+                      "the roll-call must come before the process group's own timeout: lower --stall-timeout or "
+                      "raise --dist-timeout.");
+  }
+}
+
+double auto_stall_timeout(double median_step_sec, double dist_timeout_sec) {
+  const double cap = 0.8 * dist_timeout_sec;
+  if (!(median_step_sec > 0)) return cap;
+  return std::min(cap, std::max(60.0, 10.0 * median_step_sec));
+}
+
+std::string read_roll_call(ProcessGroupImpl& core) {
+  if (!core.store || core.env.world_size <= 1) return "";
+  try {
+    c10::intrusive_ptr<c10d::Store> s = core.store->clone();
+    s->setTimeout(std::chrono::seconds(5));
+    std::vector<std::optional<RankPosition>> positions(static_cast<size_t>(core.env.world_size));
+    for (int r = 0; r < core.env.world_size; ++r) {
+      const std::string key = "rollcall/" + std::to_string(r);
+      if (r == core.env.rank) {
+        positions[static_cast<size_t>(r)] = decode(r, encode(core.rollcall));  // ours, fresh
+      } else if (s->check({key})) {
+        const auto v = s->get(key);
+        positions[static_cast<size_t>(r)] = decode(r, std::string(v.begin(), v.end()));
+      }
+    }
+    return format_roll_call(positions);
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+namespace {
+std::atomic<bool> verdict_seen{false};
+// Should the training thread end the process first (a collective failing as peers exit), its
+// status is still the stall's.
+void exit_as_stalled() {
+  if (verdict_seen.load()) std::_Exit(kExitStalled);
+}
+}  // namespace
+
+RollCallRecord* rollcall_of(ProcessGroup* pg) { return pg ? &details::core_of(*pg).rollcall : nullptr; }
+
+RollCall::RollCall(ProcessGroup& pg, RollCallOptions options) : core_(details::core_of(pg)), options_(std::move(options)) {
+  if (core_.env.world_size <= 1 || !core_.store) return;
+  static std::once_flag registered;
+  std::call_once(registered, [] { std::atexit(exit_as_stalled); });
+  last_progress_ns_ = RollCallRecord::now_ns();
+  thread_ = std::thread([this] { loop(); });
+}
+
+RollCall::~RollCall() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void RollCall::loop() {
+  c10::intrusive_ptr<c10d::Store> own;
+  try {
+    own = core_.store->clone();  // its own connection: the group's may be busy or stuck
+    own->setTimeout(std::chrono::seconds(5));
+  } catch (const std::exception& e) {
+    log::warn(std::string("roll-call: no connection to the rendezvous store, no roll-call on a stall: ") + e.what());
+    return;
+  }
+  const std::string key = "rollcall/" + std::to_string(core_.env.rank);
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    try {
+      const std::string rec = encode(core_.rollcall);
+      own->set(key, std::vector<uint8_t>(rec.begin(), rec.end()));
+      if (own->check({"rollcall/verdict"})) {  // rank 0 found the run stalled
+        announce("");
+        own->add("rollcall/ack", 1);
+        end_process(*own, lock);
+      }
+      if (core_.env.rank == 0 && watch_for_stall(RollCallRecord::now_ns())) {
+        const std::string verdict = read_roll_call(core_);
+        announce(verdict);
+        own->set("rollcall/verdict", std::vector<uint8_t>(verdict.begin(), verdict.end()));
+        end_process(*own, lock);
+      }
+    } catch (const std::exception&) {
+      // The store is gone (rank 0 ended) or slow: the process group's own errors take over.
+    }
+    cv_.wait_for(lock, std::chrono::seconds(1));
+  }
+}
+
+// Rank 0: whether its record has not moved for the stall timeout. Its own record is enough: when
+// any rank stalls, rank 0 stalls too, in the next collective, or it is the stalled one.
+bool RollCall::watch_for_stall(int64_t now_ns) {
+  const RollCallRecord& r = core_.rollcall;
+  const int64_t p = r.progress.load(std::memory_order_relaxed);
+  const int64_t step_ns = r.step_ns.load(std::memory_order_relaxed);
+  if (step_ns > 0 && step_ns != last_step_ns_) {
+    last_step_ns_ = step_ns;
+    step_samples_.push_back(static_cast<double>(step_ns) / 1e9);
+    if (step_samples_.size() > 101) step_samples_.erase(step_samples_.begin());
+  }
+  if (p != last_progress_) {
+    last_progress_ = p;
+    last_progress_ns_ = now_ns;
+    return false;
+  }
+  // Rank 0 writing a checkpoint (its own file system) is not a hang; the group's timeout still holds.
+  if (static_cast<Phase>(r.phase.load(std::memory_order_relaxed)) == Phase::checkpoint) return false;
+  double timeout = options_.stall_timeout_sec;
+  if (!(timeout > 0)) {
+    double median = 0;
+    if (!step_samples_.empty()) {
+      std::vector<double> s = step_samples_;
+      std::nth_element(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(s.size() / 2), s.end());
+      median = s[s.size() / 2];
+    }
+    timeout = auto_stall_timeout(median, options_.dist_timeout_sec);
+  }
+  stall_seconds_ = static_cast<double>(now_ns - last_progress_ns_) / 1e9;
+  return stall_seconds_ >= timeout;
+}
+
+
+void RollCall::announce(const std::string& verdict) {
+  verdict_seen.store(true);
+  const std::string status = std::to_string(kExitStalled);
+  if (core_.env.rank == 0) {
+    log::error("stalled: no progress for " + text::format("%.0f", stall_seconds_) + " s. Roll-call: " + verdict +
+               ". Hint: the rank(s) named after the first group are the odd ones out: look at what they were "
+               "doing (a slow file system in get_batch, a collective only some ranks call). --stall-timeout sets how "
+               "long to wait. Every rank exits with status " + status + ".");
+  } else {
+    log::error("stopping: rank 0 found the run stalled (its roll-call names the ranks); exiting with status " +
+               status + ".");
+  }
+  const std::string dumped = dump_flight_recorder(core_, options_.dump_dir);
+  if (!dumped.empty()) log::error("NCCL flight recorder of this rank written to " + dumped);
+}
+
+// Every rank waits until all have read the verdict: the store lives in rank 0's process, and a
+// peer that ended early would make the others' collectives fail with another error first.
+void RollCall::end_process(c10d::Store& store, std::unique_lock<std::mutex>& lock) {
+  try {
+    for (int i = 0; i < 100 && store.add("rollcall/ack", 0) < core_.env.world_size - 1; ++i) {
+      cv_.wait_for(lock, std::chrono::milliseconds(100));
+    }
+  } catch (const std::exception&) {
+    // rank 0 has ended: everyone has read the verdict
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  // The training thread may be stuck in user code or a collective: nothing would unwind it.
+  std::_Exit(kExitStalled);
+}
+
+}  // namespace train::detail

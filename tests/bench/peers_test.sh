@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The benchmark's Python side on the CPU (scripts/bench/peers.py, bench_models.py, three_workloads.py):
+#   the models' parameter counts (ResNet-18: 11,173,962; the transformer's formula), peers.py's
+#   eager and graph modes on a tiny transformer at world 1 and 2 (Gloo, --spawn) printing parseable
+#   rows, and the driver's table (ratios against the fastest peer and eager) from a results file.
+# usage: peers_test.sh REPO        (exit 77 = skipped: no .venv with torch)
+set -uo pipefail
+repo=$1
+py=$repo/.venv/bin/python
+[[ -x $py ]] || { echo "SKIP: $py not found (scripts/setup.sh makes it)"; exit 77; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+cd "$repo/scripts/bench" || fail "no scripts/bench"
+"$py" - <<'PY' || fail "parameter counts"
+import bench_models as bm
+n = sum(p.numel() for p in bm.ResNet18().parameters())
+assert n == 11173962, f"ResNet-18: expected 11,173,962 parameters, found {n}"
+for dims in [(6, 512, 8, 2048, 256, 8192), (2, 32, 4, 64, 16, 32)]:
+    n = sum(p.numel() for p in bm.Encoder(*dims).parameters())
+    assert n == bm.transformer_params(*dims)[0], (dims, n, bm.transformer_params(*dims))
+assert bm.transformer_params(6, 512, 8, 2048, 256, 8192) == (27443200, 23117824)
+print("parameter counts ok")
+PY
+# shellcheck disable=SC2054  # commas inside --mode and the like are values
+tiny=(--workload transformer --layers 2 --d-model 32 --heads 4 --ffn 64 --seq-len 16 --vocab 32 --device cpu
+      --mode eager,graph --precision fp32 --batch-size 4 --steps 3 --warmup 1)
+"$py" peers.py "${tiny[@]}" >"$work/w1" 2>"$work/e1" || { tail -20 "$work/e1"; fail "peers.py world 1"; }
+"$py" peers.py "${tiny[@]}" --spawn 2 >"$work/w2" 2>"$work/e2" || { tail -20 "$work/e2"; fail "peers.py --spawn 2"; }
+cat "$work/w1" "$work/w2" >"$work/rows.jsonl"
+cat >>"$work/rows.jsonl" <<'ROWS'
+{"workload": "transformer", "impl": "libtrain", "mode": "default", "precision": "fp32", "world_size": 1, "batch_size": 4, "images_per_sec": 1000.0, "step": "eager", "mfu": 0.5}
+ROWS
+"$py" - "$work/rows.jsonl" <<'PY' || fail "rows"
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+py = [r for r in rows if r["impl"] == "python"]
+assert [(r["mode"], r["world_size"]) for r in py] == [("eager", 1), ("graph", 1), ("eager", 2), ("graph", 2)], py
+for r in py:
+    for k in ("workload", "precision", "batch_size", "images_per_sec", "tokens_per_sec", "flops_per_seq"):
+        assert k in r, (k, r)
+    assert r["images_per_sec"] > 0 and math.isfinite(r["last_loss"]), r
+    assert abs(r["tokens_per_sec"] - 16 * r["images_per_sec"]) < 16, r
+print("rows ok")
+PY
+"$py" three_workloads.py --table "$work/rows.jsonl" >"$work/table" || fail "three_workloads.py --table"
+cat "$work/table"
+grep -q "| transformer | 1 x 4 | fp32 | eager | 1000.0 |" "$work/table" || fail "no libtrain line in the table"
+grep -Eq "\| [0-9.]+x \|" "$work/table" || fail "no ratio in the table"
+echo "PASS"

@@ -1,0 +1,92 @@
+// issue 24: the health check's verdict (which nodes are named; health_verdict.h) and the network
+// interface checks behind --interface and the store's bind address (train/net_interfaces.h).
+#include "health_verdict.h"
+
+#include "train/error.h"
+#include "train/net_interfaces.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+
+namespace train::detail {
+namespace {
+
+TEST(HealthVerdict, MedianOfOddAndEvenCounts) {
+  EXPECT_DOUBLE_EQ(median({3, 1, 2}), 2);
+  EXPECT_DOUBLE_EQ(median({4, 1, 3, 2}), 2.5);
+  EXPECT_TRUE(std::isnan(median({})));
+}
+
+TEST(HealthVerdict, OneSlowNodeOfTwoIsNamed) {
+  // Each node against the other: 10 < 0.5 x 100, while 100 >= 0.5 x 10.
+  const auto v = judge_nodes({"node1", "node2"}, {100, 10}, 0.5);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_FALSE(v[0].bad);
+  EXPECT_TRUE(v[1].bad);
+  EXPECT_DOUBLE_EQ(v[1].reference, 100);
+  EXPECT_EQ(bad_node_list(v), "node2");
+}
+
+TEST(HealthVerdict, AtTheFractionIsNotBelowIt) {
+  EXPECT_EQ(bad_node_list(judge_nodes({"a", "b"}, {100, 50}, 0.5)), "");
+  EXPECT_EQ(bad_node_list(judge_nodes({"a", "b"}, {100, 49.9}, 0.5)), "b");
+}
+
+TEST(HealthVerdict, NodesTakeTheirSlowestRankAndTheOthersMedian) {
+  // Ranks 0,1 on a; 2,3 on b; 4,5 on c; 6 on d. b's rank 3 is slow: b's value is 20.
+  const auto v = judge_nodes({"a", "a", "b", "b", "c", "c", "d"}, {100, 90, 95, 20, 80, 110, 70}, 0.5);
+  ASSERT_EQ(v.size(), 4u);
+  EXPECT_DOUBLE_EQ(v[0].value, 90);
+  EXPECT_DOUBLE_EQ(v[1].value, 20);
+  EXPECT_DOUBLE_EQ(v[1].reference, 80);  // median of a 90, c 80, d 70
+  EXPECT_DOUBLE_EQ(v[0].reference, 70);  // median of b 20, c 80, d 70
+  EXPECT_EQ(bad_node_list(v), "b");
+}
+
+TEST(HealthVerdict, OneNodeHasNothingToCompareWith) {
+  const auto v = judge_nodes({"solo", "solo"}, {5, 100}, 0.9);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_TRUE(std::isnan(v[0].reference));
+  EXPECT_FALSE(v[0].bad);
+}
+
+TEST(HealthVerdict, AFailedMeasurementMakesItsNodeBad) {
+  EXPECT_EQ(bad_node_list(judge_nodes({"a", "b", "c"}, {100, NAN, 100}, 0.5)), "b");
+  EXPECT_EQ(bad_node_list(judge_nodes({"a", "b", "c"}, {100, 100, 0}, 0.5)), "c");
+}
+
+TEST(NetInterfaces, LoopbackIsListedAndAMissingInterfaceIsNamedWithTheOthers) {
+  const auto all = net::list_interfaces();
+  EXPECT_FALSE(net::interface_of("127.0.0.1", all).empty()) << net::describe(all);
+  EXPECT_NO_THROW(net::require_interface(net::interface_of("127.0.0.1", all), "--interface"));
+  try {
+    net::require_interface("nosuch0", "--interface");
+    ADD_FAILURE() << "no error for a missing interface";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("--interface 'nosuch0'"), std::string::npos) << what;
+    EXPECT_NE(what.find("Interfaces here: "), std::string::npos) << what;
+    EXPECT_NE(what.find("127.0.0.1"), std::string::npos) << what;
+    EXPECT_NE(what.find("Hint: "), std::string::npos) << what;
+  }
+}
+
+TEST(NetInterfaces, TheStoreBindsToTheAddressMasterAddrNames) {
+  std::string note;
+  EXPECT_EQ(net::store_bind_address("127.0.0.1", "", &note), "127.0.0.1");
+  EXPECT_NE(note.find("127.0.0.1"), std::string::npos) << note;
+  // An address of no interface here: every interface, and the note says why.
+  EXPECT_EQ(net::store_bind_address("192.0.2.1", "", &note), "");  // TEST-NET-1, never local
+  EXPECT_NE(note.find("no address of this host"), std::string::npos) << note;
+  std::string error;
+  const int fd = net::listen_on("127.0.0.1", 0, &error);
+  EXPECT_GE(fd, 0) << error;
+  if (fd >= 0) close(fd);
+  EXPECT_LT(net::listen_on("not-an-address", 0, &error), 0);
+  EXPECT_NE(error.find("not-an-address"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace train::detail

@@ -1,0 +1,74 @@
+// issue 24: `train --interface` (Gloo, NCCL and the store on one interface; a missing one named
+// with the interfaces that exist) and `train --health-check` on 2 CPU ranks through
+// `trainctl local` over Gloo on loopback. The slow node is named in tests/slurm/health_test.cpp.
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+using train::test::bin;
+using train::test::run_program;
+
+namespace {
+
+std::vector<std::string> two_ranks(std::vector<std::string> extra) {
+  std::vector<std::string> cmd = {bin("trainctl"), "local", "--nproc", "2", "--no-prefix", "--", bin("train"),
+                                  "--data", train::test::fashion_mnist_dir(), "--epochs", "1", "--max-steps", "2",
+                                  "--limit-train-samples", "256", "--limit-test-samples", "100", "--device", "cpu",
+                                  "--threads", "1"};
+  cmd.insert(cmd.end(), extra.begin(), extra.end());
+  return cmd;
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST(NetworkHealth, InterfaceLoCarriesATwoRankGlooRun) {
+  if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  // TRAIN_LOG_LEVEL=debug: the store says where it listens. The flag wins over TRAIN_INTERFACE.
+  const auto r = run_program(two_ranks({"--interface", "lo"}), {"TRAIN_LOG_LEVEL=debug", "TRAIN_INTERFACE=nosuch0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto done = nlohmann::json::parse(train::test::last_line(r.out), nullptr, false);
+  ASSERT_FALSE(done.is_discarded()) << r.out;
+  EXPECT_EQ(done.value("world_size", 0), 2);
+  EXPECT_EQ(done.value("steps", 0), 2);
+  EXPECT_TRUE(has(r.err, "the store listens on 127.0.0.1 (lo) only")) << r.err;
+}
+
+TEST(NetworkHealth, AMissingInterfaceIsAConfigErrorListingTheInterfaces) {
+  for (const bool by_env : {false, true}) {
+    const auto r = by_env ? run_program({bin("train"), "--device", "cpu", "--max-steps", "1"}, {"TRAIN_INTERFACE=nosuch0"})
+                          : run_program({bin("train"), "--device", "cpu", "--max-steps", "1", "--interface", "nosuch0"});
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_TRUE(has(r.err, "--interface 'nosuch0': expected a network interface of this host")) << r.err;
+    EXPECT_TRUE(has(r.err, "Interfaces here: ")) << r.err;
+    EXPECT_TRUE(has(r.err, "lo (127.0.0.1")) << r.err;
+    EXPECT_TRUE(has(r.err, "Hint: ")) << r.err;
+  }
+}
+
+TEST(NetworkHealth, HealthCheckOnTwoCpuRanksLogsOneTableAndTrains) {
+  if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  const auto r = run_program(two_ranks({"--health-check"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "health check: 1 node(s), 2 rank(s); GEMM 256x256 fp32 on cpu")) << r.err;
+  EXPECT_TRUE(has(r.err, "all-reduce bus bandwidth over all 2 rank(s), 4 MB, gloo: ")) << r.err;
+  EXPECT_TRUE(has(r.err, "health check passed")) << r.err;
+  // One table: rank 0 logs it.
+  EXPECT_EQ(r.err.find("health check: "), r.err.rfind("health check: ")) << r.err;
+}
+
+TEST(NetworkHealth, HealthFlagsNeedTheCheckAndTheFaultIsChecked) {
+  auto r = run_program({bin("train"), "--device", "cpu", "--exclude-bad-nodes"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "--exclude-bad-nodes: expected --health-check too")) << r.err;
+  r = run_program({bin("train"), "--device", "cpu", "--health-min-fraction", "1.5"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "--health-min-fraction")) << r.err;
+  if (train::test::fashion_mnist_dir().empty()) return;
+  r = run_program({bin("train"), "--data", train::test::fashion_mnist_dir(), "--device", "cpu", "--max-steps", "1",
+                   "--health-check"}, {"TRAIN_FAULT_SLOW_NODE=node2"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "TRAIN_FAULT_SLOW_NODE='node2': expected NODE:FACTOR")) << r.err;
+}
