@@ -20,6 +20,8 @@ add_library(train STATIC
   ${_train_src}/metrics.cpp
   ${_train_src}/device/train_device.cpp
   ${_train_src}/fault_injection.cpp
+  ${_train_src}/nonfinite.cpp
+  ${_train_src}/user_code.cpp
   ${_train_src}/preemption.cpp
   ${_train_src}/profile.cpp
   ${_train_src}/process_group.cpp
