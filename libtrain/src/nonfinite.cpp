@@ -24,7 +24,7 @@ NonFiniteWatch::NonFiniteWatch(const TrainConfig& c, torch::nn::Module& model, c
   first_ = at::full(c10::IntArrayRef{}, -1, at::TensorOptions().dtype(at::kLong).device(device));
 }
 
-void NonFiniteWatch::note(const at::Tensor& loss, int64_t step) {
+at::Tensor NonFiniteWatch::note(const at::Tensor& loss, int64_t step) {
   norms_in_.clear();
   with_grad_.clear();
   norms_in_.push_back(loss.detach().to(at::kFloat).reshape({}));
@@ -42,7 +42,9 @@ void NonFiniteWatch::note(const at::Tensor& loss, int64_t step) {
   const at::Tensor bad = at::stack(norms).isfinite().logical_not();
   // The first non-finite entry: the loss (0) before any gradient (1 + its position).
   const at::Tensor code = bad.to(at::kInt).argmax().to(at::kLong) + step * stride_;
-  first_ = at::where(first_.lt(0).logical_and(bad.any()), code, first_);
+  at::Tensor any = bad.any();
+  first_ = at::where(first_.lt(0).logical_and(any), code, first_);
+  return any;
 }
 
 void NonFiniteWatch::after_step(const at::Tensor& loss, int64_t step) { note(loss, step); }
@@ -58,9 +60,8 @@ bool NonFiniteWatch::any_rank(ProcessGroup* pg) {
 
 bool NonFiniteWatch::before_update(const at::Tensor& loss, int64_t step, ProcessGroup* pg) {
   if (in_a_row_ == 0) first_.fill_(-1);  // the message names the first of the steps in a row
-  note(loss, step);
   // Every rank drops the same steps (the gradients are averaged, but a loss is each rank's own).
-  at::Tensor t = first_.ge(0).to(at::kLong).reshape({1});
+  at::Tensor t = note(loss, step).to(at::kLong).reshape({1});
   if (pg != nullptr) pg->allreduce_sum(t);
   if (t.cpu().item<int64_t>() == 0) {
     in_a_row_ = 0;

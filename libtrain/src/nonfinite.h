@@ -52,7 +52,8 @@ class NonFiniteWatch {
 
  private:
   // [loss, gradient norms...] as one vector's non-finite flags; sets first_ where none was yet.
-  void note(const at::Tensor& loss, int64_t step);
+  // Returns whether this step's were (a bool scalar on the device).
+  at::Tensor note(const at::Tensor& loss, int64_t step);
 
   bool skip_ = false;
   int64_t max_skips_ = 0;

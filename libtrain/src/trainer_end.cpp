@@ -144,6 +144,7 @@ void Trainer::Run::stop_nonfinite() {
     result.nonfinite_reason += " " + std::to_string(c.nonfinite_max_skips) + " steps in a row were skipped (--nonfinite-max-skips).";
   }
   const std::string kept = !ckdir                           ? "no --checkpoint-dir"
+                           : env.rank != 0                  ? "rank 0 names the last good checkpoint"
                            : result.checkpoint_path.empty() ? "no checkpoint was written before it"
                                                             : "the last good checkpoint stays: " + result.checkpoint_path;
   log::error(result.nonfinite_reason + " The run stops; no checkpoint of these weights (" + kept + ")." +
