@@ -150,10 +150,10 @@ TrainResult run_training(const TrainConfig& c, const DistEnv& env) {
     *built = m;
     return ModelHandle{m, [m](const at::Tensor& x) { return m->forward(x); }};
   };
-  spec.loss = [built, nll = nll_loss(), ce = cross_entropy_loss()](const at::Tensor& out, const at::Tensor& target,
-                                                                   Reduction r) {
+  spec.loss = class_index_loss([built, nll = nll_loss(), ce = cross_entropy_loss()](const at::Tensor& out,
+                                                                                    const at::Tensor& target, Reduction r) {
     return (*built)->output_kind() == models::OutputKind::log_probs ? nll(out, target, r) : ce(out, target, r);
-  };
+  });
   spec.optimizer = optimizer_for(c, recipe);
   spec.lr_schedule = schedule_for(c, recipe);
   spec.batch_size = recipe.batch_size;

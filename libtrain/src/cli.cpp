@@ -218,6 +218,16 @@ void add_checkpoint_flags(CLI::App& app, TrainConfig& c) {
   // A callback rather than CLI11's "!--no-requeue" negation, which --help shows as `--no-requeue{false}`.
   app.add_flag_callback("--no-requeue", [&c] { c.requeue = false; },
                         "under SLURM, don't run scontrol requeue after a preemption checkpoint");
+  // issue 24
+  app.add_option("--nonfinite", c.nonfinite,
+                 "what a non-finite loss or gradient does: stop (no checkpoint of the bad weights, exit 65) | "
+                 "skip (drop that step's update; stop after --nonfinite-max-skips in a row)")
+      ->check(one_of({"stop", "skip"}, "stop ends the run at the first NaN/inf; skip drops such steps' updates"))
+      ->capture_default_str();
+  app.add_option("--nonfinite-max-skips", c.nonfinite_max_skips,
+                 "--nonfinite skip: stop with the non-finite error once this many steps in a row were skipped")
+      ->check(positive("number of steps", "e.g. --nonfinite-max-skips 10"))
+      ->capture_default_str();
 }
 
 }  // namespace

@@ -19,6 +19,7 @@ std::string fmt(const char* f, double v) { return text::format(f, v); }
 }  // namespace
 
 int TrainResult::exit_code() const {
+  if (nonfinite) return kExitNonFinite;
   if (cancelled) return 128 + (stop_signal > 0 ? stop_signal : 15);
   return preempted ? kExitPreempted : 0;
 }
@@ -46,6 +47,8 @@ void validate(const TrainConfig& c) {
   if (c.backend != "auto" && c.backend != "gloo" && c.backend != "nccl") bad("--backend", "auto, gloo or nccl", "'" + c.backend + "'", "");
   if (c.checkpoint_every < 0) bad("--checkpoint-every", "0 (epoch ends only) or a positive number of steps", std::to_string(c.checkpoint_every), "");
   if (c.keep_checkpoints < 1) bad("--keep-checkpoints", "at least 1", std::to_string(c.keep_checkpoints), "keep 2 or more so a corrupt newest file can fall back");
+  if (c.nonfinite != "stop" && c.nonfinite != "skip") bad("--nonfinite", "stop or skip", "'" + c.nonfinite + "'", "stop ends the run at the first NaN/inf loss or gradient; skip drops such steps' updates");
+  if (c.nonfinite_max_skips < 1) bad("--nonfinite-max-skips", "a positive number of steps", std::to_string(c.nonfinite_max_skips), "e.g. --nonfinite-max-skips 10");
   if (c.time_margin_sec < 0) bad("--time-margin", "0 or more seconds", fmt("%g", c.time_margin_sec), "the default is 60");
   if (c.resume != "auto" && c.resume != "never" && !files::is_regular_file(c.resume)) {
     bad("--resume", "auto, never or the path of a checkpoint file", "'" + c.resume + "', which is not a file", "list the checkpoints with ls CHECKPOINT_DIR");

@@ -81,7 +81,15 @@ struct TrainConfig {
   // with a roll-call naming where each rank is; 0 = automatic (10x the median step, at least
   // 60 s, at most 80% of dist_timeout_sec). Must be below dist_timeout_sec.
   double stall_timeout_sec = 0;
+
+  // issue 24: non-finite losses and gradients (docs/reference.md, --nonfinite).
+  std::string nonfinite = "stop";   ///< stop (no checkpoint of the bad weights, exit kExitNonFinite) | skip (drop the update)
+  int64_t nonfinite_max_skips = 10; ///< skip: stop with the non-finite error once this many steps in a row were skipped
 };
+
+/// Exit status of a run stopped by a non-finite loss or gradient (EX_DATAERR); no checkpoint of
+/// the non-finite weights was written.
+inline constexpr int kExitNonFinite = 65;
 
 /// The built-in MNIST recipe's TrainSpec::auto_bf16_batch: --precision auto picks bf16 on CUDA
 /// from this per-rank batch size up, where it was measured within 0.5 points of fp32's test
@@ -111,8 +119,13 @@ struct TrainResult {
   std::string preempt_reason;    ///< e.g. "signal SIGUSR2", "the job's time limit"
   std::string checkpoint_path;   ///< last checkpoint written ("" if none)
   bool requeued = false;         ///< `scontrol requeue` was run for this job
+  // issue 24
+  bool nonfinite = false;        ///< stopped by a non-finite loss or gradient (exit kExitNonFinite)
+  std::string nonfinite_reason;  ///< where: the step, epoch, rank(s), the loss or which parameter's gradient
+  int64_t skipped_steps = 0;     ///< --nonfinite skip: steps whose update was dropped
 
-  /// 0 when done, kExitPreempted (75) after a preemption, 128 + signal after a cancel.
+  /// 0 when done, kExitPreempted (75) after a preemption, 128 + signal after a cancel,
+  /// kExitNonFinite (65) after a non-finite loss or gradient.
   int exit_code() const;
 };
 

@@ -19,5 +19,6 @@
 #include "train/sampler.h"
 #include "train/trainer.h"
 #include "train/training_state.h"
+#include "train/user_code_error.h"
 #include "train/datasets/dataset.h"
 #include "train/models/model.h"
