@@ -404,7 +404,7 @@ at::Tensor Trainer::Run::run_step(const at::Tensor& order, int64_t start, int64_
   try {
     loss = train_step->run(order, start, len);
   } catch (...) {
-    detail::throw_user_error(step_context.phase, where(prog().step + 1), step_context.batch, std::current_exception());
+    detail::throw_user_error(step_context.phase, place(prog().step + 1), step_context.batch, std::current_exception());
   }
   // A captured step replays without calling the loss: the injected NaN goes on its result.
   if (faults.nan_at(prog().step + 1)) loss = loss * std::numeric_limits<double>::quiet_NaN();

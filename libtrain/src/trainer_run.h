@@ -142,7 +142,7 @@ struct Trainer::Run {
   at::Tensor nonfinite_flag() const { return nonfinite->skip_mode() ? at::Tensor() : nonfinite->flag(); }
   void stop_nonfinite();
   // "at step 5 (epoch 1) on rank 1", for an error in the user's code.
-  std::string where(int64_t step) const {
+  std::string place(int64_t step) const {
     return "at step " + std::to_string(step) + " (epoch " + std::to_string(state.progress.epoch) + ") on rank " +
            std::to_string(env.rank);
   }
@@ -152,7 +152,7 @@ struct Trainer::Run {
     try {
       return fn();
     } catch (...) {
-      detail::throw_user_error(part, where(state.progress.step), "", std::current_exception());
+      detail::throw_user_error(part, place(state.progress.step), "", std::current_exception());
     }
   }
   // The stop flags travel in device memory, posted and read later without host syncs (GPUs with
@@ -181,7 +181,7 @@ struct Trainer::Run {
       try {
         fn(*cb);
       } catch (...) {
-        detail::throw_user_error(std::string("a callback's ") + hook, where(state.progress.step), "",
+        detail::throw_user_error(std::string("a callback's ") + hook, place(state.progress.step), "",
                                  std::current_exception());
       }
     }
