@@ -24,6 +24,8 @@ add_library(train STATIC
   ${_train_src}/health_verdict.cpp
   ${_train_src}/rollcall.cpp
   ${_train_src}/straggler.cpp
+  ${_train_src}/nonfinite.cpp
+  ${_train_src}/user_code.cpp
   ${_train_src}/preemption.cpp
   ${_train_src}/profile.cpp
   ${_train_src}/process_group.cpp

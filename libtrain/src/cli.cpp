@@ -103,6 +103,14 @@ void add_run_flags(CLI::App& app, RunConfig& r) {
              "CUDA arithmetic: auto (bf16 for per-rank batches of 512 or more on GPUs that have it, else fp32), "
              "fp32, tf32 (TF32 matmuls/convolutions), bf16 (autocast, fp32 master weights)",
              "bf16 is fastest on Ampere and newer GPUs");
+  add_choice_flag(app, "--nonfinite", r.nonfinite,
+                  "what a non-finite loss or gradient does: stop (no checkpoint of the bad weights, exit 65) | "
+                  "skip (drop that step's update; stop after --nonfinite-max-skips in a row)",
+                  "stop ends the run at the first NaN/inf; skip drops such steps' updates");
+  app.add_option("--nonfinite-max-skips", r.nonfinite_max_skips,
+                 "--nonfinite skip: stop with the non-finite error once this many steps in a row were skipped")
+      ->check(positive("number of steps", "e.g. --nonfinite-max-skips 10"))
+      ->capture_default_str();
 }
 
 void add_logging_flags(CLI::App& app, LoggingConfig& l) {

@@ -26,6 +26,7 @@ void check_counts(const TrainConfig& c) {
   if (r.test_batch_size < 1) bad("--test-batch-size", "a positive batch size", std::to_string(r.test_batch_size), "e.g. --test-batch-size 1000");
   if (r.max_steps && *r.max_steps < 1) bad("--max-steps", "a positive count (leave it out for no limit)", std::to_string(*r.max_steps), "");
   if (r.threads && *r.threads < 1) bad("--threads", "a positive count (leave it out for cores / ranks)", std::to_string(*r.threads), "");
+  if (r.nonfinite_max_skips < 1) bad("--nonfinite-max-skips", "a positive number of steps", std::to_string(r.nonfinite_max_skips), "e.g. --nonfinite-max-skips 10");
   if (c.logging.log_interval < 1) bad("--log-interval", "a positive number of steps", std::to_string(c.logging.log_interval), "");
   const DistributedConfig& d = c.distributed;
   if (d.world_size && *d.world_size < 1) bad("--world-size", "a positive number of ranks", std::to_string(*d.world_size), "leave it out to take it from SLURM or torchrun");
@@ -88,7 +89,14 @@ const std::vector<std::pair<Precision, std::string>>& choices<Precision>() {
   return all;
 }
 
+template <>
+const std::vector<std::pair<NonFinite, std::string>>& choices<NonFinite>() {
+  static const std::vector<std::pair<NonFinite, std::string>> all = {{NonFinite::stop, "stop"}, {NonFinite::skip, "skip"}};
+  return all;
+}
+
 int TrainResult::exit_code() const {
+  if (nonfinite) return kExitNonFinite;
   if (cancelled) return 128 + (stop_signal > 0 ? stop_signal : 15);
   return preempted ? kExitPreempted : 0;
 }

@@ -76,6 +76,14 @@ FaultInjection FaultInjection::from_env(int rank) {
              [&](const auto& p) { f.skip_step_ = p.empty() ? -1 : positive_step(p[0]); });
   read_fault("TRAIN_FAULT_STEP_DELAY", "SECONDS[:RANK], e.g. 0.2:1", 1, rank,
              [&](const auto& p) { f.step_delay_ = p.empty() ? 0 : seconds_of(p[0]); });
+  read_fault("TRAIN_FAULT_NAN_AT_STEP", "STEP[-LAST][:RANK], e.g. 12:1", 1, rank, [&](const auto& p) {
+    f.nan_first_ = f.nan_last_ = -1;
+    if (p.empty()) return;
+    const size_t dash = p[0].find('-');
+    f.nan_first_ = positive_step(p[0].substr(0, dash));
+    f.nan_last_ = dash == std::string::npos ? f.nan_first_ : positive_step(p[0].substr(dash + 1));
+    if (f.nan_last_ < f.nan_first_) throw std::invalid_argument("range");
+  });
   return f;
 }
 

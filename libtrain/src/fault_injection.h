@@ -8,6 +8,8 @@
 //   after step STEP (a collective the others call alone: the roll-call must name it).
 // - TRAIN_FAULT_STEP_DELAY=SECONDS[:RANK]: the rank(s) sleep SECONDS in get_batch of every step
 //   (a slow node: the straggler report must name it).
+// - TRAIN_FAULT_NAN_AT_STEP=STEP[-LAST][:RANK]: the rank(s)' training loss is NaN (multiplied by
+//   NaN on the device, before the backward) at steps STEP to LAST (--nonfinite's tests).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +26,9 @@ class FaultInjection {
   void after_step(int64_t step) const;
   /// Whether this rank skips the stop check's collective after `step`.
   bool skips_collective(int64_t step) const { return skip_step_ > 0 && step == skip_step_; }
+  /// Whether this rank's loss is to be NaN at optimizer step `step` (counted from 1).
+  bool nan_at(int64_t step) const { return nan_first_ > 0 && step >= nan_first_ && step <= nan_last_; }
+  bool injects_nan() const { return nan_first_ > 0; }
 
  private:
   int64_t signal_step_ = -1;
@@ -32,6 +37,7 @@ class FaultInjection {
   double sleep_seconds_ = 0;
   int64_t skip_step_ = -1;
   double step_delay_ = 0;
+  int64_t nan_first_ = -1, nan_last_ = -1;
 };
 
 }  // namespace train::detail

@@ -19,10 +19,22 @@ namespace {
 
 std::string fmt(const char* f, double v) { return text::format(f, v); }
 
+// A loss whose targets are class indices; its type marks it (expects_class_indices).
+struct ClassIndexLoss {
+  LossFn inner;
+  at::Tensor operator()(const at::Tensor& out, const at::Tensor& target, Reduction r) const {
+    return inner(out, target, r);
+  }
+};
+
 }  // namespace
 
+LossFn class_index_loss(LossFn loss) { return ClassIndexLoss{std::move(loss)}; }
+
+bool expects_class_indices(const LossFn& loss) { return loss.target<ClassIndexLoss>() != nullptr; }
+
 LossFn nll_loss() {
-  return [](const at::Tensor& out, const at::Tensor& target, Reduction r) {
+  return ClassIndexLoss{[](const at::Tensor& out, const at::Tensor& target, Reduction r) {
     namespace F = torch::nn::functional;
     auto options = F::NLLLossFuncOptions();
     if (r == Reduction::sum) {
@@ -31,14 +43,14 @@ LossFn nll_loss() {
       options.reduction(torch::kMean);
     }
     return F::nll_loss(out, target, options);
-  };
+  }};
 }
 
 LossFn cross_entropy_loss() {
   // nll_loss(log_softmax(x)): what cross_entropy computes, spelled out so the numbers match it.
-  return [](const at::Tensor& out, const at::Tensor& target, Reduction r) {
-    return nll_loss()(torch::log_softmax(out, 1), target, r);
-  };
+  return ClassIndexLoss{[nll = nll_loss()](const at::Tensor& out, const at::Tensor& target, Reduction r) {
+    return nll(torch::log_softmax(out, 1), target, r);
+  }};
 }
 
 LrSchedule constant_lr() {
@@ -146,7 +158,7 @@ std::string params_sha256(const torch::nn::Module& module) {
 
 std::string to_json(const TrainResult& r) {
   nlohmann::ordered_json j;
-  j["event"] = r.cancelled ? "cancelled" : r.preempted ? "preempted" : "done";
+  j["event"] = r.nonfinite ? "nonfinite" : r.cancelled ? "cancelled" : r.preempted ? "preempted" : "done";
   j["epochs"] = r.epochs;
   j["steps"] = r.steps;
   j["train_loss"] = r.train_loss;
@@ -161,6 +173,11 @@ std::string to_json(const TrainResult& r) {
   j["world_size"] = r.world_size;
   if (!r.precision.empty()) j["precision"] = r.precision;
   j["params_sha256"] = r.params_sha256;
+  if (r.skipped_steps > 0 || r.nonfinite) j["skipped_steps"] = r.skipped_steps;
+  if (r.nonfinite) {
+    j["reason"] = r.nonfinite_reason;
+    j["checkpoint"] = r.checkpoint_path;  // the last good one ("" if none)
+  }
   if (r.preempted || r.cancelled) {
     j["reason"] = r.preempt_reason;
     j["checkpoint"] = r.checkpoint_path;

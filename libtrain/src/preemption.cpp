@@ -9,6 +9,7 @@
 #include "train/signals.h"
 #include "train/subprocess.h"
 
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/tensor.h>
 #include <c10/core/Event.h>
@@ -71,6 +72,7 @@ std::string to_string(StopKind kind) {
     case StopKind::preempt: return "preempt";
     case StopKind::time_limit: return "time_limit";
     case StopKind::cancel: return "cancel";
+    case StopKind::nonfinite: return "nonfinite";
     case StopKind::none: break;
   }
   return "none";
@@ -149,8 +151,11 @@ StopRequest Preemption::decide(const std::vector<int64_t>& summed) const {
   StopRequest r;
   const int requeue_sig = g_requeue_signal.load();
   const int stop_sig = g_stop_signal.load();
-  if (summed.size() != 3) return r;
-  if (summed[2] > 0) {
+  if (summed.size() != 3 && summed.size() != 4) return r;
+  if (summed.size() == 4 && summed[3] > 0) {
+    r.kind = StopKind::nonfinite;  // the weights may be bad: no checkpoint, whatever else was asked
+    r.reason = "a non-finite loss or gradient";
+  } else if (summed[2] > 0) {
     r.kind = StopKind::time_limit;
     r.reason = "the job's time limit";
   } else if (summed[1] > 0) {
@@ -165,8 +170,9 @@ StopRequest Preemption::decide(const std::vector<int64_t>& summed) const {
   return r;
 }
 
-StopRequest Preemption::poll(ProcessGroup* pg, const at::Device& device) const {
+StopRequest Preemption::poll(ProcessGroup* pg, const at::Device& device, const at::Tensor& nonfinite) const {
   std::vector<int64_t> flags = local_flags();
+  if (nonfinite.defined()) flags.push_back(nonfinite.item<int64_t>());
   if (pg != nullptr) {
     at::Tensor t = at::tensor(flags, at::TensorOptions().dtype(at::kLong));
     if (device.is_cuda() && pg->backend() == Backend::nccl) t = t.to(device);  // NCCL sums device memory only
@@ -177,10 +183,14 @@ StopRequest Preemption::poll(ProcessGroup* pg, const at::Device& device) const {
   return decide(flags);
 }
 
-void Preemption::post(ProcessGroup* pg, const at::Device& device) {
+void Preemption::post(ProcessGroup* pg, const at::Device& device, const at::Tensor& nonfinite) {
   const std::vector<int64_t> flags = local_flags();
-  if (!posted_.defined()) posted_ = at::empty({3}, at::TensorOptions().dtype(at::kLong).pinned_memory(device.is_cuda()));
+  const int64_t n = nonfinite.defined() ? 4 : 3;
+  if (!posted_.defined() || posted_.numel() != n) {
+    posted_ = at::empty({n}, at::TensorOptions().dtype(at::kLong).pinned_memory(device.is_cuda()));
+  }
   at::Tensor t = at::tensor(flags, at::TensorOptions().dtype(at::kLong)).to(device, /*non_blocking=*/true);
+  if (nonfinite.defined()) t = at::cat({t, nonfinite.reshape({1}).to(at::kLong)});  // device ops: no host sync
   if (pg != nullptr) pg->allreduce_sum(t);  // NCCL: queued on the device, the host goes on
   posted_.copy_(t, /*non_blocking=*/true);
   auto event = std::make_shared<c10::Event>(device.type());
@@ -193,8 +203,8 @@ StopRequest Preemption::collect() {
   if (!posted_event_) return {};
   static_cast<c10::Event*>(posted_event_.get())->synchronize();
   posted_event_.reset();
-  std::vector<int64_t> summed(3);
-  for (int64_t i = 0; i < 3; ++i) summed[static_cast<size_t>(i)] = posted_.data_ptr<int64_t>()[i];
+  std::vector<int64_t> summed(static_cast<size_t>(posted_.numel()));
+  for (int64_t i = 0; i < posted_.numel(); ++i) summed[static_cast<size_t>(i)] = posted_.data_ptr<int64_t>()[i];
   return decide(summed);
 }
 

@@ -178,7 +178,7 @@ class RollCall {
 /// collective's message). "" when the store can't be read.
 std::string read_roll_call(ProcessGroupImpl& core);
 
-/// NCCL: sets TORCH_NCCL_TRACE_BUFFER_SIZE (unless set) before the backend is created, so that
+/// NCCL: sets TORCH_FR_BUFFER_SIZE (unless it or the older TORCH_NCCL_TRACE_BUFFER_SIZE is set) before the backend is created, so that
 /// torch's flight recorder keeps the last collectives (cuda/nccl_backend.cpp; no-op without CUDA).
 void enable_flight_recorder();
 /// NCCL: writes this rank's flight recorder to dir/nccl_trace_rank_<rank>.json and returns the

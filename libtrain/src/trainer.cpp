@@ -84,10 +84,10 @@ TrainResult Trainer::fit(const TrainSpec& spec) {
     t.ddp = std::make_unique<DistributedDataParallel>(t.model.module, t.pg, dopt);
   }
   t.make_step();
-  t.for_callbacks([&](Callback& cb) { cb.on_train_start(*this); });
+  t.for_callbacks("on_train_start", [&](Callback& cb) { cb.on_train_start(*this); });
   t.train();
   TrainResult r = t.finish();
-  t.for_callbacks([&](Callback& cb) { cb.on_train_end(r); });
+  t.for_callbacks("on_train_end", [&](Callback& cb) { cb.on_train_end(r); });
   return r;
 }
 
@@ -157,7 +157,7 @@ void Trainer::Run::connect() {
 // The model is built right after seeding, so every rank (and every run) starts from the same weights.
 void Trainer::Run::build_model() {
   torch::manual_seed(c.run.seed);  // also every GPU's generator
-  model = spec->model();
+  model = user_code("TrainSpec::model (the model builder)", [&] { return spec->model(); });
   if (!model.module || !model.forward) {
     throw ConfigError("TrainSpec::model: expected a module and its forward, found " +
                           std::string(!model.module ? "no module" : "no forward") + ".",
@@ -166,7 +166,8 @@ void Trainer::Run::build_model() {
   model.module->to(device);
   dev->prepare_model(*model.module);
   model.module->train();
-  optimizer = spec->optimizer(model.module->parameters());
+  optimizer = user_code("TrainSpec::optimizer (the optimizer builder)",
+                        [&] { return spec->optimizer(model.module->parameters()); });
   if (!optimizer || optimizer->param_groups().empty()) {
     throw ConfigError("TrainSpec::optimizer: expected an optimizer over the model's parameters, found none.",
                       "return e.g. std::make_unique<torch::optim::SGD>(parameters, torch::optim::SGDOptions(0.1)).");
@@ -181,10 +182,10 @@ void Trainer::Run::build_model() {
   state.batch_size = batch;
   state.shape_json = shape_json(lr0);
   state.save_user = [this](torch::serialize::OutputArchive& a) {
-    for_callbacks([&](Callback& cb) { cb.on_save_checkpoint(a); });
+    for_callbacks("on_save_checkpoint", [&](Callback& cb) { cb.on_save_checkpoint(a); });
   };
   state.load_user = [this](torch::serialize::InputArchive& a) {
-    for_callbacks([&](Callback& cb) { cb.on_load_checkpoint(a); });
+    for_callbacks("on_load_checkpoint", [&](Callback& cb) { cb.on_load_checkpoint(a); });
   };
   if (!c.checkpoint.dir.empty()) ckdir = std::make_unique<CheckpointDir>(c.checkpoint.dir, c.checkpoint.keep);
 }
@@ -214,6 +215,19 @@ void Trainer::Run::make_step() {
   parts.graph_average = plan.graph_average;
   parts.peer = plan.peer;
   parts.peer_flag = c.gpu.peer_allreduce;
+  step_context.class_indices = expects_class_indices(spec->loss);
+  parts.context = &step_context;
+  nonfinite = std::make_unique<detail::NonFiniteWatch>(c, *model.module, device, env.rank, env.world_size);
+  if (nonfinite->skip_mode()) {
+    parts.before_update = [this](const at::Tensor& loss) { return nonfinite->before_update(loss, prog().step + 1, pg.get()); };
+  }
+  if (faults.injects_nan()) {  // a test's NaN, before the backward, so that the gradients are NaN too
+    injected_loss = [this, inner = spec->loss](const at::Tensor& out, const at::Tensor& target, Reduction r) {
+      at::Tensor l = inner(out, target, r);
+      return faults.nan_at(prog().step + 1) ? l * std::numeric_limits<double>::quiet_NaN() : l;
+    };
+    parts.loss = &injected_loss;
+  }
   const detail::StepChoice choice = choose_step();
   if (!choice.why_eager.empty()) {
     const std::string line = "--cuda-graph " + choice_name(c.gpu.cuda_graph) + ": the step runs eagerly: " + choice.why_eager;
@@ -226,17 +240,25 @@ void Trainer::Run::make_step() {
 // Whether every rank agreed to stop at this step; stops the run when so. CPU ranks agree through
 // one small all-reduce now. CUDA ranks read the agreement they posted `check_every` steps ago (long
 // done on the device, so the host never waits), then post the next.
+// A non-finite loss or gradient travels in the same agreement (--nonfinite stop).
 bool Trainer::Run::check_stop(Clock::time_point t0, double earlier_segments) {
   detail::mark_phase(where, detail::Phase::stop_check);
   if (faults.skips_collective(prog().step)) return false;
   StopRequest request;
-  if (device_stop_flags()) {
+  if (nonfinite->gave_up()) {
+    request.kind = StopKind::nonfinite;  // every rank dropped the same steps (--nonfinite skip)
+  } else if (device_stop_flags()) {
     request = preemption->collect();
-    if (request.kind == StopKind::none) preemption->post(pg.get(), device);
+    if (request.kind == StopKind::none) preemption->post(pg.get(), device, nonfinite_flag());
   } else {
-    request = preemption->poll(pg.get(), device);
+    request = preemption->poll(pg.get(), device, nonfinite_flag());
   }
   if (request.kind == StopKind::none) return false;
+  return end_run(request, t0, earlier_segments);
+}
+
+// Ends the run for a stop every rank agreed on. Returns true.
+bool Trainer::Run::end_run(const StopRequest& request, Clock::time_point t0, double earlier_segments) {
   dev->synchronize();
   flush_pending_line();
   const double seconds = earlier_segments + seconds_since(t0);
@@ -300,7 +322,7 @@ double Trainer::Run::next_lr(int64_t index) const {
 // A per-step schedule's rate for the next step: into the optimizer and, where it changed, into a
 // captured step (the rate's device copy is refreshed, no recapture, no host wait).
 void Trainer::Run::follow_schedule(int64_t step) {
-  prog().lr = next_lr(step);
+  prog().lr = user_code("the LR schedule", [&] { return next_lr(step); });
   if (prog().lr == step_lr) return;
   set_lr(*optimizer, prog().lr);
   train_step->lr_changed();
@@ -338,7 +360,7 @@ bool Trainer::Run::train_epoch() {
     if (profiler) profiler->before_step(prog().step + 1);
     if (where) where->begin_step(prog().step + 1);
     faults.before_step(prog().step + 1);
-    at::Tensor loss = train_step->run(order, start, len);
+    at::Tensor loss = run_step(order, start, len);
     detail::mark_phase(where, detail::Phase::step_end);
     const double lr_used = prog().lr;
     last_step_lr = lr_used;
@@ -353,12 +375,14 @@ bool Trainer::Run::train_epoch() {
     max_steps_reached = c.run.max_steps && prog().step >= *c.run.max_steps;
     const bool last = b + 1 == batches || c.run.dry_run || max_steps_reached;
     if (b % c.logging.log_interval == 0 || last) log_progress(b, batches, start, loss, images_since_log, t_log);
-    for_callbacks([&](Callback& cb) { cb.on_step_end({prog().epoch, prog().step, b, batches, len, loss.detach(), lr_used, optimizer.get()}); });
+    for_callbacks("on_step_end", [&](Callback& cb) { cb.on_step_end({prog().epoch, prog().step, b, batches, len, loss.detach(), lr_used, optimizer.get()}); });
     collect_checkpoint(/*wait=*/false);
     if (c.run.dry_run || max_steps_reached) break;
     if (b + 1 == batches) break;
-    if (prog().step % check_every == 0 && check_stop(t0, earlier_segments)) return false;
+    if ((prog().step % check_every == 0 || nonfinite->gave_up()) && check_stop(t0, earlier_segments)) return false;
     if (ckdir && c.checkpoint.every && prog().step % *c.checkpoint.every == 0) {
+      // The agreement may not have seen the latest steps: no checkpoint of non-finite weights.
+      if (nonfinite->any_rank(pg.get())) return !end_run({StopKind::nonfinite}, t0, earlier_segments);
       // The epoch's training time leaves out the checkpoint's (the done line reports it).
       earlier_segments += seconds_since(t0);
       const at::Tensor loss_sum = shared_loss_sum();  // every rank takes part
@@ -370,6 +394,7 @@ bool Trainer::Run::train_epoch() {
   dev->synchronize();
   flush_pending_line();
   if (device_stop_flags()) preemption->collect();  // the last posted agreement: the epoch ended first
+  if (nonfinite->gave_up() || nonfinite->any_rank(pg.get())) return !end_run({StopKind::nonfinite}, t0, earlier_segments);
   const double epoch_seconds = earlier_segments + seconds_since(t0);
   prog().train_seconds += epoch_seconds;
   result.train_seconds += epoch_seconds;
@@ -383,6 +408,21 @@ bool Trainer::Run::train_epoch() {
     write_checkpoint(next, state.loss_sum);  // zero: the next epoch has no steps yet
   }
   return true;
+}
+
+// One step, with what the user's code throws in its context, and the non-finite watch.
+at::Tensor Trainer::Run::run_step(const at::Tensor& order, int64_t start, int64_t len) {
+  step_context.phase = "the training step";
+  at::Tensor loss;
+  try {
+    loss = train_step->run(order, start, len);
+  } catch (...) {
+    detail::throw_user_error(step_context.phase, place(prog().step + 1), step_context.batch, std::current_exception());
+  }
+  // A captured step replays without calling the loss: the injected NaN goes on its result.
+  if (faults.nan_at(prog().step + 1)) loss = loss * std::numeric_limits<double>::quiet_NaN();
+  if (!nonfinite->skip_mode()) nonfinite->after_step(loss, prog().step + 1);
+  return loss;
 }
 
 void Trainer::Run::log_progress(int64_t b, int64_t batches, int64_t start, const at::Tensor& loss,
@@ -442,7 +482,7 @@ void Trainer::Run::end_epoch(double epoch_seconds) {
   const auto t_eval = Clock::now();
   if (spec->eval_data) {
     ev = evaluate(c.run.dry_run);
-    for_callbacks([&](Callback& cb) { cb.on_evaluation(ev); });
+    for_callbacks("on_evaluation", [&](Callback& cb) { cb.on_evaluation(ev); });
   }
   const double eval_seconds = seconds_since(t_eval);
   result.eval_seconds += eval_seconds;
@@ -459,14 +499,17 @@ void Trainer::Run::end_epoch(double epoch_seconds) {
                       {"epoch_images_per_sec", epoch_ips.empty() ? 0.0 : epoch_ips.back()},
                       {"epoch_seconds", epoch_seconds}, {"eval_seconds", eval_seconds}}};
   if (dev->gpu()) line.values.emplace_back("peak_gpu_mb", dev->peak_memory_mb());
+  if (nonfinite->skip_mode()) line.values.emplace_back("skipped_steps", static_cast<double>(nonfinite->skipped()));
   for (const auto& [name, value] : ev.metrics) {
     if (name != "accuracy") line.values.emplace_back(name, value);  // accuracy is test_accuracy
   }
   write_metrics(std::move(line));
-  for_callbacks([&](Callback& cb) { cb.on_epoch_end({prog().epoch, prog().step, prog().last_train_loss, ev, epoch_seconds, last_step_lr, optimizer.get()});
+  for_callbacks("on_epoch_end", [&](Callback& cb) { cb.on_epoch_end({prog().epoch, prog().step, prog().last_train_loss, ev, epoch_seconds, last_step_lr, optimizer.get()});
   });
   result.epochs = prog().epoch;
-  if (spec->lr_schedule.every == LrSchedule::Every::epoch) prog().lr = next_lr(prog().epoch);
+  if (spec->lr_schedule.every == LrSchedule::Every::epoch) {
+    prog().lr = user_code("the LR schedule", [&] { return next_lr(prog().epoch); });
+  }
   prog().batches_done = 0;
   prog().epoch_steps = 0;
   state.loss_sum.zero_();
@@ -487,12 +530,13 @@ EvalResult Trainer::Run::evaluate(bool one_batch) {
   for (int64_t start = 0; start < n; start += c.run.test_batch_size) {
     const int64_t len = std::min(c.run.test_batch_size, n - start);
     detail::mark_phase(where, detail::Phase::evaluation);
-    Batch b = data.get_batch(idx.narrow(0, start, len));
-    at::Tensor out = model.forward(b.inputs);
-    totals[0] += spec->loss(out, b.targets, Reduction::sum).to(at::kDouble);
+    Batch b = user_code("the evaluation's Dataset::get_batch", [&] { return data.get_batch(idx.narrow(0, start, len)); });
+    at::Tensor out = user_code("the model's forward (evaluation)", [&] { return model.forward(b.inputs); });
+    totals[0] += user_code("the loss (evaluation)", [&] { return spec->loss(out, b.targets, Reduction::sum); }).to(at::kDouble);
     totals[1] += static_cast<double>(len);
     for (int64_t m = 0; m < n_metrics; ++m) {
-      totals[2 + m] += spec->metrics[static_cast<size_t>(m)].batch_sum(out, b.targets).to(at::kDouble);
+      const Metric& metric = spec->metrics[static_cast<size_t>(m)];
+      totals[2 + m] += user_code("a metric (evaluation)", [&] { return metric.batch_sum(out, b.targets); }).to(at::kDouble);
     }
     if (one_batch) break;
   }

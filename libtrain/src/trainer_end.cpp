@@ -109,6 +109,11 @@ void Trainer::Run::apply_resumed(torch::serialize::InputArchive& a, const std::s
 // A stop every rank agreed on: checkpoint (rank 0), wait until it is durable, then requeue
 // (preemption, time limit) or not (cancel).
 void Trainer::Run::stop(const StopRequest& request) {
+  // After a non-finite value the weights in memory are bad: no checkpoint of them (every rank asks).
+  if (request.kind == StopKind::nonfinite || nonfinite->any_rank(pg.get())) {
+    stop_nonfinite();
+    return;
+  }
   result.preempted = request.requeue();
   result.cancelled = request.kind == StopKind::cancel;
   result.stop_signal = request.signal;
@@ -131,6 +136,27 @@ void Trainer::Run::stop(const StopRequest& request) {
     return;
   }
   if (ckdir && env.rank == 0 && c.checkpoint.requeue && !env.job_id.empty()) result.requeued = preemption->requeue_job();
+}
+
+// A non-finite loss or gradient (--nonfinite): say where, write no checkpoint (the last good one
+// stays), exit kExitNonFinite. Every rank calls it.
+void Trainer::Run::stop_nonfinite() {
+  collect_checkpoint(/*wait=*/true);  // one written before, from good weights
+  result.nonfinite = true;
+  result.skipped_steps = nonfinite->skipped();
+  result.nonfinite_reason = nonfinite->describe(prog().epoch, pg.get());
+  if (nonfinite->gave_up()) {
+    result.nonfinite_reason += " " + std::to_string(c.run.nonfinite_max_skips) + " steps in a row were skipped (--nonfinite-max-skips).";
+  }
+  const std::string kept = !ckdir                           ? "no --checkpoint-dir"
+                           : env.rank != 0                  ? "rank 0 names the last good checkpoint"
+                           : result.checkpoint_path.empty() ? "no checkpoint was written before it"
+                                                            : "the last good checkpoint stays: " + result.checkpoint_path;
+  log::error(result.nonfinite_reason + " The run stops; no checkpoint of these weights (" + kept + ")." +
+             " Hint: lower the learning rate or clip the gradients, look for NaN or infinite values in the data, "
+             "or pass --nonfinite skip to drop such steps' updates; a rerun with --checkpoint-dir resumes from "
+             "the last good checkpoint.");
+  if (pg) pg->barrier();
 }
 
 // Mid-epoch, each rank holds the sum of its own step losses, but only rank 0 writes the checkpoint
@@ -180,12 +206,13 @@ void Trainer::Run::collect_checkpoint(bool wait) {
   log::info("checkpoint: " + result.checkpoint_path + " (step " + std::to_string(p.step) + "; resumes at epoch " +
             std::to_string(p.epoch) + ", batch " + std::to_string(p.batches_done) + "; written in the background in " +
             fmt("%.3f", seconds) + " s)");
-  for_callbacks([&](Callback& cb) { cb.on_checkpoint_saved(result.checkpoint_path, p.step); });
+  for_callbacks("on_checkpoint_saved", [&](Callback& cb) { cb.on_checkpoint_saved(result.checkpoint_path, p.step); });
 }
 
 TrainResult Trainer::Run::finish() {
   collect_checkpoint(/*wait=*/true);
-  const bool stopped = result.preempted || result.cancelled;
+  const bool stopped = result.preempted || result.cancelled || result.nonfinite;
+  if (nonfinite) result.skipped_steps = nonfinite->skipped();
   result.epochs = std::min(prog().epoch, epochs);
   result.steps = prog().step;
   result.train_loss = prog().last_train_loss;

@@ -24,11 +24,13 @@
 #include "cpu_kernels.h"
 #include "device/train_device.h"
 #include "fault_injection.h"
+#include "nonfinite.h"
 #include "profile.h"
 #include "rollcall.h"
 #include "step/train_step.h"
 #include "step_choice.h"
 #include "straggler.h"
+#include "user_code.h"
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
@@ -43,6 +45,7 @@
 #include <ctime>
 #include <fstream>
 #include <future>
+#include <limits>
 #include <optional>
 #include <thread>
 
@@ -78,11 +81,14 @@ struct Trainer::Run {
   detail::CommPlan plan;  // how the gradients travel (connect())
   std::unique_ptr<DistributedDataParallel> ddp;
   std::unique_ptr<Preemption> preemption;
-  detail::FaultInjection faults;  // a test's injected faults (TRAIN_FAULT_SIGNAL_AT_STEP)
   detail::RollCallRecord* where = nullptr;        // this rank's position (the process group's; null for one rank)
   std::unique_ptr<detail::RollCall> rollcall;     // while train() runs, with two ranks or more
   detail::StragglerReport stragglers;             // rank 0's, at every epoch's end
   int64_t wait_ns_at_epoch = 0, step_at_epoch = 0;  // where->wait_ns and the step when this process began the epoch
+  detail::FaultInjection faults;  // a test's injected faults (TRAIN_FAULT_SIGNAL_AT_STEP, TRAIN_FAULT_NAN_AT_STEP)
+  LossFn injected_loss;           // the loss with TRAIN_FAULT_NAN_AT_STEP's NaN
+  std::unique_ptr<detail::NonFiniteWatch> nonfinite;  // --nonfinite (issue 24)
+  detail::StepContext step_context;                   // what the step is doing, for an error's context
   std::vector<std::shared_ptr<MetricsSink>> metrics;  // rank 0: --metrics, --tensorboard, TrainSpec::metrics_sinks
   std::unique_ptr<detail::StepProfiler> profiler;  // --profile
   TrainingState state;
@@ -114,8 +120,13 @@ struct Trainer::Run {
   void setup(const TrainSpec& s);
   void connect();
   detail::StepChoice choose_step() const {
-    return detail::choose_step(dev->gpu(), c.gpu.cuda_graph, spec->lr_schedule.every == LrSchedule::Every::step,
-                               *optimizer);
+    detail::StepChoice choice = detail::choose_step(dev->gpu(), c.gpu.cuda_graph,
+                                                    spec->lr_schedule.every == LrSchedule::Every::step, *optimizer);
+    if (choice.graph && c.run.nonfinite == NonFinite::skip) {
+      choice = {false, "--nonfinite skip decides on the host, between the backward and the update, whether to apply "
+                       "each step's update (one sync a step)", c.gpu.cuda_graph == Switch::on};
+    }
+    return choice;
   }
   void build_model();
   std::string shape_json(double lr0) const;
@@ -126,6 +137,25 @@ struct Trainer::Run {
   void make_step();
   Precision resolve_precision() const;
   bool check_stop(detail::Clock::time_point t0, double earlier_segments);
+  bool end_run(const StopRequest& request, detail::Clock::time_point t0, double earlier_segments);
+  at::Tensor run_step(const at::Tensor& order, int64_t start, int64_t len);
+  // The stop agreement's non-finite slot (--nonfinite stop), or none.
+  at::Tensor nonfinite_flag() const { return nonfinite->skip_mode() ? at::Tensor() : nonfinite->flag(); }
+  void stop_nonfinite();
+  // "at step 5 (epoch 1) on rank 1", for an error in the user's code.
+  std::string place(int64_t step) const {
+    return "at step " + std::to_string(step) + " (epoch " + std::to_string(state.progress.epoch) + ") on rank " +
+           std::to_string(env.rank);
+  }
+  // Runs the user's `fn`; what it throws comes out as a train::UserCodeError naming `part`.
+  template <typename Fn>
+  auto user_code(const char* part, Fn&& fn) -> decltype(fn()) {
+    try {
+      return fn();
+    } catch (...) {
+      detail::throw_user_error(part, place(state.progress.step), "", std::current_exception());
+    }
+  }
   // The stop flags travel in device memory, posted and read later without host syncs (GPUs with
   // NCCL or one rank); else ranks sum them on the host (shared memory on one machine).
   bool device_stop_flags() const {
@@ -147,8 +177,15 @@ struct Trainer::Run {
     record.time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     for (const auto& sink : metrics) sink->write(record);
   }
-  void for_callbacks(const std::function<void(Callback&)>& fn) {
-    for (const auto& cb : spec->callbacks) fn(*cb);
+  void for_callbacks(const char* hook, const std::function<void(Callback&)>& fn) {
+    for (const auto& cb : spec->callbacks) {
+      try {
+        fn(*cb);
+      } catch (...) {
+        detail::throw_user_error(std::string("a callback's ") + hook, place(state.progress.step), "",
+                                 std::current_exception());
+      }
+    }
   }
 };
 

@@ -165,8 +165,12 @@ def libtrain_cmd(a, wl, world, batch, precision, data):
     """The `train` (or transformer_bench) command of one libtrain row: 2 epochs of `steps` steps."""
     steps = (TINY_STEPS if a.tiny else STEPS)[wl][0]
     cpu = a.device == "cpu"
+    # --tf32 off: the Python peers turn TF32 off in cuBLAS and cuDNN; libtrain's --tf32 auto would
+    # leave cuDNN's on (PyTorch's default) and its fp32 convolutions would not be fp32.
     common = ["--device", a.device, "--epochs", "2", "--batch-size", str(batch), "--precision", precision,
               "--log-interval", "1000000", "--threads", "1" if cpu else "4", "--seed", "1"]
+    if not cpu:
+        common += ["--tf32", "off"]
     test = "16" if a.tiny else "1000"
     if wl == "transformer":
         n = steps * batch * world

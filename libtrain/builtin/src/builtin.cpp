@@ -177,10 +177,10 @@ TrainResult run_training(const TrainConfig& config, const Recipe& c, const DistE
     *built = m;
     return ModelHandle{m, [m](const at::Tensor& x) { return m->forward(x); }};
   };
-  spec.loss = [built, nll = nll_loss(), ce = cross_entropy_loss()](const at::Tensor& out, const at::Tensor& target,
-                                                                   Reduction r) {
+  spec.loss = class_index_loss([built, nll = nll_loss(), ce = cross_entropy_loss()](const at::Tensor& out,
+                                                                                    const at::Tensor& target, Reduction r) {
     return (*built)->output_kind() == models::OutputKind::log_probs ? nll(out, target, r) : ce(out, target, r);
-  };
+  });
   const OptimizerSettings optimizer = optimizer_settings(c, recipe);
   spec.optimizer = optimizer_for(optimizer);
   spec.recipe = recorded(c, optimizer);

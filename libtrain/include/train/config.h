@@ -26,6 +26,9 @@ enum class GraphAllreduce { in_graph, between };
 enum class Precision { automatic, fp32, tf32, bf16 };
 /// --resume: the newest valid checkpoint (automatic), none, or CheckpointConfig::resume_path.
 enum class ResumeMode { automatic, never, path };
+/// --nonfinite: what a non-finite loss or gradient does: stop (no checkpoint of the bad weights,
+/// exit kExitNonFinite) or skip (drop that step's update).
+enum class NonFinite { stop, skip };
 
 /// The flag text of each value of an enumerated choice, in the order --help lists them. The one
 /// mapping between text and enum: the command line, logs, checkpoints and errors all use it.
@@ -42,6 +45,8 @@ template <>
 const std::vector<std::pair<GraphAllreduce, std::string>>& choices<GraphAllreduce>();
 template <>
 const std::vector<std::pair<Precision, std::string>>& choices<Precision>();
+template <>
+const std::vector<std::pair<NonFinite, std::string>>& choices<NonFinite>();
 
 /// The flag text of `value` ("auto", "in-graph", ...).
 template <class E>
@@ -84,6 +89,8 @@ struct RunConfig {
   /// (TrainSpec::auto_bf16_batch, set by the built-in MNIST recipe to kAutoBf16Batch), fp32
   /// otherwise and on the CPU; tf32 = TF32 matmuls and convolutions; bf16 = autocast, fp32 weights.
   Precision precision = Precision::automatic;
+  NonFinite nonfinite = NonFinite::stop;  ///< --nonfinite
+  int64_t nonfinite_max_skips = 10;       ///< --nonfinite-max-skips: skip stops with the non-finite error after this many in a row
 };
 
 /// How ranks find each other and average gradients.
@@ -160,6 +167,10 @@ struct TrainConfig {
   HealthConfig health;
 };
 
+/// Exit status of a run stopped by a non-finite loss or gradient (EX_DATAERR); no checkpoint of
+/// the non-finite weights was written.
+inline constexpr int kExitNonFinite = 65;
+
 /// The built-in MNIST recipe's TrainSpec::auto_bf16_batch: --precision auto picks bf16 on CUDA
 /// from this per-rank batch size up, where it was measured within 0.5 points of fp32's test
 /// accuracy (docs/gpu.md), not at batch 64. (The CIFAR-10 recipe and users' specs stay fp32:
@@ -188,8 +199,13 @@ struct TrainResult {
   std::string preempt_reason;    ///< e.g. "signal SIGUSR2", "the job's time limit"
   std::string checkpoint_path;   ///< last checkpoint written ("" if none)
   bool requeued = false;         ///< `scontrol requeue` was run for this job
+  // issue 24
+  bool nonfinite = false;        ///< stopped by a non-finite loss or gradient (exit kExitNonFinite)
+  std::string nonfinite_reason;  ///< where: the step, epoch, rank(s), the loss or which parameter's gradient
+  int64_t skipped_steps = 0;     ///< --nonfinite skip: steps whose update was dropped
 
-  /// 0 when done, kExitPreempted (75) after a preemption, 128 + signal after a cancel.
+  /// 0 when done, kExitPreempted (75) after a preemption, 128 + signal after a cancel,
+  /// kExitNonFinite (65) after a non-finite loss or gradient.
   int exit_code() const;
 };
 

@@ -19,4 +19,10 @@ LossFn nll_loss();
 /// Cross-entropy for models that output raw scores (logits).
 LossFn cross_entropy_loss();
 
+/// `loss`, marked as one whose targets are integer class indices (as nll_loss() and
+/// cross_entropy_loss() are): the Trainer checks the first batch's targets for it.
+LossFn class_index_loss(LossFn loss);
+/// Whether `loss` is nll_loss(), cross_entropy_loss() or a class_index_loss().
+bool expects_class_indices(const LossFn& loss);
+
 }  // namespace train

@@ -26,6 +26,7 @@ enum class StopKind {
   preempt,     ///< a preemption signal: checkpoint, requeue, exit kExitPreempted
   time_limit,  ///< the job's end time is near (or its time-limit SIGTERM came): same as preempt
   cancel,      ///< SIGTERM/SIGINT (scancel, Ctrl-C): checkpoint, never requeue, exit 128 + signal
+  nonfinite,   ///< a rank saw a non-finite loss or gradient: no checkpoint, exit kExitNonFinite (issue 24)
 };
 
 /// "none", "preempt", "time_limit" or "cancel".
@@ -68,18 +69,21 @@ class Preemption {
   /// This rank's flags, as counts to sum over ranks: {requeue signal, stop signal, deadline}.
   std::vector<int64_t> local_flags() const;
 
-  /// The decision from flags summed over every rank (local_flags() of each).
+  /// The decision from flags summed over every rank (local_flags() of each, and optionally a
+  /// fourth: the ranks that saw a non-finite value, which wins over the others).
   StopRequest decide(const std::vector<int64_t>& summed) const;
 
   /// Sums the flags over the process group (every rank must call it at the same step; pass
   /// nullptr for a single process) and decides. `device` is where the group's tensors live.
-  StopRequest poll(ProcessGroup* process_group, const at::Device& device) const;
+  /// `nonfinite`, if given: an int64 scalar on `device`, > 0 when this rank saw a non-finite
+  /// loss or gradient; it travels in the same all-reduce.
+  StopRequest poll(ProcessGroup* process_group, const at::Device& device, const at::Tensor& nonfinite = {}) const;
 
   /// The same agreement without blocking the host, for CUDA runs: post() starts the flags'
   /// all-reduce on the device and their copy back to pinned host memory; collect(), called by every
   /// rank at the same later step, waits for that copy (long done by then) and decides. Returns
   /// StopKind::none when nothing was posted.
-  void post(ProcessGroup* process_group, const at::Device& device);
+  void post(ProcessGroup* process_group, const at::Device& device, const at::Tensor& nonfinite = {});
   StopRequest collect();
 
   /// The SLURM job's end time (epoch seconds) as squeue reported it at start; 0 when unknown or

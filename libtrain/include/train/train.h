@@ -20,3 +20,4 @@
 #include "train/sampler.h"
 #include "train/trainer.h"
 #include "train/training_state.h"
+#include "train/user_code_error.h"

@@ -72,7 +72,7 @@ class CudaGraphStep : public TrainStep {
         if (auto hooks = comm_->eager_hooks()) {
           UseHooks use(*parts_.reducer, std::move(*hooks));
           parts_.optimizer->zero_grad();
-          at::Tensor loss = forward_backward(parts_, parts_.data->get_batch(order.narrow(0, start, len)));
+          at::Tensor loss = forward_backward(parts_, get_batch(parts_, order, start, len));
           parts_.reducer->finish();
           parts_.optimizer->step();
           return loss;
@@ -100,7 +100,7 @@ class CudaGraphStep : public TrainStep {
     } else if (!captured_now) {
       // A dataset the graph can't capture (random augmentation, host state) gathers eagerly
       // into the graph's fixed inputs.
-      const Batch b = parts_.data->get_batch(order.narrow(0, start, batch_));
+      const Batch b = get_batch(parts_, order, start, batch_);
       inputs_.inputs.copy_(b.inputs, /*non_blocking=*/true);
       inputs_.targets.copy_(b.targets, /*non_blocking=*/true);
     }
@@ -187,6 +187,7 @@ class CudaGraphStep : public TrainStep {
     if (!indices_.defined()) indices_ = at::empty({batch_}, order.options());
     indices_.copy_(order.narrow(0, start, batch_));
     if (!gather_in_graph_) {
+      at_phase(parts_, "Dataset::get_batch");
       const Batch b = parts_.data->get_batch(indices_);
       inputs_ = {b.inputs.clone(), b.targets.clone()};  // fixed addresses, outside the graph's pool
     }
@@ -197,7 +198,10 @@ class CudaGraphStep : public TrainStep {
   }
 
   // The captured step's batch: gathered inside the graph from indices_, or the fixed inputs.
-  Batch graph_batch() { return gather_in_graph_ ? parts_.data->get_batch(indices_) : inputs_; }
+  Batch graph_batch() {
+    at_phase(parts_, "Dataset::get_batch");
+    return gather_in_graph_ ? parts_.data->get_batch(indices_) : inputs_;
+  }
 
   // One rank: the whole step, gradients created inside the graph's pool.
   void capture() {

@@ -32,7 +32,7 @@ void* ProcessGroupImpl::nccl_comm() const {
 void enable_flight_recorder() {
   // Read once, when the first NCCL group is made: set it before. torch's default keeps none.
   if (std::getenv("TORCH_NCCL_TRACE_BUFFER_SIZE") == nullptr && std::getenv("TORCH_FR_BUFFER_SIZE") == nullptr) {
-    ::setenv("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000", /*overwrite=*/0);
+    ::setenv("TORCH_FR_BUFFER_SIZE", "2000", /*overwrite=*/0);  // torch 2.11 name; TORCH_NCCL_TRACE_BUFFER_SIZE is deprecated
   }
 }
 

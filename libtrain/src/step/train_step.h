@@ -10,6 +10,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -23,6 +24,8 @@ class Reducer;
 }  // namespace train
 
 namespace train::detail {
+
+struct StepContext;  // user_code.h
 
 /// Where a CUDA-graph step of several ranks averages the gradients.
 enum class GraphAverage {
@@ -46,7 +49,15 @@ struct StepParts {
   /// communication plan's choice, comm/comm_plan.h), NCCL for the rest.
   bool peer = false;
   Switch peer_flag = Switch::automatic;  ///< for log lines: what --peer-allreduce said
+  /// What the step is doing, for an error's message (user_code.h); the first batch is checked.
+  StepContext* context = nullptr;
+  /// --nonfinite skip (eager steps only): called between the backward and the update with the
+  /// step's loss; false drops the update (and the loss from the sum).
+  std::function<bool(const at::Tensor& loss)> before_update;
 };
+
+/// Notes what the step does next, for an error's message.
+void at_phase(const StepParts& p, const char* phase);
 
 class TrainStep {
  public:
@@ -78,8 +89,11 @@ std::unique_ptr<TrainStep> make_eager_step(const StepParts& parts);
 /// @throws train::ConfigError in a build without CUDA.
 std::unique_ptr<TrainStep> make_cuda_graph_step(const StepParts& parts, int64_t batch, int warmup = 3);
 
-/// forward + loss (under bf16 autocast when asked) and backward; the loss is added to the sum.
-at::Tensor forward_backward(const StepParts& p, const Batch& b);
+/// forward + loss (under bf16 autocast when asked) and backward; the loss is added to the sum
+/// unless `add_to_sum` is false.
+at::Tensor forward_backward(const StepParts& p, const Batch& b, bool add_to_sum = true);
+/// Dataset::get_batch on order[start, start + len), noted as the step's phase.
+Batch get_batch(const StepParts& p, const at::Tensor& order, int64_t start, int64_t len);
 /// The whole step: zero the gradients, forward, backward (the reducer's hooks average), update.
 at::Tensor step_on(const StepParts& p, const Batch& batch);
 

@@ -1,0 +1,106 @@
+// Non-finite losses and gradients (nonfinite.h).
+#include "nonfinite.h"
+
+#include "train/log.h"
+#include "train/process_group.h"
+
+#include <ATen/ops/_foreach_norm.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/where.h>
+#include <ATen/ops/zeros.h>
+#include <torch/nn/module.h>
+
+#include <algorithm>
+
+namespace train::detail {
+
+NonFiniteWatch::NonFiniteWatch(const TrainConfig& c, torch::nn::Module& model, const at::Device& device, int rank,
+                               int world_size)
+    : skip_(c.run.nonfinite == NonFinite::skip), max_skips_(c.run.nonfinite_max_skips), device_(device), rank_(rank),
+      world_size_(world_size) {
+  for (const auto& p : model.named_parameters()) params_.emplace_back(p.key(), p.value());
+  stride_ = static_cast<int64_t>(params_.size()) + 1;
+  first_ = at::full(c10::IntArrayRef{}, -1, at::TensorOptions().dtype(at::kLong).device(device));
+}
+
+at::Tensor NonFiniteWatch::note(const at::Tensor& loss, int64_t step) {
+  norms_in_.clear();
+  with_grad_.clear();
+  norms_in_.push_back(loss.detach().to(at::kFloat).reshape({}));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const at::Tensor& g = params_[i].second.grad();
+    if (!g.defined()) continue;
+    norms_in_.push_back(g);
+    with_grad_.push_back(static_cast<int>(i));
+  }
+  std::vector<at::Tensor> norms = at::_foreach_norm(norms_in_, 2);
+  for (auto& n : norms) {
+    if (n.scalar_type() != at::kFloat) n = n.to(at::kFloat);
+  }
+  norms_in_.clear();  // the gradients are not held past the step
+  const at::Tensor bad = at::stack(norms).isfinite().logical_not();
+  // The first non-finite entry: the loss (0) before any gradient (1 + its position).
+  const at::Tensor code = bad.to(at::kInt).argmax().to(at::kLong) + step * stride_;
+  at::Tensor any = bad.any();
+  first_ = at::where(first_.lt(0).logical_and(any), code, first_);
+  return any;
+}
+
+void NonFiniteWatch::after_step(const at::Tensor& loss, int64_t step) { note(loss, step); }
+
+at::Tensor NonFiniteWatch::flag() const { return first_.ge(0).to(at::kLong); }
+
+bool NonFiniteWatch::any_rank(ProcessGroup* pg) {
+  if (skip_) return false;
+  at::Tensor t = flag().reshape({1});
+  if (pg != nullptr) pg->allreduce_sum(t);
+  return t.cpu().item<int64_t>() > 0;
+}
+
+bool NonFiniteWatch::before_update(const at::Tensor& loss, int64_t step, ProcessGroup* pg) {
+  if (in_a_row_ == 0) first_.fill_(-1);  // the message names the first of the steps in a row
+  // Every rank drops the same steps (the gradients are averaged, but a loss is each rank's own).
+  at::Tensor t = note(loss, step).to(at::kLong).reshape({1});
+  if (pg != nullptr) pg->allreduce_sum(t);
+  if (t.cpu().item<int64_t>() == 0) {
+    in_a_row_ = 0;
+    return true;
+  }
+  ++in_a_row_;
+  ++skipped_;
+  log::warn("--nonfinite skip: a non-finite loss or gradient at step " + std::to_string(step) +
+            " on a rank: its update is dropped (" + std::to_string(in_a_row_) + " in a row, at most " +
+            std::to_string(max_skips_) + ")");
+  return false;
+}
+
+std::string NonFiniteWatch::describe(int epoch, ProcessGroup* pg) {
+  at::Tensor all = at::zeros({world_size_}, at::TensorOptions().dtype(at::kLong).device(device_));
+  all[rank_] = first_ + 1;  // 0: none
+  if (pg != nullptr) pg->allreduce_sum(all);
+  all = all.cpu();
+  std::string ranks, parts;
+  int64_t first_step = -1;
+  for (int r = 0; r < world_size_; ++r) {
+    const int64_t v = all[r].item<int64_t>() - 1;
+    if (v < 0) continue;
+    const int64_t step = v / stride_, at = v % stride_;
+    std::string what = "the loss";
+    if (at > 0) {
+      const size_t k = static_cast<size_t>(at - 1);
+      what = "the gradient of parameter '" +
+             (k < with_grad_.size() ? params_[static_cast<size_t>(with_grad_[k])].first : std::string("?")) + "'";
+    }
+    ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+    parts += (parts.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + ": " + what + " at step " +
+             std::to_string(step);
+    first_step = first_step < 0 ? step : std::min(first_step, step);
+  }
+  if (first_step < 0) return "a non-finite loss or gradient (epoch " + std::to_string(epoch) + ")";
+  return "a non-finite (NaN or infinite) value at step " + std::to_string(first_step) + " (epoch " +
+         std::to_string(epoch) + ") on rank" + (ranks.find(',') != std::string::npos ? "s " : " ") + ranks + ": " +
+         parts + ".";
+}
+
+}  // namespace train::detail

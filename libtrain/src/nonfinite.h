@@ -1,0 +1,70 @@
+// Non-finite losses and gradients (issue 24, --nonfinite): a watch that records, with device ops
+// only, the first step whose loss or gradients held a NaN or an infinity, for the ranks' stop
+// agreement to carry; or, with --nonfinite skip, decides on the host before each update whether
+// to apply it. Private.
+#pragma once
+
+#include "train/config.h"
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace torch::nn {
+class Module;
+}  // namespace torch::nn
+
+namespace train {
+class ProcessGroup;
+}  // namespace train
+
+namespace train::detail {
+
+class NonFiniteWatch {
+ public:
+  NonFiniteWatch(const TrainConfig& config, torch::nn::Module& model, const at::Device& device, int rank,
+                 int world_size);
+  bool skip_mode() const { return skip_; }
+
+  /// --nonfinite stop, after each step: notes (device ops, no host sync) whether the step's loss
+  /// and its gradients' norm are finite, and the first step where they weren't.
+  void after_step(const at::Tensor& loss, int64_t step);
+  /// For the stop agreement: an int64 scalar on the device, 1 once a non-finite value was seen.
+  at::Tensor flag() const;
+  /// Every rank at once, syncs: whether any rank saw a non-finite value since the start (always
+  /// false with skip, whose steps never applied one). Called before every checkpoint and at the
+  /// epoch's end, where the stop agreement may not have seen the latest steps yet.
+  bool any_rank(ProcessGroup* pg);
+
+  /// --nonfinite skip, between the backward and the update (host sync; every rank at once):
+  /// whether to apply the update. Counts the steps it drops.
+  bool before_update(const at::Tensor& loss, int64_t step, ProcessGroup* pg);
+  /// --nonfinite skip: --nonfinite-max-skips steps in a row were dropped.
+  bool gave_up() const { return skip_ && in_a_row_ >= max_skips_; }
+  int64_t skipped() const { return skipped_; }
+
+  /// Every rank at once, after a non-finite value stopped the run (the slow path): the step,
+  /// epoch and rank(s), and the loss or which parameter's gradient.
+  std::string describe(int epoch, ProcessGroup* pg);
+
+ private:
+  // [loss, gradient norms...] as one vector's non-finite flags; sets first_ where none was yet.
+  // Returns whether this step's were (a bool scalar on the device).
+  at::Tensor note(const at::Tensor& loss, int64_t step);
+
+  bool skip_ = false;
+  int64_t max_skips_ = 0;
+  at::Device device_;
+  int rank_ = 0, world_size_ = 1;
+  std::vector<std::pair<std::string, at::Tensor>> params_;
+  std::vector<int> with_grad_;  // params_'s indices with a gradient at the last step noted
+  std::vector<at::Tensor> norms_in_;
+  at::Tensor first_;  // int64 on the device: -1, or step * (n + 1) + (0: the loss | 1 + i: gradient i)
+  int64_t stride_ = 1;
+  int64_t in_a_row_ = 0, skipped_ = 0;
+};
+
+}  // namespace train::detail

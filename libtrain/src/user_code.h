@@ -1,0 +1,39 @@
+// Errors in the user's code with their context (issue 24): which part threw (Dataset::get_batch,
+// the model's forward, the loss, a callback, the optimizer or LR schedule builder), at which step,
+// epoch and rank, on which batch, with the original message and no C++ frame dump unless
+// TORCH_SHOW_CPP_STACKTRACES=1. And the check of the first batch before the first forward. Private.
+#pragma once
+
+#include "train/data.h"
+
+#include <exception>
+#include <string>
+
+namespace train::detail {
+
+/// What a step is doing and what it was given, kept for an error's message.
+struct StepContext {
+  const char* phase = "the training step";  ///< e.g. "Dataset::get_batch", "the model's forward"
+  std::string batch;          ///< set when a step fails after its batch came: its shapes and dtypes
+  bool batch_checked = false;  ///< the first batch passed check_batch
+  bool class_indices = false;  ///< the loss takes integer class indices (train::expects_class_indices)
+};
+
+/// "inputs float32 [64, 1, 28, 28], targets int64 [64]".
+std::string describe_batch(const Batch& batch);
+
+/// The exception's message without LibTorch's C++ frames (c10::Error::what_without_backtrace),
+/// unless TORCH_SHOW_CPP_STACKTRACES=1 asks for them.
+std::string original_message(const std::exception& e);
+
+/// The first batch's checks: as many target rows as input rows; integer targets for a
+/// class-index loss. Throws train::UserCodeError saying what was found and expected.
+void check_batch(const Batch& batch, bool class_indices);
+
+/// Throws train::UserCodeError: `part` failed `where` ("at step 5 (epoch 1) on rank 1"), the
+/// batch (if any) and `e`'s message; its hint when `e` is a train::Error. A communication error
+/// (train::CommError, c10::DistError) is rethrown as it is: it is no error in the user's code.
+[[noreturn]] void throw_user_error(const std::string& part, const std::string& where, const std::string& batch,
+                                   std::exception_ptr e);
+
+}  // namespace train::detail
