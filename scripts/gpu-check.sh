@@ -37,7 +37,12 @@ if [[ "${TRAIN_GPU_TESTS:-1}" = 1 ]]; then
   build-gpu/bin/train --data "$data" --device cuda --epochs 1 --limit-train-samples 8000 --log-interval 40 \
     >"$out/smoke.out" 2>"$out/smoke.err" || rc=1
   grep -E "training step|Test set|error" "$out/smoke.err" | tail -4; tail -1 "$out/smoke.out"
-  for t in ${TRAIN_GPU_TEST_LIST:-"gpu_train_test" "fused_optim_test --gtest_filter=*Cuda*" "dist_train_test --gtest_filter=DistTrainGpu.*" "ddp_test --gtest_filter=*Gpu*:*Nccl*"}; do
+  # TRAIN_GPU_TEST_LIST: one test command per line, e.g. $'gpu_train_test --gtest_filter=*Fused*\nddp_test'.
+  tests=("gpu_train_test" "fused_optim_test --gtest_filter=*Cuda*" "dist_train_test --gtest_filter=DistTrainGpu.*"
+         "ddp_test --gtest_filter=*Gpu*:*Nccl*")
+  [[ -n ${TRAIN_GPU_TEST_LIST:-} ]] && mapfile -t tests <<<"$TRAIN_GPU_TEST_LIST"
+  for t in "${tests[@]}"; do
+    [[ -n $t ]] || continue
     name=${t%% *}
     timeout 420 build-gpu/tests/$t >"$out/$name.log" 2>&1; r=$?
     grep -E "^\[[^ ]|PASSED|FAILED|SKIPPED|^\[ +(OK|FAILED) +\]" "$out/$name.log" | tail -24
