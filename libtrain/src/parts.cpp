@@ -84,34 +84,33 @@ double progress_after_warmup(int64_t step, int64_t warmup, int64_t total) {
   return std::clamp(static_cast<double>(step - warmup) / span, 0.0, 1.0);
 }
 
-}  // namespace
 
-LrSchedule warmup_cosine(int64_t warmup_steps, double final_ratio) {
-  check_warmup("warmup_cosine", warmup_steps, final_ratio);
+// A per-step schedule: linear warm-up from 0 over `warmup_steps`, then base * decay(progress) down
+// to the run's last step (progress in [0, 1] after the warm-up).
+LrSchedule warmup_then(const char* name, int64_t warmup_steps, double final_ratio,
+                       double (*decay)(double progress, double final_ratio)) {
+  check_warmup(name, warmup_steps, final_ratio);
   LrSchedule s;
   s.every = LrSchedule::Every::step;
-  s.rate = [warmup_steps, final_ratio](int64_t step, const ScheduleContext& run) {
+  s.rate = [warmup_steps, final_ratio, decay](int64_t step, const ScheduleContext& run) {
     if (step < warmup_steps) return run.base_lr * (static_cast<double>(step) / static_cast<double>(warmup_steps));
-    const double p = progress_after_warmup(step, warmup_steps, run.total_steps);
-    return run.base_lr * (final_ratio + (1 - final_ratio) * 0.5 * (1.0 + std::cos(M_PI * p)));
+    return run.base_lr * decay(progress_after_warmup(step, warmup_steps, run.total_steps), final_ratio);
   };
-  s.description = "warmup_cosine(warmup_steps=" + std::to_string(warmup_steps) + ", final_ratio=" +
+  s.description = std::string(name) + "(warmup_steps=" + std::to_string(warmup_steps) + ", final_ratio=" +
                   fmt("%g", final_ratio) + ")";
   return s;
 }
 
+}  // namespace
+
+LrSchedule warmup_cosine(int64_t warmup_steps, double final_ratio) {
+  return warmup_then("warmup_cosine", warmup_steps, final_ratio, [](double p, double f) {
+    return f + (1 - f) * 0.5 * (1.0 + std::cos(M_PI * p));
+  });
+}
+
 LrSchedule linear_decay(int64_t warmup_steps, double final_ratio) {
-  check_warmup("linear_decay", warmup_steps, final_ratio);
-  LrSchedule s;
-  s.every = LrSchedule::Every::step;
-  s.rate = [warmup_steps, final_ratio](int64_t step, const ScheduleContext& run) {
-    if (step < warmup_steps) return run.base_lr * (static_cast<double>(step) / static_cast<double>(warmup_steps));
-    const double p = progress_after_warmup(step, warmup_steps, run.total_steps);
-    return run.base_lr * (1 - (1 - final_ratio) * p);
-  };
-  s.description = "linear_decay(warmup_steps=" + std::to_string(warmup_steps) + ", final_ratio=" +
-                  fmt("%g", final_ratio) + ")";
-  return s;
+  return warmup_then("linear_decay", warmup_steps, final_ratio, [](double p, double f) { return 1 - (1 - f) * p; });
 }
 
 LrSchedule one_cycle(double pct_start, double div_factor, double final_div_factor) {

@@ -21,6 +21,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <memory>
+#include <utility>
 #include <cmath>
 
 namespace train::builtin {
@@ -115,9 +117,14 @@ std::vector<std::pair<std::string, std::string>> recorded(const Recipe& c, const
 // warmup-cosine or linear with the recipe's warm-up: a share of the run's steps (resnet18: 5%).
 LrSchedule warmup_share(bool linear, double share) {
   LrSchedule s = linear ? linear_decay(0) : warmup_cosine(0);
-  s.rate = [linear, share](int64_t step, const ScheduleContext& run) {
-    const int64_t warmup = std::max<int64_t>(1, static_cast<int64_t>(share * static_cast<double>(run.total_steps)));
-    return (linear ? linear_decay(warmup) : warmup_cosine(warmup)).rate(step, run);
+  // The schedule for the run's length, made once (the rate is asked for after every step).
+  auto made = std::make_shared<std::pair<int64_t, LrSchedule>>(-1, LrSchedule{});
+  s.rate = [linear, share, made](int64_t step, const ScheduleContext& run) {
+    if (made->first != run.total_steps) {
+      const auto warmup = std::max<int64_t>(1, static_cast<int64_t>(share * static_cast<double>(run.total_steps)));
+      *made = {run.total_steps, linear ? linear_decay(warmup) : warmup_cosine(warmup)};
+    }
+    return made->second.rate(step, run);
   };
   s.description = std::string(linear ? "linear_decay" : "warmup_cosine") + "(warmup=" + text::format("%g", 100 * share) +
                   "% of the run)";
