@@ -70,6 +70,8 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=1, help="CPU threads per rank")
     p.add_argument("--compile-mode", default="max-autotune")
     p.add_argument("--spawn", type=int, default=0, help="start this many ranks here (instead of torchrun)")
+    p.add_argument("--profile", default="", help="folder: a torch-profiler trace of the timed steps per row "
+                   "and rank (scripts/bench/trace_summary.py sums its kernels)")
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--d-model", type=int, default=512)
     p.add_argument("--heads", type=int, default=8)
@@ -209,13 +211,31 @@ class Run:
         if self.world > 1:
             dist.barrier()
         setup_s = time.perf_counter() - t_build
+        prof = self.profiler()
         t0 = time.perf_counter()
         for i in range(self.a.steps):
             loss = step(self.step_no)
         self.sync()
         seconds = time.perf_counter() - t0
+        if prof is not None:
+            prof.__exit__(None, None, None)
+            os.makedirs(self.a.profile, exist_ok=True)
+            prof.export_chrome_trace(os.path.join(
+                self.a.profile, f"{self.wl.name}-{self.mode}-{self.precision}-b{self.batch}-rank{self.rank}.json"))
         last = loss.detach().float().item()
         return self.row(seconds, setup_s, first, last, note)
+
+    def profiler(self):
+        """A started torch profiler over the timed steps when --profile is given (the timed rate
+        then includes the profiler's cost: compare kernels, not that row's rate)."""
+        if not self.a.profile:
+            return None
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        if self.dev.type == "cuda":
+            acts.append(torch.profiler.ProfilerActivity.CUDA)
+        prof = torch.profiler.profile(activities=acts)
+        prof.__enter__()
+        return prof
 
     def row(self, seconds, setup_s, first, last, note):
         sps = self.a.steps * self.batch * self.world / seconds

@@ -6,6 +6,7 @@
 #include <train/model_handle.h>
 
 #include <ATen/ops/gelu.h>
+#include <ATen/ops/linear.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
@@ -14,12 +15,20 @@
 #include <torch/nn/modules/normalization.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace bench {
 
 struct EncoderOptions {
   int64_t layers = 6, d_model = 512, heads = 8, ffn = 2048, seq_len = 256, vocab = 8192;
 };
+
+/// x W^T + b as Python's F.linear runs it: at::linear folds a [b, s, d] input into one GEMM with the
+/// bias in its epilogue. torch::nn::Linear::forward (the C++ frontend's F::linear) runs a matmul
+/// and then a separate in-place bias add on inputs of more than 2 dimensions: one more pass over
+/// the output forward, a reduction for the bias's gradient backward (measured on the LM head's
+/// [b * s, vocab] output: the largest tensor of the step).
+inline at::Tensor linear(const torch::nn::Linear& l, const at::Tensor& x) { return at::linear(x, l->weight, l->bias); }
 
 /// x + proj(attention(ln1(x))), then x + fc2(gelu(fc1(ln2(x)))).
 class BlockImpl : public torch::nn::Module {
@@ -35,12 +44,15 @@ class BlockImpl : public torch::nn::Module {
 
   at::Tensor forward(const at::Tensor& x) {
     const int64_t b = x.size(0), s = x.size(1), d = x.size(2);
-    // [b, s, 3d] -> [3, b, heads, s, d / heads]
-    const at::Tensor qkv = qkv_->forward(ln1_->forward(x)).view({b, s, 3, heads_, d / heads_}).permute({2, 0, 3, 1, 4});
+    // [b, s, 3d] -> [3, b, heads, s, d / heads] -> q, k, v. unbind, as Python's tuple unpacking
+    // does: indexing qkv[i] three times would give three select backwards, each writing a
+    // zero-filled tensor of qkv's size.
+    const std::vector<at::Tensor> qkv =
+        linear(qkv_, ln1_->forward(x)).view({b, s, 3, heads_, d / heads_}).permute({2, 0, 3, 1, 4}).unbind(0);
     const at::Tensor a = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                                           /*is_causal=*/true);
-    const at::Tensor h = x + proj_->forward(a.transpose(1, 2).reshape({b, s, d}));
-    return h + fc2_->forward(at::gelu(fc1_->forward(ln2_->forward(h))));
+    const at::Tensor h = x + linear(proj_, a.transpose(1, 2).reshape({b, s, d}));
+    return h + linear(fc2_, at::gelu(linear(fc1_, ln2_->forward(h))));
   }
 
  private:
@@ -65,7 +77,7 @@ class EncoderImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& tokens) {
     at::Tensor x = tok_->forward(tokens) + pos_->weight.narrow(0, 0, tokens.size(1));
     for (const auto& block : *blocks_) x = block->as<BlockImpl>()->forward(x);
-    return head_->forward(ln_f_->forward(x));
+    return linear(head_, ln_f_->forward(x));
   }
 
  private:

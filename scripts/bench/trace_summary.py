@@ -1,0 +1,72 @@
+"""Sums the GPU kernels (and memory copies/sets) of chrome traces written by a torch profiler
+(`train --profile DIR`, `peers.py --profile DIR`), by name, per traced step, and compares traces
+side by side: which kernels one step runs that another doesn't, and where the time goes.
+
+  python3 scripts/bench/trace_summary.py A.json:STEPS B.json:STEPS [--top 30]
+
+STEPS is how many steps the trace holds (train's --profile-steps FROM:TO holds TO - FROM + 1;
+peers.py's --steps). --ops sums the host's operator calls instead (nested calls count in each
+level). Prints, per trace, the GPU busy time per step, and one table of the kernels
+by time per step in each trace (microseconds), largest difference first.
+"""
+import argparse
+import collections
+import json
+import re
+
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def short(name, width=90):
+    """Kernel names with their template arguments folded, so that the same kernel matches."""
+    name = re.sub(r"<.*>", "<...>", name)
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def load(spec, cats):
+    path, _, steps = spec.rpartition(":")
+    if not path:
+        path, steps = steps, "1"
+    with open(path) as f:
+        trace = json.load(f)
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    per = collections.defaultdict(lambda: [0.0, 0])
+    busy = 0.0
+    for e in events:
+        if e.get("ph") != "X" or e.get("cat") not in cats:
+            continue
+        d = float(e.get("dur", 0))
+        k = per[short(e.get("name", "?"))]
+        k[0] += d
+        k[1] += 1
+        busy += d
+    n = max(1, int(steps))
+    return path, n, {k: (v[0] / n, v[1] / n) for k, v in per.items()}, busy / n
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("traces", nargs="+", help="TRACE.json:STEPS")
+    p.add_argument("--top", type=int, default=30)
+    p.add_argument("--ops", action="store_true", help="sum the host's operator calls (cpu_op) instead of GPU work: "
+                   "which ATen ops each step calls, on any device")
+    a = p.parse_args()
+    runs = [load(s, ("cpu_op",) if a.ops else GPU_CATS) for s in a.traces]
+    for path, n, _, busy in runs:
+        print(f"{path}: {n} step(s), {'host op' if a.ops else 'GPU busy'} {busy:.1f} us per step")
+    names = set().union(*(r[2].keys() for r in runs))
+    zero = (0.0, 0.0)
+
+    def spread(k):
+        v = [r[2].get(k, zero)[0] for r in runs]
+        return max(v) - min(v)
+
+    head = " | ".join(f"trace {i + 1} us (calls)" for i in range(len(runs)))
+    print(f"\n{head} | kernel")
+    for k in sorted(names, key=spread, reverse=True)[: a.top]:
+        cells = " | ".join(f"{r[2].get(k, zero)[0]:9.1f} ({r[2].get(k, zero)[1]:5.1f})" for r in runs)
+        print(f"{cells} | {k}")
+
+
+if __name__ == "__main__":
+    main()
