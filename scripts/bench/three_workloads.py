@@ -38,7 +38,7 @@ sys.path.insert(0, HERE)
 WORKLOADS = ("mnist", "resnet18", "transformer")
 BATCHES = {"mnist": [64, 512], "resnet18": [128, 512], "transformer": [16, 64]}
 # Steps of each libtrain epoch and of peers.py's timed window / warm-up, per workload, on a GPU.
-STEPS = {"mnist": (300, 300, 30), "resnet18": (40, 40, 10), "transformer": (20, 20, 5)}
+STEPS = {"mnist": (300, 300, 30), "resnet18": (40, 40, 10), "transformer": (40, 40, 5)}
 TINY_STEPS = {"mnist": (4, 4, 2), "resnet18": (2, 2, 1), "transformer": (6, 6, 2)}
 MNIST_TRAIN = 60000
 CIFAR_TRAIN = 50000

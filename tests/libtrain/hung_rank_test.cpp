@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 using train::test::bin;
 using train::test::run_program;
 
@@ -108,4 +111,46 @@ TEST(HungRank, AStallTimeoutNotBelowTheGroupTimeoutIsRefused) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("--stall-timeout 400: expected 0 (automatic) or fewer seconds than --dist-timeout (300)"),
             std::string::npos) << r.err;
+}
+
+// On 2 GPUs over NCCL (issue 24, "on the GPU machine"): rank 1 sleeps in get_batch at step 30.
+// The roll-call names it, every rank exits with the stall's status, and each rank writes torch's
+// NCCL flight recorder into the checkpoint folder, says where, and the file is the pickle torch's
+// analyser (python -m torch.distributed.flight_recorder.fr_trace) reads, with the all-reduces in it.
+TEST(HungRankGpu, AnNcclStallIsNamedAndEachRankDumpsTheFlightRecorder) {
+  auto gpus = run_program({"sh", "-c", "nvidia-smi -L 2>/dev/null | grep -c '^GPU'"}, {}, 30);
+  const int n = gpus.exit_code == 0 ? std::atoi(gpus.out.c_str()) : 0;
+  if (n < 2) GTEST_SKIP() << "needs 2 NVIDIA GPUs, found " << n << ": run scripts/gpu-check.sh on a node with 2 GPUs (docs/gpu.md)";
+  if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << kNoData;
+  train::test::TempDir d("frdump");
+  auto r = run_program({"bash", "-c", bin("trainctl") + " local --nproc 2 --no-prefix -- " + bin("train") + " --data " +
+                                          train::test::fashion_mnist_dir() +
+                                          " --epochs 1 --limit-train-samples 6400 --limit-test-samples 200 --batch-size 64 "
+                                          "--device cuda --backend nccl --peer-allreduce off --stall-timeout 5 "
+                                          "--dist-timeout 120 --log-interval 10 --checkpoint-dir " + d.path()},
+                       {"TRAIN_FAULT_SLEEP_AT_STEP=30:3600:1", "NCCL_NVLS_ENABLE=0"}, 600);
+  EXPECT_EQ(r.exit_code, 79) << r.err;
+  EXPECT_NE(r.err.find("rank 1 in get_batch at step 30 for "), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("(timeout 120 s)"), std::string::npos) << r.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string dump = d.file("nccl_trace_rank_" + std::to_string(rank));
+    EXPECT_NE(r.err.find("NCCL flight recorder of this rank written to " + dump), std::string::npos) << r.err;
+    ASSERT_FALSE(train::test::read_text(dump).empty()) << dump << " missing or empty\n" << r.err;
+    const std::string py = train::test::venv_python();
+    if (py.empty()) {
+      std::printf("note: no Python with torch (TRAIN_TEST_PYTHON): %s not unpickled, only its presence checked\n", dump.c_str());
+      continue;
+    }
+    auto check = run_program({py, "-c",
+                              "import pickle, sys\n"
+                              "d = pickle.load(open(sys.argv[1], 'rb'))\n"
+                              "e = d['entries']\n"
+                              "names = {x.get('profiling_name', '') for x in e}\n"
+                              "print(len(e), 'entries', sorted(names))\n"
+                              "assert any('all_reduce' in s or 'allreduce' in s for s in names), names\n",
+                              dump},
+                             {}, 120);
+    EXPECT_EQ(check.exit_code, 0) << dump << ": " << check.out << check.err;
+    std::printf("rank %d's flight recorder: %s", rank, check.out.c_str());
+  }
 }
