@@ -2,7 +2,8 @@
 # The benchmark's Python side on the CPU (scripts/bench/peers.py, bench_models.py, three_workloads.py):
 #   the models' parameter counts (ResNet-18: 11,173,962; the transformer's formula), peers.py's
 #   eager and graph modes on a tiny transformer at world 1 and 2 (Gloo, --spawn) printing parseable
-#   rows, and the driver's table (ratios against the fastest peer and eager) from a results file.
+#   rows, the driver's table (ratios against the fastest peer and eager) from a results file, and
+#   accuracy.py's libtrain-against-Python rows and table (tiny transformer, 2 seeds).
 # usage: peers_test.sh REPO        (exit 77 = skipped: no .venv with torch)
 set -uo pipefail
 repo=$1
@@ -47,4 +48,19 @@ PY
 cat "$work/table"
 grep -q "| transformer | 1 x 4 | fp32 | eager | 1000.0 |" "$work/table" || fail "no libtrain line in the table"
 grep -Eq "\| [0-9.]+x \|" "$work/table" || fail "no ratio in the table"
+# accuracy.py: libtrain's transformer_bench (build/) against the Python loop, 2 seeds, tiny sizes.
+if [[ -x $repo/build/bin/transformer_bench ]]; then
+  "$py" accuracy.py --device cpu --tiny --workloads transformer --seeds 1,2 --build "$repo/build" \
+    --results "$work/acc.jsonl" >"$work/acc" 2>"$work/acc.err" || { tail -20 "$work/acc.err"; cat "$work/acc"; fail "accuracy.py"; }
+  "$py" - "$work/acc.jsonl" <<'PY' || fail "accuracy rows"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [(r["impl"], r["seed"]) for r in rows] == [("libtrain", 1), ("python", 1), ("libtrain", 2), ("python", 2)], rows
+assert all(0 <= r["test_accuracy"] <= 1 and r["epochs"] == 2 and r["steps"] == 32 for r in rows), rows
+print("accuracy rows ok")
+PY
+  grep -Eq "^\| transformer \| 2 x 16, fp32 \| .* \| (within|outside) noise \|$" "$work/acc" || { cat "$work/acc"; fail "no accuracy table line"; }
+else
+  echo "note: $repo/build/bin/transformer_bench not built: accuracy.py not checked"
+fi
 echo "PASS"
