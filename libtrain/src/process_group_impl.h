@@ -36,6 +36,11 @@ inline std::optional<ShmGroup::DType> shm_dtype_of(at::ScalarType type) {
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
                                                     std::chrono::milliseconds timeout, int device_index);
 
+/// c10d's Gloo backend on --interface / TRAIN_INTERFACE, else GLOO_SOCKET_IFNAME, else the host
+/// name's address (process_group.cpp); the main group's and the health check's subgroups'.
+c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
+                                                    std::chrono::milliseconds timeout);
+
 struct ProcessGroupImpl {
   ~ProcessGroupImpl() { stop_heartbeat(); }  // also when create() fails after the rendezvous
   DistEnv env;

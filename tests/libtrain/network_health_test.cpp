@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <sstream>
+
 using train::test::bin;
 using train::test::run_program;
 
@@ -53,10 +55,34 @@ TEST(NetworkHealth, HealthCheckOnTwoCpuRanksLogsOneTableAndTrains) {
   const auto r = run_program(two_ranks({"--health-check"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(has(r.err, "health check: 1 node(s), 2 rank(s); GEMM 256x256 fp32 on cpu")) << r.err;
+  EXPECT_TRUE(has(r.err, "within-node GB/s")) << r.err;
   EXPECT_TRUE(has(r.err, "all-reduce bus bandwidth over all 2 rank(s), 4 MB, gloo: ")) << r.err;
+  // One node: its 2 ranks' own all-reduce is measured (a number, not "-"), and between nodes is "-".
+  EXPECT_TRUE(has(r.err, "all-reduce bus bandwidth between nodes, one rank per node: - (one node)")) << r.err;
+  const size_t header = r.err.find("others' median  verdict\n");  // the node's row is the next line
+  ASSERT_NE(header, std::string::npos) << r.err;
+  const size_t row = r.err.find('\n', header);
+  const std::vector<std::string> cols = [&] {
+    std::vector<std::string> c;
+    std::istringstream in(r.err.substr(row + 1, r.err.find('\n', row + 1) - row - 1));
+    for (std::string w; in >> w;) c.push_back(w);
+    return c;
+  }();
+  ASSERT_EQ(cols.size(), 7u) << r.err;  // node, ranks, GEMM, its median, within-node, its median, ok
+  EXPECT_EQ(cols[1], "0,1");
+  EXPECT_GT(std::stod(cols[4]), 0) << r.err;
+  EXPECT_EQ(cols[5], "-");  // one node: no other nodes' median
+  EXPECT_EQ(cols[6], "ok");
   EXPECT_TRUE(has(r.err, "health check passed")) << r.err;
   // One table: rank 0 logs it.
   EXPECT_EQ(r.err.find("health check: "), r.err.rfind("health check: ")) << r.err;
+  // The check draws no random numbers: the trained parameters are those of a run without it.
+  const auto without = run_program(two_ranks({}));
+  ASSERT_EQ(without.exit_code, 0) << without.err;
+  const auto with_done = nlohmann::json::parse(train::test::last_line(r.out), nullptr, false);
+  const auto without_done = nlohmann::json::parse(train::test::last_line(without.out), nullptr, false);
+  ASSERT_FALSE(with_done.is_discarded() || without_done.is_discarded()) << r.out << without.out;
+  EXPECT_EQ(with_done.value("params_sha256", "a"), without_done.value("params_sha256", "b"));
 }
 
 TEST(NetworkHealth, HealthFlagsNeedTheCheckAndTheFaultIsChecked) {
@@ -71,4 +97,8 @@ TEST(NetworkHealth, HealthFlagsNeedTheCheckAndTheFaultIsChecked) {
                    "--health-check"}, {"TRAIN_FAULT_SLOW_NODE=node2"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(has(r.err, "TRAIN_FAULT_SLOW_NODE='node2': expected NODE:FACTOR")) << r.err;
+  r = run_program({bin("train"), "--data", train::test::fashion_mnist_dir(), "--device", "cpu", "--max-steps", "1",
+                   "--health-check"}, {"TRAIN_FAULT_SLOW_NODE_NET=node2:0.5"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "TRAIN_FAULT_SLOW_NODE_NET='node2:0.5': expected NODE:FACTOR with a FACTOR of 1 or more")) << r.err;
 }
