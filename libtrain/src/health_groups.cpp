@@ -22,8 +22,11 @@ HealthGroup::HealthGroup(ProcessGroupImpl& core, const std::vector<int>& ranks, 
   for (const int r : ranks) list += (list.empty() ? "" : ",") + std::to_string(r);
   what_ = "health check all-reduce among ranks " + list;
   auto store = c10::make_intrusive<c10d::PrefixStore>(key, core.store);
+  std::string name = key;  // NCCL's name for the group: "health.1.group.node0"
+  std::replace(name.begin(), name.end(), '/', '.');
+  if (!name.empty() && name.back() == '.') name.pop_back();
   core.guarded("creating the " + what_, [&] {
-    backend_ = core.backend == Backend::nccl ? make_nccl_backend(store, rank, size_, core.timeout, core.device_index)
+    backend_ = core.backend == Backend::nccl ? make_nccl_backend(store, rank, size_, core.timeout, core.device_index, name)
                                              : make_gloo_backend(store, rank, size_, core.timeout);
   });
 }
