@@ -379,14 +379,18 @@ void run_health_check(const NetHealthOptions& c, const DistEnv& env, ProcessGrou
     if (env.rank == 0) log::info("health check passed");
     return;
   }
-  const std::vector<std::string> parts = text::split(verdict, '\t');  // bad nodes, failed measures, requeue note
-  const std::string bad = parts[0];
-  const std::string msg = "--health-check: " + (parts.size() > 1 ? parts[1] : bad) + " (the table on rank 0).";
+  // "BAD NODES\tFAILED MEASURES\tREQUEUE NOTE" (the note, scontrol's words, may hold tabs itself)
+  const size_t tab1 = verdict.find('\t');
+  const size_t tab2 = tab1 == std::string::npos ? std::string::npos : verdict.find('\t', tab1 + 1);
+  const std::string bad = verdict.substr(0, tab1);
+  const std::string failed = tab1 == std::string::npos ? bad : verdict.substr(tab1 + 1, tab2 - tab1 - 1);
+  const std::string note = tab2 == std::string::npos ? "" : verdict.substr(tab2 + 1);
+  const std::string msg = "--health-check: " + failed + " (the table on rank 0).";
   if (c.health_warn_only) {
     if (env.rank == 0) log::warn(msg + " Training anyway (--health-warn-only).");
     return;
   }
-  throw HealthError(msg + (parts.size() > 2 ? parts[2] : std::string()),
+  throw HealthError(msg + note,
                     c.exclude_bad_nodes ? "the requeued job runs without them; check the nodes (nvidia-smi, dmesg) with the admins."
                                         : "sbatch --exclude=" + bad + " (or --exclude-bad-nodes to requeue without them), "
                                           "and tell the admins; --health-warn-only trains anyway.");

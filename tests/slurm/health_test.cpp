@@ -173,6 +173,7 @@ TEST_F(SlurmHealthTest, ExcludeBadNodesRequeuesTheJobWithoutTheSlowNode) {
   // The requeued run: node1 alone, one rank, trained to the end.
   EXPECT_TRUE(contains(log, "ddp: job " + id + ", restart 1: 1 node(s) node1")) << log;
   EXPECT_TRUE(contains(log, "health check: 1 node(s), ")) << log;
+  EXPECT_TRUE(contains(log, "all-reduce bus bandwidth between nodes, one rank per node: - (one node)")) << log;
   // No rank of the requeued run is on node2 (SLURM may start the job's tasks on node1 alone).
   const size_t restart = log.find("restart 1:");
   EXPECT_FALSE(restart == std::string::npos || contains(log.substr(restart), " node2]")) << log;
