@@ -21,6 +21,7 @@ add_library(train STATIC
   ${_train_src}/device/train_device.cpp
   ${_train_src}/fault_injection.cpp
   ${_train_src}/health_check.cpp
+  ${_train_src}/health_groups.cpp
   ${_train_src}/health_verdict.cpp
   ${_train_src}/rollcall.cpp
   ${_train_src}/straggler.cpp

@@ -87,8 +87,8 @@ FaultInjection FaultInjection::from_env(int rank) {
   return f;
 }
 
-double slow_node_factor(const std::string& node) {
-  const char* fault = std::getenv("TRAIN_FAULT_SLOW_NODE");
+double slow_node_factor(const std::string& node, const char* variable) {
+  const char* fault = std::getenv(variable);
   if (fault == nullptr || *fault == '\0') return 1;
   const std::string v = fault;
   const size_t colon = v.rfind(':');
@@ -101,7 +101,7 @@ double slow_node_factor(const std::string& node) {
     factor = 0;
   }
   if (!(factor >= 1)) {
-    throw ConfigError("TRAIN_FAULT_SLOW_NODE='" + v + "': expected NODE:FACTOR with a FACTOR of 1 or more, e.g. node2:10.",
+    throw ConfigError(std::string(variable) + "='" + v + "': expected NODE:FACTOR with a FACTOR of 1 or more, e.g. node2:10.",
                       "it is a testing aid; unset it for real runs.");
   }
   return v.substr(0, colon) == node ? factor : 1;

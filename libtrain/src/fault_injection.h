@@ -10,6 +10,9 @@
 //   (a slow node: the straggler report must name it).
 // - TRAIN_FAULT_NAN_AT_STEP=STEP[-LAST][:RANK]: the rank(s)' training loss is NaN (multiplied by
 //   NaN on the device, before the backward) at steps STEP to LAST (--nonfinite's tests).
+// - TRAIN_FAULT_SLOW_NODE=NODE:FACTOR and TRAIN_FAULT_SLOW_NODE_NET=NODE:FACTOR: --health-check's
+//   GEMM, or its all-reduce among the node's own ranks, takes FACTOR times as long on node NODE
+//   (slow_node_factor in net_health_options.h).
 #pragma once
 
 #include <cstdint>

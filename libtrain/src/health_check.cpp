@@ -2,6 +2,7 @@
 #include "health_check.h"
 
 #include "device/train_device.h"
+#include "health_groups.h"
 #include "health_verdict.h"
 #include "net_health_options.h"
 #include "process_group_impl.h"
@@ -20,9 +21,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <thread>
 
 namespace train::detail {
@@ -63,19 +66,91 @@ Gemm measure_gemm(const TrainDevice& dev, double slow_factor) {
   return g;
 }
 
-// Bus bandwidth of an all-reduce over every rank (nccl-tests' definition: bytes x 2(n-1)/n per
-// second), in GB/s.
-double measure_allreduce(ProcessGroup& pg, const TrainDevice& dev, int64_t bytes) {
+// Bus bandwidth of `allreduce` among `n` ranks (nccl-tests' definition: bytes x 2(n-1)/n per
+// second), in GB/s. TRAIN_FAULT_SLOW_NODE_NET's `slow_factor` stretches the timed span.
+double measure_allreduce(const std::function<void(at::Tensor&)>& allreduce, int n, const TrainDevice& dev, int64_t bytes,
+                         double slow_factor) {
   at::Tensor t = at::full({bytes / 4}, 1.0, at::TensorOptions().dtype(at::kFloat).device(dev.device()));
-  pg.allreduce_sum(t);  // warm-up: connections and buffers
+  allreduce(t);  // warm-up: connections, communicators and buffers
   dev.synchronize();
   const int iters = 5;
   const auto t0 = Clock::now();
-  for (int i = 0; i < iters; ++i) pg.allreduce_sum(t);
+  for (int i = 0; i < iters; ++i) allreduce(t);
   dev.synchronize();
+  if (slow_factor > 1) std::this_thread::sleep_for(std::chrono::duration<double>((slow_factor - 1) * seconds_since(t0)));
   const double per = seconds_since(t0) / iters;
-  const int n = pg.size();
   return static_cast<double>(bytes) * 2.0 * (n - 1) / n / per / 1e9;
+}
+
+std::string text_of(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
+void put(c10d::Store& store, const std::string& key, const std::string& value) {
+  store.set(key, std::vector<uint8_t>(value.begin(), value.end()));
+}
+
+// This check's store keys: "health/N/", N counting this rank's checks on the store. Every rank
+// counts its own and the check is collective, so they agree, and a check run again on the same
+// store (a resumed run in the same process, torchrun's agent store) never reads an earlier one's.
+std::string round_prefix(c10d::Store& store, int rank) {
+  return "health/" + std::to_string(store.add("health/checks/" + std::to_string(rank), 1)) + "/";
+}
+
+// Every rank's node name, on every rank: each rank sets its own, rank 0 reads them all and sets
+// the list, which the others read (2 x world store requests, not world^2).
+std::vector<std::string> exchange_nodes(c10d::Store* store, const std::string& prefix, int rank, int world,
+                                        const std::string& node) {
+  if (store == nullptr || world <= 1) return {node};
+  if (rank != 0) {
+    put(*store, prefix + "node/" + std::to_string(rank), node);
+    std::vector<std::string> nodes = text::split(text_of(store->get(prefix + "nodes")), '\n');
+    if (static_cast<int>(nodes.size()) != world) {
+      throw CommError("health check: rank " + std::to_string(rank) + " expected " + std::to_string(world) +
+                          " node names from rank 0, found " + std::to_string(nodes.size()) + ".",
+                      "a node name with a line break? Check the SLURM node list and host names.");
+    }
+    return nodes;
+  }
+  std::vector<std::string> nodes{node};
+  std::string list = node;
+  for (int r = 1; r < world; ++r) {
+    nodes.push_back(text_of(store->get(prefix + "node/" + std::to_string(r))));
+    list += "\n" + nodes.back();
+  }
+  put(*store, prefix + "nodes", list);
+  return nodes;
+}
+
+// All-reduce bus bandwidths this rank took part in (NaN where it took part in none).
+struct Network {
+  double all = NAN;      // over every rank
+  double within = NAN;   // among this node's ranks (nodes of 2 ranks or more)
+  double between = NAN;  // among the lowest rank of each node (2 nodes or more; those ranks only)
+  int nodes = 1;
+};
+
+bool has_rank(const std::vector<int>& ranks, int rank) { return std::find(ranks.begin(), ranks.end(), rank) != ranks.end(); }
+
+// The main group's all-reduce, then the node's own ranks' (concurrently on every node), then the
+// one among one rank per node. A subgroup is built by its members alone and shut down after.
+Network measure_network(ProcessGroup* pg, const TrainDevice& dev, int64_t bytes,
+                        const std::vector<std::string>& node_of_rank, const std::string& prefix, double net_factor) {
+  Network net;
+  const std::vector<std::vector<int>> nodes = ranks_by_node(node_of_rank);
+  net.nodes = static_cast<int>(nodes.size());
+  if (pg == nullptr || pg->size() <= 1) return net;
+  net.all = measure_allreduce([&](at::Tensor& t) { pg->allreduce_sum(t); }, pg->size(), dev, bytes, 1);
+  ProcessGroupImpl& core = details::core_of(*pg);
+  std::vector<int> leaders;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    leaders.push_back(nodes[i].front());
+    if (nodes[i].size() < 2 || !has_rank(nodes[i], pg->rank())) continue;
+    HealthGroup group(core, nodes[i], prefix + "group/node" + std::to_string(i) + "/");
+    net.within = measure_allreduce([&](at::Tensor& t) { group.allreduce_sum(t); }, group.size(), dev, bytes, net_factor);
+  }
+  if (leaders.size() >= 2 && has_rank(leaders, pg->rank())) {
+    HealthGroup group(core, leaders, prefix + "group/between/");
+    net.between = measure_allreduce([&](at::Tensor& t) { group.allreduce_sum(t); }, group.size(), dev, bytes, 1);
+  }
+  return net;
 }
 
 std::string pad(std::string s, size_t width) {
@@ -83,18 +158,37 @@ std::string pad(std::string s, size_t width) {
   return s;
 }
 
-std::string table(const std::vector<NodeVerdict>& verdicts, const std::vector<std::string>& node_of_rank,
-                  const std::string& what, double fraction) {
-  std::string t = "health check: " + what + "\n  " + pad("node", 14) + pad("ranks", 10) + pad("GEMM GFLOP/s", 15) +
-                  pad("others' median", 16) + "verdict";
+const NodeVerdict* find_node(const std::vector<NodeVerdict>& verdicts, const std::string& node) {
   for (const NodeVerdict& v : verdicts) {
+    if (v.node == node) return &v;
+  }
+  return nullptr;
+}
+
+// Rank 0's table: per node its ranks, its GEMM and within-node all-reduce (value, the other
+// nodes' median) and the measures it fails. `measures` holds GEMM's verdicts, then within-node's.
+std::string table(const std::vector<MeasureVerdicts>& measures, const std::vector<std::string>& node_of_rank,
+                  const std::string& what, double fraction) {
+  const char* label[] = {"GEMM", "within-node all-reduce"};
+  std::string t = "health check: " + what + "\n  " + pad("node", 14) + pad("ranks", 10) + pad("GEMM GFLOP/s", 15) +
+                  pad("others' median", 16) + pad("within-node GB/s", 18) + pad("others' median", 16) + "verdict";
+  auto ref_of = [](const NodeVerdict* v, const char* form) {
+    return v == nullptr || !std::isfinite(v->reference) ? std::string("-") : text::format(form, v->reference);
+  };
+  for (const NodeVerdict& v : measures[0].nodes) {
     std::string ranks;
     for (size_t r = 0; r < node_of_rank.size(); ++r) {
       if (node_of_rank[r] == v.node) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
     }
-    const std::string ref = std::isfinite(v.reference) ? text::format("%.2f", v.reference) : "-";
-    t += "\n  " + pad(v.node, 14) + pad(ranks, 10) + pad(text::format("%.2f", v.value), 15) + pad(ref, 16) +
-         (v.bad ? "BAD: below " + text::format("%g", fraction) + " x others' median" : "ok");
+    const NodeVerdict* within = find_node(measures[1].nodes, v.node);
+    std::string failed;
+    for (size_t m = 0; m < measures.size(); ++m) {
+      const NodeVerdict* mine = find_node(measures[m].nodes, v.node);
+      if (mine != nullptr && mine->bad) failed += (failed.empty() ? "" : ", ") + std::string(label[m]);
+    }
+    t += "\n  " + pad(v.node, 14) + pad(ranks, 10) + pad(text::format("%.2f", v.value), 15) + pad(ref_of(&v, "%.2f"), 16) +
+         pad(within != nullptr ? text::format("%.3f", within->value) : "-", 18) + pad(ref_of(within, "%.3f"), 16) +
+         (failed.empty() ? "ok" : "BAD: " + failed + " below " + text::format("%g", fraction) + " x others' median");
   }
   return t;
 }
@@ -200,58 +294,103 @@ void validate(const NetHealthOptions& c) {
   }
 }
 
+namespace {
+
+// What every rank measured, gathered on rank 0 (one entry per rank; NaN where a rank has none).
+struct RankResults {
+  std::vector<double> gflops, within;
+};
+
+RankResults gather_results(c10d::Store* store, const std::string& prefix, int rank, int world, double gflops,
+                           double within) {
+  RankResults r{{gflops}, {within}};
+  if (store == nullptr || world <= 1) return r;
+  if (rank != 0) {
+    put(*store, prefix + "result/" + std::to_string(rank), text::format("%.17g", gflops) + "\t" + text::format("%.17g", within));
+    return r;
+  }
+  for (int i = 1; i < world; ++i) {
+    const std::string got = text_of(store->get(prefix + "result/" + std::to_string(i)));
+    r.gflops.push_back(std::strtod(got.c_str(), nullptr));
+    r.within.push_back(got.find('\t') == std::string::npos ? NAN : std::strtod(got.c_str() + got.find('\t') + 1, nullptr));
+  }
+  return r;
+}
+
+// Rank 0: judges the nodes, logs the table, and with --exclude-bad-nodes requeues the job.
+// Returns "" when no node is bad, else "BAD NODES\tWHICH MEASURE FAILED\tREQUEUE NOTE".
+std::string judge_and_report(const NetHealthOptions& c, const DistEnv& env, const std::vector<std::string>& node_of_rank,
+                             const RankResults& results, const Network& net, const std::string& what,
+                             const std::string& size) {
+  // Within-node bandwidth is judged among the nodes of 2 ranks or more (the others have none).
+  std::vector<std::string> within_nodes;
+  std::vector<double> within_values;
+  for (const std::vector<int>& ranks : ranks_by_node(node_of_rank)) {
+    for (const int r : ranks) {
+      if (ranks.size() < 2) continue;
+      within_nodes.push_back(node_of_rank[r]);
+      within_values.push_back(results.within[r]);
+    }
+  }
+  const std::vector<MeasureVerdicts> measures = {
+      {"GEMM throughput", judge_nodes(node_of_rank, results.gflops, c.health_min_fraction)},
+      {"within-node all-reduce bus bandwidth", judge_nodes(within_nodes, within_values, c.health_min_fraction)}};
+  const int world = static_cast<int>(node_of_rank.size());
+  std::string t = table(measures, node_of_rank, what, c.health_min_fraction);
+  auto gbps = [](double v, const char* none) { return std::isfinite(v) ? text::format("%.3f", v) + " GB/s" : std::string(none); };
+  t += "\n  all-reduce bus bandwidth between nodes" +
+       (net.nodes >= 2 ? " (" + std::to_string(net.nodes) + " ranks, the lowest of each node), " + size + ": " + gbps(net.between, "-")
+                       : std::string(", one rank per node: - (one node)"));
+  t += "\n  all-reduce bus bandwidth over all " + std::to_string(world) + " rank(s), " + size + ": " + gbps(net.all, "- (one rank)");
+  log::info(t);
+  const std::string bad = bad_node_list(measures);
+  if (bad.empty()) return "";
+  return bad + "\t" + failed_measures(measures, c.health_min_fraction) + "\t" +
+         (c.exclude_bad_nodes ? requeue_without(env, bad) : std::string());
+}
+
+}  // namespace
+
 void run_health_check(const NetHealthOptions& c, const DistEnv& env, ProcessGroup* pg, const TrainDevice& dev) {
   const std::string node = node_name(env);
-  const Gemm gemm = measure_gemm(dev, slow_node_factor(node));
+  const double net_factor = slow_node_factor(node, kSlowNodeNet);  // a malformed fault fails before any collective
+  const Gemm gemm = measure_gemm(dev, slow_node_factor(node, kSlowNodeGemm));
   const int64_t bytes = dev.gpu() ? (int64_t{256} << 20) : (int64_t{4} << 20);
-  const double busbw = pg != nullptr && pg->size() > 1 ? measure_allreduce(*pg, dev, bytes) : NAN;
   const int world = pg != nullptr ? pg->size() : 1;
-  std::vector<std::string> node_of_rank{node};
-  std::vector<double> gflops{gemm.gflops};
   c10::intrusive_ptr<c10d::Store> store;
-  if (pg != nullptr) store = details::core_of(*pg).store;
-  auto text_of = [](const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); };
-  if (store && env.rank != 0) {
-    const std::string mine = node + "\t" + text::format("%.17g", gemm.gflops);
-    store->set("health/" + std::to_string(env.rank), std::vector<uint8_t>(mine.begin(), mine.end()));
-  }
+  if (pg != nullptr && world > 1) store = details::core_of(*pg).store;
+  const std::string prefix = store ? round_prefix(*store, env.rank) : "";
+  const std::vector<std::string> node_of_rank = exchange_nodes(store.get(), prefix, env.rank, world, node);
+  const Network net = measure_network(pg, dev, bytes, node_of_rank, prefix, net_factor);
+  const RankResults results = gather_results(store.get(), prefix, env.rank, world, gemm.gflops, net.within);
   std::string verdict;
   if (env.rank == 0) {
-    for (int r = 1; r < world; ++r) {
-      const std::string got = text_of(store->get("health/" + std::to_string(r)));
-      node_of_rank.push_back(got.substr(0, got.find('\t')));
-      gflops.push_back(std::strtod(got.c_str() + got.find('\t') + 1, nullptr));
-    }
-    const std::vector<NodeVerdict> verdicts = judge_nodes(node_of_rank, gflops, c.health_min_fraction);
-    const std::string what = std::to_string(verdicts.size()) + " node(s), " + std::to_string(world) + " rank(s); GEMM " +
-                             std::to_string(gemm.n) + "x" + std::to_string(gemm.n) + " fp32 on " + dev.device().str();
-    std::string t = table(verdicts, node_of_rank, what, c.health_min_fraction);
-    t += "\n  all-reduce bus bandwidth over all " + std::to_string(world) + " rank(s), " +
-         std::to_string(bytes >> 20) + " MB, " + (pg != nullptr ? to_string(pg->backend()) : std::string("-")) + ": " +
-         (std::isfinite(busbw) ? text::format("%.3f", busbw) + " GB/s" : std::string("- (one rank)"));
-    log::info(t);
-    verdict = bad_node_list(verdicts);
-    std::string note;
-    if (!verdict.empty() && c.exclude_bad_nodes) note = requeue_without(env, verdict);
-    verdict = verdict.empty() ? "" : verdict + "\t" + note;
-    const std::string sent = verdict.empty() ? "ok" : verdict;  // the store's values are never empty
-    if (store) store->set("health/verdict", std::vector<uint8_t>(sent.begin(), sent.end()));
+    const std::string what = std::to_string(ranks_by_node(node_of_rank).size()) + " node(s), " + std::to_string(world) +
+                             " rank(s); GEMM " + std::to_string(gemm.n) + "x" + std::to_string(gemm.n) + " fp32 on " +
+                             dev.device().str();
+    const std::string size = std::to_string(bytes >> 20) + " MB, " + (pg != nullptr ? to_string(pg->backend()) : std::string("-"));
+    verdict = judge_and_report(c, env, node_of_rank, results, net, what, size);
+    if (store) put(*store, prefix + "verdict", verdict.empty() ? "ok" : verdict);  // the store's values are never empty
   } else {
-    verdict = text_of(store->get("health/verdict"));
+    verdict = text_of(store->get(prefix + "verdict"));
     if (verdict == "ok") verdict.clear();
   }
   if (verdict.empty()) {
     if (env.rank == 0) log::info("health check passed");
     return;
   }
-  const std::string bad = verdict.substr(0, verdict.find('\t'));
-  const std::string msg = "--health-check: node(s) " + bad + ": GEMM throughput below " +
-                          text::format("%g", c.health_min_fraction) + " x the median of the other nodes' (the table on rank 0).";
+  // "BAD NODES\tFAILED MEASURES\tREQUEUE NOTE" (the note, scontrol's words, may hold tabs itself)
+  const size_t tab1 = verdict.find('\t');
+  const size_t tab2 = tab1 == std::string::npos ? std::string::npos : verdict.find('\t', tab1 + 1);
+  const std::string bad = verdict.substr(0, tab1);
+  const std::string failed = tab1 == std::string::npos ? bad : verdict.substr(tab1 + 1, tab2 - tab1 - 1);
+  const std::string note = tab2 == std::string::npos ? "" : verdict.substr(tab2 + 1);
+  const std::string msg = "--health-check: " + failed + " (the table on rank 0).";
   if (c.health_warn_only) {
     if (env.rank == 0) log::warn(msg + " Training anyway (--health-warn-only).");
     return;
   }
-  throw HealthError(msg + verdict.substr(verdict.find('\t') + 1),
+  throw HealthError(msg + note,
                     c.exclude_bad_nodes ? "the requeued job runs without them; check the nodes (nvidia-smi, dmesg) with the admins."
                                         : "sbatch --exclude=" + bad + " (or --exclude-bad-nodes to requeue without them), "
                                           "and tell the admins; --health-warn-only trains anyway.");

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <sstream>
 
 namespace train::detail {
 
@@ -41,6 +42,46 @@ std::string bad_node_list(const std::vector<NodeVerdict>& verdicts) {
   std::string s;
   for (const NodeVerdict& v : verdicts) {
     if (v.bad) s += (s.empty() ? "" : ",") + v.node;
+  }
+  return s;
+}
+
+std::vector<std::vector<int>> ranks_by_node(const std::vector<std::string>& node_of_rank) {
+  std::vector<std::string> names;
+  std::vector<std::vector<int>> ranks;
+  for (size_t r = 0; r < node_of_rank.size(); ++r) {
+    const auto it = std::find(names.begin(), names.end(), node_of_rank[r]);
+    if (it == names.end()) {
+      names.push_back(node_of_rank[r]);
+      ranks.push_back({static_cast<int>(r)});
+    } else {
+      ranks[static_cast<size_t>(it - names.begin())].push_back(static_cast<int>(r));
+    }
+  }
+  return ranks;
+}
+
+std::string bad_node_list(const std::vector<MeasureVerdicts>& measures) {
+  std::vector<std::string> bad;
+  for (const MeasureVerdicts& m : measures) {
+    for (const NodeVerdict& v : m.nodes) {
+      if (v.bad && std::find(bad.begin(), bad.end(), v.node) == bad.end()) bad.push_back(v.node);
+    }
+  }
+  std::string s;
+  for (const std::string& b : bad) s += (s.empty() ? "" : ",") + b;
+  return s;
+}
+
+std::string failed_measures(const std::vector<MeasureVerdicts>& measures, double min_fraction) {
+  std::ostringstream fraction;
+  fraction << min_fraction;  // as %g prints it
+  std::string s;
+  for (const MeasureVerdicts& m : measures) {
+    const std::string bad = bad_node_list(m.nodes);
+    if (bad.empty()) continue;
+    s += (s.empty() ? "" : "; ") + std::string("node(s) ") + bad + ": " + m.measure + " below " + fraction.str() +
+         " x the median of the other nodes'";
   }
   return s;
 }

@@ -1,10 +1,12 @@
 // Private: which nodes the health check names (issue 24, item 5), apart from the measuring so a
 // unit test can check it. No LibTorch.
 //
-// The rule: a node is bad when its value (its slowest rank's GEMM throughput) is below
+// The rule: a node is bad when its value (its slowest rank's measurement: the GEMM throughput, the
+// all-reduce bus bandwidth among its own ranks) is below
 // `min_fraction` x the median of the OTHER nodes' values. Leaving the node itself out keeps one
 // slow node of two named (against the other node alone), and a slow node cannot drag its own
-// reference down. A job of one node has nothing to compare with: nothing is named.
+// reference down. A job of one node has nothing to compare with: nothing is named. Each measure is
+// judged on its own; a node is named when any of its measures fails.
 #pragma once
 
 #include <string>
@@ -30,5 +32,23 @@ std::vector<NodeVerdict> judge_nodes(const std::vector<std::string>& node_of_ran
 
 /// The names of the bad nodes, comma separated ("" when none).
 std::string bad_node_list(const std::vector<NodeVerdict>& verdicts);
+
+/// The ranks of each node, the nodes in order of first appearance in `node_of_rank` (so each
+/// node's list is ascending, and the first node's starts with rank 0).
+std::vector<std::vector<int>> ranks_by_node(const std::vector<std::string>& node_of_rank);
+
+/// One measure's verdicts: `measure` says what was measured, in words ("GEMM throughput").
+struct MeasureVerdicts {
+  std::string measure;
+  std::vector<NodeVerdict> nodes;
+};
+
+/// The nodes bad in any measure, each once, comma separated, in order of first appearance.
+std::string bad_node_list(const std::vector<MeasureVerdicts>& measures);
+
+/// Which measure failed where, e.g. "node(s) node2: GEMM throughput below 0.5 x the median of the
+/// other nodes'; node(s) node1: within-node all-reduce bus bandwidth below 0.5 x ..." ("" when no
+/// node is bad).
+std::string failed_measures(const std::vector<MeasureVerdicts>& measures, double min_fraction);
 
 }  // namespace train::detail

@@ -27,8 +27,11 @@ std::string chosen_interface();
 void validate(const NetHealthOptions& options);
 
 /// The fault TRAIN_FAULT_SLOW_NODE=NODE:FACTOR (fault_injection.cpp): FACTOR on node NODE, else 1.
-/// The health check's GEMM measurement there takes FACTOR times as long. Throws train::ConfigError
-/// for a malformed value.
-double slow_node_factor(const std::string& node);
+/// The health check's GEMM measurement there takes FACTOR times as long. With `variable`
+/// TRAIN_FAULT_SLOW_NODE_NET (kSlowNodeNet), the all-reduce among that node's ranks does. Throws
+/// train::ConfigError for a malformed value.
+inline constexpr const char* kSlowNodeGemm = "TRAIN_FAULT_SLOW_NODE";
+inline constexpr const char* kSlowNodeNet = "TRAIN_FAULT_SLOW_NODE_NET";
+double slow_node_factor(const std::string& node, const char* variable = kSlowNodeGemm);
 
 }  // namespace train::detail

@@ -55,6 +55,23 @@ bool looks_like_timeout(const std::string& what) {
 }
 }  // namespace
 
+c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
+                                                    std::chrono::milliseconds timeout) {
+  auto o = c10d::ProcessGroupGloo::Options::create(timeout);
+  // Bind to the address other ranks can reach us at; the default device resolves the host
+  // name, which on clusters often maps to a management interface or 127.0.1.1.
+  const std::string interface = chosen_interface();
+  const char* from_env = std::getenv("GLOO_SOCKET_IFNAME");
+  const std::string iface = !interface.empty() ? interface : from_env != nullptr ? from_env : "";
+  if (!iface.empty()) {
+    o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(iface));
+  } else {
+    o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  }
+  o->threads = 2;
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, o);
+}
+
 void ProcessGroupImpl::guarded(const std::string& op, const std::function<void()>& fn) {
   try {
     fn();
@@ -231,18 +248,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const DistEnv& env,
 
   if (options.backend == Backend::gloo) {
     impl->guarded("creating the Gloo backend", [&] {
-      auto o = c10d::ProcessGroupGloo::Options::create(options.timeout);
-      // Bind to the address other ranks can reach us at; the default device resolves the host
-      // name, which on clusters often maps to a management interface or 127.0.1.1.
-      const char* from_env = std::getenv("GLOO_SOCKET_IFNAME");
-      const std::string iface = !interface.empty() ? interface : from_env != nullptr ? from_env : "";
-      if (!iface.empty()) {
-        o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(iface));
-      } else {
-        o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      }
-      o->threads = 2;
-      impl->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, env.rank, env.world_size, o);
+      impl->pg = detail::make_gloo_backend(impl->store, env.rank, env.world_size, options.timeout);
     });
     if (impl->shared_memory_allreduce && env.world_size > 1) {
       std::string why;

@@ -57,6 +57,43 @@ TEST(HealthVerdict, AFailedMeasurementMakesItsNodeBad) {
   EXPECT_EQ(bad_node_list(judge_nodes({"a", "b", "c"}, {100, 100, 0}, 0.5)), "c");
 }
 
+TEST(HealthVerdict, RanksAreGroupedByNodeInOrderOfFirstAppearance) {
+  const auto r = ranks_by_node({"b", "a", "b", "c", "a"});
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0], (std::vector<int>{0, 2}));  // b: rank 0's node comes first
+  EXPECT_EQ(r[1], (std::vector<int>{1, 4}));
+  EXPECT_EQ(r[2], (std::vector<int>{3}));
+  EXPECT_TRUE(ranks_by_node({}).empty());
+}
+
+TEST(HealthVerdict, EachMeasureNamesItsOwnBadNodes) {
+  // GEMM: node2 slow. Within-node all-reduce (nodes of two ranks or more): node1 slow; node3 has
+  // one rank, so it has no within-node measure and is not judged there.
+  const std::vector<MeasureVerdicts> m = {
+      {"GEMM throughput", judge_nodes({"node1", "node2", "node3"}, {100, 10, 100}, 0.5)},
+      {"within-node all-reduce bus bandwidth", judge_nodes({"node1", "node1", "node2", "node2"}, {1, 2, 5, 5}, 0.5)}};
+  EXPECT_EQ(bad_node_list(m), "node2,node1");
+  EXPECT_EQ(failed_measures(m, 0.5),
+            "node(s) node2: GEMM throughput below 0.5 x the median of the other nodes'; "
+            "node(s) node1: within-node all-reduce bus bandwidth below 0.5 x the median of the other nodes'");
+}
+
+TEST(HealthVerdict, ANodeBadInTwoMeasuresIsNamedOnce) {
+  const std::vector<MeasureVerdicts> m = {{"GEMM throughput", judge_nodes({"a", "b"}, {100, 10}, 0.25)},
+                                          {"within-node all-reduce bus bandwidth", judge_nodes({"a", "b"}, {8, 1}, 0.25)}};
+  EXPECT_EQ(bad_node_list(m), "b");
+  EXPECT_EQ(failed_measures(m, 0.25),
+            "node(s) b: GEMM throughput below 0.25 x the median of the other nodes'; "
+            "node(s) b: within-node all-reduce bus bandwidth below 0.25 x the median of the other nodes'");
+}
+
+TEST(HealthVerdict, NothingFailedSaysNothing) {
+  const std::vector<MeasureVerdicts> m = {{"GEMM throughput", judge_nodes({"a", "b"}, {100, 90}, 0.5)},
+                                          {"within-node all-reduce bus bandwidth", {}}};
+  EXPECT_EQ(bad_node_list(m), "");
+  EXPECT_EQ(failed_measures(m, 0.5), "");
+}
+
 TEST(NetInterfaces, LoopbackIsListedAndAMissingInterfaceIsNamedWithTheOthers) {
   const auto all = net::list_interfaces();
   EXPECT_FALSE(net::interface_of("127.0.0.1", all).empty()) << net::describe(all);

@@ -2,7 +2,9 @@
 // TRAIN_FAULT_SLOW_NODE=node2:30 stretches its GEMM measurement 30x) is named and the job fails
 // with exit status 69; with --exclude-bad-nodes the job requeues itself with ExcNodeList=node2
 // and the requeued job trains on node1 alone (the test lets it shrink to one node: this cluster
-// has no spare). Waits on the jobs' states and ends (sbatch --wait), not on durations.
+// has no spare). With 2 ranks per node, each node's own all-reduce is measured and judged too
+// (TRAIN_FAULT_SLOW_NODE_NET=node2:30 stretches node2's), and one between the nodes' first ranks.
+// Waits on the jobs' states and ends (sbatch --wait), not on durations.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -11,6 +13,7 @@
 #include <thread>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -53,14 +56,18 @@ class SlurmHealthTest : public ::testing::Test {
 
   // scripts/ddp.sh on its 2 nodes with a short CPU run; `while_running(id)` runs once the job is
   // submitted. Returns the job id and its log once sbatch --wait returns (after a requeue too).
+  // `sbatch_options` go before the script (e.g. --ntasks-per-node=2).
   std::pair<std::string, std::string> run_job(const std::string& dir, const std::vector<std::string>& extra,
-                                              const std::function<void(const std::string&)>& while_running = nullptr) {
+                                              const std::function<void(const std::string&)>& while_running = nullptr,
+                                              const std::vector<std::string>& sbatch_options = {}) {
     mkdir((dir + "/logs").c_str(), 0755);  // the script's --output folder
     std::vector<std::string> argv = {"/bin/sh", "-c", "cd \"$0\" && exec \"$@\"", dir, test::find_on_path("sbatch"),
-                                     "--parsable", "--wait", std::string(TRAIN_SOURCE_DIR) + "/scripts/ddp.sh",
-                                     "--data", test::fashion_mnist_dir(), "--epochs", "1", "--max-steps", "3",
-                                     "--limit-train-samples", "512", "--limit-test-samples", "100", "--threads", "1",
-                                     "--health-check"};
+                                     "--parsable", "--wait"};
+    argv.insert(argv.end(), sbatch_options.begin(), sbatch_options.end());
+    argv.insert(argv.end(), {std::string(TRAIN_SOURCE_DIR) + "/scripts/ddp.sh",
+                             "--data", test::fashion_mnist_dir(), "--epochs", "1", "--max-steps", "3",
+                             "--limit-train-samples", "512", "--limit-test-samples", "100", "--threads", "1",
+                             "--health-check"});
     argv.insert(argv.end(), extra.begin(), extra.end());
     TestProcess sbatch(argv, env_);
     const bool submitted = sbatch.wait_for_stdout([](const std::string& out) { return contains(out, "\n"); }, 30);
@@ -86,6 +93,31 @@ class SlurmHealthTest : public ::testing::Test {
   Env env_;
 };
 
+// The health table's row of `node` in `log`, split at blanks: node, ranks, GEMM GFLOP/s, its
+// others' median, within-node GB/s, its others' median, then the verdict's words.
+std::vector<std::string> row_of(const std::string& log, const std::string& node) {
+  const size_t at = log.find("\n  " + node + " ");
+  if (at == std::string::npos) return {};
+  std::istringstream in(log.substr(at + 1, log.find('\n', at + 1) - at - 1));
+  std::vector<std::string> words;
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
+}
+
+bool is_positive_number(const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  return !s.empty() && *end == '\0' && v > 0;
+}
+
+// The number after `label` in `log` up to " GB/s" ("" when the line is missing).
+std::string gbps_after(const std::string& log, const std::string& label) {
+  const size_t at = log.find(label);
+  if (at == std::string::npos) return "";
+  const size_t from = at + label.size();
+  return log.substr(from, log.find(" GB/s", from) == std::string::npos ? 0 : log.find(" GB/s", from) - from);
+}
+
 TEST_F(SlurmHealthTest, ASlowNodeIsNamedAndTheJobFailsWithItsOwnStatus) {
   if (!exists(bin("train"))) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
   if (test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
@@ -93,9 +125,16 @@ TEST_F(SlurmHealthTest, ASlowNodeIsNamedAndTheJobFailsWithItsOwnStatus) {
   const auto [id, log] = run_job(dir.path(), {});
   ASSERT_FALSE(id.empty());
   EXPECT_TRUE(contains(log, "health check: 2 node(s), 2 rank(s)")) << log;
-  EXPECT_TRUE(contains(log, "BAD: below 0.5 x others' median")) << log;
+  EXPECT_TRUE(contains(log, "BAD: GEMM below 0.5 x others' median")) << log;
   EXPECT_TRUE(contains(log, "--health-check: node(s) node2: GEMM throughput below 0.5")) << log;
   EXPECT_FALSE(contains(log, "node(s) node1")) << log;
+  // One rank per node: no within-node all-reduce ("-"), one between the 2 nodes' ranks.
+  for (const std::string node : {"node1", "node2"}) {
+    const auto row = row_of(log, node);
+    ASSERT_GE(row.size(), 6u) << node << "\n" << log;
+    EXPECT_EQ(row[4], "-") << log;
+  }
+  EXPECT_TRUE(is_positive_number(gbps_after(log, "between nodes (2 ranks, the lowest of each node), 4 MB, gloo: "))) << log;
   EXPECT_TRUE(contains(log, "Hint: sbatch --exclude=node2")) << log;
   // The first rank to end exits 69 (srun may then stop the other one: its status can differ).
   EXPECT_TRUE(contains(log, "Exited with exit code 69")) << log;
@@ -134,6 +173,7 @@ TEST_F(SlurmHealthTest, ExcludeBadNodesRequeuesTheJobWithoutTheSlowNode) {
   // The requeued run: node1 alone, one rank, trained to the end.
   EXPECT_TRUE(contains(log, "ddp: job " + id + ", restart 1: 1 node(s) node1")) << log;
   EXPECT_TRUE(contains(log, "health check: 1 node(s), ")) << log;
+  EXPECT_TRUE(contains(log, "all-reduce bus bandwidth between nodes, one rank per node: - (one node)")) << log;
   // No rank of the requeued run is on node2 (SLURM may start the job's tasks on node1 alone).
   const size_t restart = log.find("restart 1:");
   EXPECT_FALSE(restart == std::string::npos || contains(log.substr(restart), " node2]")) << log;
@@ -144,6 +184,56 @@ TEST_F(SlurmHealthTest, ExcludeBadNodesRequeuesTheJobWithoutTheSlowNode) {
   const std::string shown = show_job(id);
   EXPECT_TRUE(contains(shown, "JobState=COMPLETED")) << shown;
   EXPECT_TRUE(contains(shown, "NodeList=node1 ")) << shown;
+}
+
+// 2 nodes x 2 ranks: each node's own all-reduce, one between the nodes' first ranks, one over all.
+TEST_F(SlurmHealthTest, TwoRanksPerNodeMeasureWithinAndBetweenNodes) {
+  if (!exists(bin("train"))) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
+  if (test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+  env_.erase("TRAIN_FAULT_SLOW_NODE");
+  test::TempDir dir("slurm-health-2x2", test::job_root());
+  // Every "node" here shares one loaded machine: a tiny fraction keeps noise from failing the check.
+  const auto [id, log] = run_job(dir.path(), {"--health-min-fraction", "0.01"}, nullptr, {"--ntasks-per-node=2"});
+  ASSERT_FALSE(id.empty());
+  EXPECT_TRUE(contains(log, "health check: 2 node(s), 4 rank(s)")) << log;
+  const auto node1 = row_of(log, "node1");
+  const auto node2 = row_of(log, "node2");
+  ASSERT_EQ(node1.size(), 7u) << log;
+  ASSERT_EQ(node2.size(), 7u) << log;
+  EXPECT_EQ(node1[1], "0,1");
+  EXPECT_EQ(node2[1], "2,3");
+  EXPECT_TRUE(is_positive_number(node1[4]) && is_positive_number(node2[4])) << log;  // within-node GB/s
+  EXPECT_TRUE(is_positive_number(node1[5]) && is_positive_number(node2[5])) << log;  // the other node's
+  EXPECT_DOUBLE_EQ(std::stod(node1[5]), std::stod(node2[4]));
+  EXPECT_TRUE(is_positive_number(gbps_after(log, "between nodes (2 ranks, the lowest of each node), 4 MB, gloo: "))) << log;
+  EXPECT_TRUE(is_positive_number(gbps_after(log, "over all 4 rank(s), 4 MB, gloo: "))) << log;
+  EXPECT_TRUE(contains(log, "health check passed")) << log;
+  const auto done = nlohmann::json::parse(test::last_line(log), nullptr, false);
+  ASSERT_FALSE(done.is_discarded()) << log;
+  EXPECT_EQ(done.value("event", ""), "done");
+  EXPECT_EQ(done.value("world_size", 0), 4);
+}
+
+// TRAIN_FAULT_SLOW_NODE_NET=node2:30: node2's own all-reduce takes 30x as long; node2 is named
+// for it (not for its GEMM) and the job fails with exit status 69.
+TEST_F(SlurmHealthTest, ASlowWithinNodeAllReduceNamesItsNode) {
+  if (!exists(bin("train"))) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
+  if (test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+  env_.erase("TRAIN_FAULT_SLOW_NODE");
+  env_["TRAIN_FAULT_SLOW_NODE_NET"] = "node2:30";
+  test::TempDir dir("slurm-health-net", test::job_root());
+  const auto [id, log] = run_job(dir.path(), {}, nullptr, {"--ntasks-per-node=2"});
+  ASSERT_FALSE(id.empty());
+  EXPECT_TRUE(contains(log, "node(s) node2: within-node all-reduce bus bandwidth below 0.5 x the median of the other nodes'"))
+      << log;
+  EXPECT_FALSE(contains(log, "node(s) node1: within-node")) << log;
+  const auto node2 = row_of(log, "node2");
+  ASSERT_GE(node2.size(), 7u) << log;
+  EXPECT_EQ(node2[6], "BAD:") << log;
+  EXPECT_TRUE(contains(log, "within-node all-reduce below 0.5 x others' median")) << log;
+  EXPECT_TRUE(contains(log, "Hint: sbatch --exclude=node2")) << log;
+  EXPECT_TRUE(contains(log, "Exited with exit code 69")) << log;
+  EXPECT_TRUE(contains(show_job(id), "JobState=FAILED")) << show_job(id);
 }
 
 }  // namespace

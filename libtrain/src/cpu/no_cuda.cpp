@@ -33,7 +33,7 @@ bool Adadelta::kernel_update(size_t, const std::vector<torch::Tensor>&, const Ad
 namespace train::detail {
 
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>&, int, int,
-                                                    std::chrono::milliseconds, int) {
+                                                    std::chrono::milliseconds, int, const std::string&) {
   throw ConfigError("--backend nccl: this build of libtrain has no NCCL support.",
                     "rebuild against a CUDA build of torch with nccl.h available (TRAIN_NCCL=ON), "
                     "or use --backend gloo.");

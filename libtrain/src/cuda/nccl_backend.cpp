@@ -13,10 +13,12 @@
 namespace train::detail {
 
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
-                                                    std::chrono::milliseconds timeout, int device_index) {
+                                                    std::chrono::milliseconds timeout, int device_index,
+                                                    const std::string& name) {
   enable_flight_recorder();
   auto o = c10d::ProcessGroupNCCL::Options::create();
   o->timeout = timeout;
+  if (!name.empty()) o->group_name = o->group_desc = name;
   auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world, o);
   nccl->setBoundDeviceId(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device_index)));
   return nccl;
