@@ -271,6 +271,22 @@ TEST(SbatchHealthRun, TrainGetsTheFlagsAndTheInterface) {
                                  "[auto] [--health-check] [--exclude-bad-nodes] [--epochs] [1]\n")) << p->out();
 }
 
+TEST(SbatchHealth, ShellcheckFindsNothingInAScriptWithEveryHealthOption) {
+  const std::string shellcheck = test::find_on_path("shellcheck");
+  if (shellcheck.empty()) GTEST_SKIP() << "shellcheck is not installed (apt-get install shellcheck)";
+  SbatchOptions o;
+  o.health_check = true;
+  o.health_min_fraction = "0.6";
+  o.exclude_bad_nodes = true;
+  o.interface = "ib0";
+  o.array_chain = "2";
+  o.train_args = {"--epochs", "1"};
+  test::TempDir dir("sbatch-health-shellcheck");
+  std::ofstream(dir.file("all.sh"), std::ios::binary | std::ios::trunc) << generate_sbatch_script(o);
+  const auto p = test::run_process({shellcheck, dir.file("all.sh")}, test::hermetic_env(), 60);
+  EXPECT_EQ(p->exit_code(), 0) << p->out() << p->err();
+}
+
 TEST(TrainctlEnvInterface, ShowsTrainInterfaceOrNull) {
   Env env = test::hermetic_env();
   env.erase("TRAIN_INTERFACE");
