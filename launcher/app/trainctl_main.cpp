@@ -139,7 +139,8 @@ Command add_env(CLI::App& app) {
   auto* cmd = add_command(app, "env", "Print the distributed environment this process resolves, as JSON",
       "Prints one JSON object: rank, world_size, local_rank, local_world_size, node_rank,\n"
       "num_nodes, master_addr, master_port, backend, device, source, job_id, nodes (and host,\n"
-      "visible_gpus, device_reason). Run it the way the trainer runs to check a job's layout:\n"
+      "visible_gpus, device_reason, and interface: TRAIN_INTERFACE, or null). Run it the way the\n"
+      "trainer runs to check a job's layout:\n"
       "  srun trainctl env        trainctl local --nproc 2 -- trainctl env\n"
       "Precedence: RANK/WORLD_SIZE (torchrun) > SLURM_PROCID & co. > a single process; see\n"
       "docs/environment.md. Inconsistent or malformed variables are an error (exit 1).\n");
@@ -153,6 +154,7 @@ Command add_env(CLI::App& app) {
     const train::EnvMap env = train::current_environment();
     const train::DistEnv dist = train::resolve_env(env);
     const train::DeviceChoice device = train::choose_device(dist, env, *backend);
+    const auto interface = env.find("TRAIN_INTERFACE");  // train's --interface default (issue 24)
     nlohmann::json out = {
         {"rank", dist.rank},
         {"world_size", dist.world_size},
@@ -170,6 +172,8 @@ Command add_env(CLI::App& app) {
         {"job_id", dist.job_id.empty() ? nlohmann::json(nullptr) : nlohmann::json(dist.job_id)},
         {"nodes", dist.nodes},
         {"host", dist.host},
+        {"interface", interface == env.end() || interface->second.empty() ? nlohmann::json(nullptr)
+                                                                          : nlohmann::json(interface->second)},
     };
     return print(out.dump(*pretty ? 2 : -1) + "\n");
   }};
@@ -253,6 +257,27 @@ void add_shape_options(CLI::App* cmd, train::SbatchOptions& o) {
   });
 }
 
+/// issue 24: the nodes' health check and the network interface, which the script passes on to train
+/// (checked by train::check_health_options); shared by sbatch and sweep through add_batch_options.
+void add_health_options(CLI::App* cmd, train::SbatchOptions& o) {
+  cmd->add_flag("--health-check", o.health_check,
+                "train measures each node's GEMM throughput and all-reduce bandwidth before training and stops "
+                "(exit 69) naming the nodes below --health-min-fraction of the others' median");
+  cmd->add_option_function<std::string>("--health-min-fraction", [&o](const std::string& v) { o.health_min_fraction = v; },
+                                        "with --health-check: a node is bad below F x the others' median GEMM "
+                                        "throughput, F in (0, 1] (train's default 0.5)")
+      ->type_name("F");
+  cmd->add_flag("--health-warn-only", o.health_warn_only, "with --health-check: name the bad nodes, then train anyway");
+  cmd->add_flag("--exclude-bad-nodes", o.exclude_bad_nodes,
+                "with --health-check: train requeues the job without the bad nodes (at most 3 times; the script "
+                "keeps #SBATCH --requeue)");
+  cmd->add_option_function<std::string>("--interface", [&o](const std::string& v) { o.interface = v; },
+                                        "network interface for train's Gloo, NCCL and rendezvous store, e.g. ib0: "
+                                        "exported as TRAIN_INTERFACE. Only the name's syntax is checked here, not "
+                                        "that it exists: the compute nodes must have it (train checks it there)")
+      ->type_name("IF");
+}
+
 /// The options of a generated batch script beyond its shape (logs, signal, environment, data, what
 /// runs), shared by sbatch and sweep.
 void add_batch_options(CLI::App* cmd, train::SbatchOptions& o) {
@@ -283,6 +308,7 @@ void add_batch_options(CLI::App* cmd, train::SbatchOptions& o) {
   // A callback rather than CLI11's "!--no-preflight" negation, which --help shows as `--no-preflight{false}`.
   cmd->add_flag_callback("--no-preflight", [&o] { o.preflight = false; },
                          "skip the `trainctl preflight` step before training");
+  add_health_options(cmd, o);
 }
 
 /// The flag that turns plan_job()'s partition checks off.

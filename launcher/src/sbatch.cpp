@@ -566,6 +566,7 @@ SbatchPlan plan_sbatch(const SbatchOptions& o) {
   check_setup_and_container(o);
   check_staged_data(o);
   check_tensorboard(o);
+  for (std::string& w : check_health_options(o)) plan.warnings.push_back(std::move(w));
   return plan;
 }
 

@@ -87,6 +87,10 @@ struct ScriptWriter {
     if (!plan.error.empty()) line("#SBATCH --error=" + plan.error);
     line("#SBATCH --open-mode=append");
     line("# SLURM may requeue the job when a node fails or it is preempted; it then resumes from its checkpoint.");
+    if (o.exclude_bad_nodes) {
+      line("# --exclude-bad-nodes: train requeues the job itself (scontrol requeuehold) without the nodes its health");
+      line("# check finds bad, so the job must stay requeueable: keep this line.");
+    }
     line("#SBATCH --requeue");
     if (plan.signal) {
       const SignalSpec& sig = *plan.signal;
@@ -128,6 +132,11 @@ struct ScriptWriter {
     line("trap 'say \"batch shell got SIGTERM (scancel or the time limit); the train tasks checkpoint and stop\"; got_term=1' TERM");
     line("# Since Slurm 22.05 srun doesn't take --cpus-per-task from the job; SRUN_CPUS_PER_TASK passes it on.");
     line("if [[ -n \"${SLURM_CPUS_PER_TASK:-}\" ]]; then export SRUN_CPUS_PER_TASK=\"$SLURM_CPUS_PER_TASK\"; fi");
+    if (o.interface) {
+      line("# --interface: train's Gloo, NCCL (NCCL_SOCKET_IFNAME) and rendezvous store use this network interface");
+      line("# on every node (srun passes the variable on); a node without it stops train with the interfaces it has.");
+      line("export TRAIN_INTERFACE=" + shell_quote(*o.interface));
+    }
     if (!o.setup.empty()) {
       line("");
       line("# Environment (--setup), set up in the batch shell: srun passes it on to the tasks. `set +u` because");
@@ -218,6 +227,7 @@ struct ScriptWriter {
     if (!o.tensorboard.empty()) line("TRAIN_ARGS+=(--tensorboard \"$TB_DIR\")");
     line("# train's default thread count is the machine's cores over its tasks; the job's share is smaller.");
     line("if [[ -n \"${SLURM_CPUS_PER_TASK:-}\" ]]; then TRAIN_ARGS+=(--threads \"$SLURM_CPUS_PER_TASK\"); fi");
+    write_health_arguments();
     std::string fixed;
     for (const std::string& arg : o.train_args) fixed += " " + shell_quote(arg);
     if (chain) fixed += " --no-requeue";  // the next chunk continues, rather than a requeue of this one
@@ -235,6 +245,23 @@ struct ScriptWriter {
     if (!o.tensorboard.empty()) {
       line("echo \"" + name + ": TensorBoard event files in $TB_DIR (tensorboard --logdir " + o.tensorboard + ")\"");
     }
+  }
+
+  // --health-check and its options (issue 24), on train's command line.
+  void write_health_arguments() {
+    const std::vector<std::string> health = health_train_args(o);
+    if (health.empty()) return;
+    if (o.health_check) {
+      const std::string fraction = o.health_min_fraction.value_or("0.5");
+      line("# --health-check: before training, train measures each node's GEMM throughput and the all-reduce bus");
+      line("# bandwidth, and prints a table; a node below " + fraction + " x the others' median is bad, and then");
+      line(o.exclude_bad_nodes  ? "# train requeues the job without it (at most 3 times)."
+           : o.health_warn_only ? "# train names it and trains anyway."
+                                : "# train stops (exit 69) naming it.");
+    }
+    std::string args;
+    for (const std::string& arg : health) args += (args.empty() ? "" : " ") + shell_quote(arg);
+    line("TRAIN_ARGS+=(" + args + ")");
   }
 
   // Extracting the staged data on every node, then the preflight checks.

@@ -4,7 +4,9 @@
 // and the requeued job trains on node1 alone (the test lets it shrink to one node: this cluster
 // has no spare). With 2 ranks per node, each node's own all-reduce is measured and judged too
 // (TRAIN_FAULT_SLOW_NODE_NET=node2:30 stretches node2's), and one between the nodes' first ranks.
-// Waits on the jobs' states and ends (sbatch --wait), not on durations.
+// A script from `trainctl sbatch --health-check --interface lo` passes the check on both nodes and
+// trains; its TRAIN_INTERFACE is checked on the nodes. Waits on the jobs' states and ends
+// (sbatch --wait), not on durations.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -54,21 +56,34 @@ class SlurmHealthTest : public ::testing::Test {
     }
   }
 
-  // scripts/ddp.sh on its 2 nodes with a short CPU run; `while_running(id)` runs once the job is
-  // submitted. Returns the job id and its log once sbatch --wait returns (after a requeue too).
-  // `sbatch_options` go before the script (e.g. --ntasks-per-node=2).
+  // A short CPU run's train arguments.
+  static std::vector<std::string> short_run() {
+    return {"--data", test::fashion_mnist_dir(), "--epochs", "1", "--max-steps", "3", "--limit-train-samples", "512",
+            "--limit-test-samples", "100", "--threads", "1"};
+  }
+
+  // scripts/ddp.sh on its 2 nodes with a short CPU run and --health-check; `while_running(id)` runs
+  // once the job is submitted. Returns the job id and its log once sbatch --wait returns (after a
+  // requeue too). `sbatch_options` go before the script (e.g. --ntasks-per-node=2).
   std::pair<std::string, std::string> run_job(const std::string& dir, const std::vector<std::string>& extra,
                                               const std::function<void(const std::string&)>& while_running = nullptr,
                                               const std::vector<std::string>& sbatch_options = {}) {
+    std::vector<std::string> args = sbatch_options;
+    args.push_back(std::string(TRAIN_SOURCE_DIR) + "/scripts/ddp.sh");
+    for (const std::string& a : short_run()) args.push_back(a);
+    args.push_back("--health-check");
+    args.insert(args.end(), extra.begin(), extra.end());
+    return submit(dir, args, "ddp", while_running);
+  }
+
+  // sbatch --wait SCRIPT ARGS... from `dir`; the log is logs/JOBNAME-ID.out there.
+  std::pair<std::string, std::string> submit(const std::string& dir, const std::vector<std::string>& script_and_args,
+                                             const std::string& job_name,
+                                             const std::function<void(const std::string&)>& while_running = nullptr) {
     mkdir((dir + "/logs").c_str(), 0755);  // the script's --output folder
     std::vector<std::string> argv = {"/bin/sh", "-c", "cd \"$0\" && exec \"$@\"", dir, test::find_on_path("sbatch"),
                                      "--parsable", "--wait"};
-    argv.insert(argv.end(), sbatch_options.begin(), sbatch_options.end());
-    argv.insert(argv.end(), {std::string(TRAIN_SOURCE_DIR) + "/scripts/ddp.sh",
-                             "--data", test::fashion_mnist_dir(), "--epochs", "1", "--max-steps", "3",
-                             "--limit-train-samples", "512", "--limit-test-samples", "100", "--threads", "1",
-                             "--health-check"});
-    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.insert(argv.end(), script_and_args.begin(), script_and_args.end());
     TestProcess sbatch(argv, env_);
     const bool submitted = sbatch.wait_for_stdout([](const std::string& out) { return contains(out, "\n"); }, 30);
     std::string id = test::lines_of(sbatch.out()).empty() ? "" : test::lines_of(sbatch.out()).front();
@@ -83,7 +98,18 @@ class SlurmHealthTest : public ::testing::Test {
       sbatch.wait(30);
       ADD_FAILURE() << "job " << id << " did not end within " << kJobTimeoutSeconds << " s; cancelled it";
     }
-    return {id, test::read_text(dir + "/logs/ddp-" + id + ".out")};
+    return {id, test::read_text(dir + "/logs/" + job_name + "-" + id + ".out")};
+  }
+
+  // `trainctl sbatch` with the options given writes DIR/job.sh for 2 nodes x 1 task, Gloo on the CPU.
+  std::string generate(const test::TempDir& dir, const std::string& job_name, const std::vector<std::string>& options) {
+    std::vector<std::string> argv = {bin("trainctl"), "sbatch", "--job-name", job_name, "--nodes", "2",
+                                     "--ntasks-per-node", "1", "--no-cluster-checks", "--out", dir.file("job.sh")};
+    argv.insert(argv.end(), options.begin(), options.end());
+    for (const char* a : {"--", "--backend", "gloo", "--device", "cpu"}) argv.push_back(a);
+    const auto p = test::run_process(argv, env_, 60);
+    EXPECT_EQ(p->exit_code(), 0) << p->err();
+    return dir.file("job.sh");
   }
 
   std::string show_job(const std::string& id) {
@@ -233,6 +259,48 @@ TEST_F(SlurmHealthTest, ASlowWithinNodeAllReduceNamesItsNode) {
   EXPECT_TRUE(contains(log, "within-node all-reduce below 0.5 x others' median")) << log;
   EXPECT_TRUE(contains(log, "Hint: sbatch --exclude=node2")) << log;
   EXPECT_TRUE(contains(log, "Exited with exit code 69")) << log;
+  EXPECT_TRUE(contains(show_job(id), "JobState=FAILED")) << show_job(id);
+}
+
+// `trainctl sbatch --health-check --interface lo` (issue 24): the options are in the generated script
+// itself, not given at submission. Both nodes pass the check over lo (TRAIN_INTERFACE, which the
+// script exports) with Gloo on the CPU, and the run trains to the end.
+TEST_F(SlurmHealthTest, GeneratedScriptWithHealthCheckAndInterfaceTrains) {
+  if (!exists(bin("train"))) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
+  if (test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+  env_.erase("TRAIN_FAULT_SLOW_NODE");  // no slow node: both pass
+  test::TempDir dir("slurm-health-generated", test::job_root());
+  const std::string script = generate(dir, "hc", {"--health-check", "--interface", "lo"});
+  EXPECT_TRUE(contains(test::read_text(script), "\nexport TRAIN_INTERFACE=lo\n"));
+  std::vector<std::string> args = {script};
+  for (const std::string& a : short_run()) args.push_back(a);
+  const auto [id, log] = submit(dir.path(), args, "hc");
+  ASSERT_FALSE(id.empty());
+  EXPECT_TRUE(contains(log, "health check: 2 node(s), 2 rank(s)")) << log;
+  EXPECT_TRUE(contains(log, "node1")) << log;
+  EXPECT_TRUE(contains(log, "node2")) << log;
+  EXPECT_FALSE(contains(log, "BAD:")) << log;
+  const auto done = nlohmann::json::parse(test::last_line(log), nullptr, false);
+  ASSERT_FALSE(done.is_discarded()) << log;
+  EXPECT_EQ(done.value("event", ""), "done") << log;
+  EXPECT_EQ(done.value("world_size", 0), 2) << log;
+  EXPECT_TRUE(contains(show_job(id), "JobState=COMPLETED")) << show_job(id);
+}
+
+// The exported TRAIN_INTERFACE reaches train on the nodes: an interface they lack stops it there with
+// train's own error (trainctl checks only the name's form: the submit host's interfaces don't count).
+TEST_F(SlurmHealthTest, GeneratedScriptsInterfaceIsCheckedOnTheNodes) {
+  if (!exists(bin("train"))) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
+  if (test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+  env_.erase("TRAIN_FAULT_SLOW_NODE");
+  test::TempDir dir("slurm-health-no-interface", test::job_root());
+  const std::string script = generate(dir, "nif", {"--interface", "nosuch0"});
+  std::vector<std::string> args = {script};
+  for (const std::string& a : short_run()) args.push_back(a);
+  const auto [id, log] = submit(dir.path(), args, "nif");
+  ASSERT_FALSE(id.empty());
+  EXPECT_TRUE(contains(log, "--interface 'nosuch0': expected a network interface of this host")) << log;
+  EXPECT_FALSE(contains(log, "\"event\":\"done\"")) << log;
   EXPECT_TRUE(contains(show_job(id), "JobState=FAILED")) << show_job(id);
 }
 

@@ -54,6 +54,13 @@ struct SbatchOptions {
   /// (ROOT/<job name>-<job id>; a sweep's task: ROOT/<job name>-<array id>/task-N), where a
   /// requeued run or the next chunk goes on; relative to the submit dir, so on the shared file system
   std::string tensorboard;
+  // issue 24: the nodes' health check and the network interface, passed on to train (see
+  // check_health_options). A flag given here must not be among train_args as well.
+  bool health_check = false;                        ///< --health-check: train measures the nodes first
+  std::optional<std::string> health_min_fraction;   ///< --health-min-fraction F, as typed
+  bool health_warn_only = false;                    ///< --health-warn-only: name bad nodes, train anyway
+  bool exclude_bad_nodes = false;                   ///< --exclude-bad-nodes: requeue without bad nodes
+  std::optional<std::string> interface;             ///< --interface IF: exported as TRAIN_INTERFACE
   std::vector<std::string> train_args;  ///< arguments for train, after "--"
   /// The trainctl command line that made this request (the words after "trainctl"), recorded in the
   /// script's header so that it can be regenerated; empty for none.
@@ -101,6 +108,22 @@ std::int64_t parse_time_limit(const std::string& option, const std::string& valu
 /// @throws train::ConfigError naming `option` for any other text.
 std::int64_t parse_memory_mb(const std::string& option, const std::string& value);
 
+/// Longest network interface name Linux takes (IFNAMSIZ - 1).
+constexpr std::size_t kMaxInterfaceName = 15;
+
+/// Checks the health-check and interface options of a request (issue 24) as train checks its own
+/// flags: --health-warn-only and --exclude-bad-nodes need --health-check (here or among train's
+/// arguments) and exclude each other; --health-min-fraction is a number in (0, 1]; --interface is an
+/// interface name's syntax (1-15 characters, no '/', whitespace or quotes; whether the compute nodes
+/// have it is train's check, there); a flag given here is not among train's arguments as well.
+/// @return warnings (--health-min-fraction without --health-check).
+/// @throws train::ConfigError naming the option, with what was expected and found, and a hint.
+std::vector<std::string> check_health_options(const SbatchOptions& options);
+
+/// The train arguments for the health-check options of a request, in train's spelling, e.g.
+/// {"--health-check", "--health-min-fraction", "0.7"}; empty when none was given.
+std::vector<std::string> health_train_args(const SbatchOptions& options);
+
 /// A request after validation: the numbers plan_sbatch() derived.
 struct SbatchPlan {
   int nodes = 1;
@@ -128,7 +151,8 @@ struct SbatchPlan {
 /// per GPU); shards come with one task per node; the signal's lead time is shorter than the time
 /// limit and the signal is one train checkpoints on (not B:, which reaches only the batch shell);
 /// values on #SBATCH lines have no spaces or quotes; --setup lines are single lines; --stage-data is
-/// a tar archive and doesn't fight a --data in the train arguments.
+/// a tar archive and doesn't fight a --data in the train arguments; the health-check and
+/// --interface options pass check_health_options().
 /// @throws train::ConfigError naming the option, with what was expected and found, and a hint.
 SbatchPlan plan_sbatch(const SbatchOptions& options);
 
