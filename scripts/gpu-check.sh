@@ -28,7 +28,7 @@ t0=$(date +%s)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAIN_USE_CCACHE=OFF \
   -DCMAKE_PREFIX_PATH="$prefix" >"$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
 grep "NCCL path" "$out/configure.log"
-cmake --build build-gpu -j "$(nproc)" --target train_program trainctl transformer_bench ddp_test dist_train_test gpu_train_test fused_optim_test hung_rank_test \
+cmake --build build-gpu -j "$(nproc)" --target train_program trainctl transformer_bench ddp_test dist_train_test gpu_train_test fused_optim_test hung_rank_test network_health_test \
   >"$out/build.log" 2>&1 || { grep -E "error|Error" -A3 "$out/build.log" | head -60; exit 1; }
 echo "built in $(( $(date +%s) - t0 )) s"
 rc=0
@@ -39,7 +39,8 @@ if [[ "${TRAIN_GPU_TESTS:-1}" = 1 ]]; then
   grep -E "training step|Test set|error" "$out/smoke.err" | tail -4; tail -1 "$out/smoke.out"
   # TRAIN_GPU_TEST_LIST: one test command per line, e.g. $'gpu_train_test --gtest_filter=*Fused*\nddp_test'.
   tests=("gpu_train_test" "fused_optim_test --gtest_filter=*Cuda*" "dist_train_test --gtest_filter=DistTrainGpu.*"
-         "ddp_test --gtest_filter=*Gpu*:*Nccl*" "hung_rank_test --gtest_filter=HungRankGpu.*")
+         "ddp_test --gtest_filter=*Gpu*:*Nccl*" "hung_rank_test --gtest_filter=HungRankGpu.*"
+         "network_health_test --gtest_filter=NetworkHealthGpu.*")
   [[ -n ${TRAIN_GPU_TEST_LIST:-} ]] && mapfile -t tests <<<"$TRAIN_GPU_TEST_LIST"
   for t in "${tests[@]}"; do
     [[ -n $t ]] || continue

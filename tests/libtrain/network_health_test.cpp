@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <sstream>
 
@@ -154,4 +156,83 @@ TEST(NetworkHealth, HealthFlagsNeedTheCheckAndTheFaultIsChecked) {
                    "--health-check"}, {"TRAIN_FAULT_SLOW_NODE_NET=node2:0.5"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(has(r.err, "TRAIN_FAULT_SLOW_NODE_NET='node2:0.5': expected NODE:FACTOR with a FACTOR of 1 or more")) << r.err;
+}
+
+namespace {
+
+int nvidia_gpus() {
+  auto r = run_program({"sh", "-c", "nvidia-smi -L 2>/dev/null | grep -c '^GPU'"}, {}, 30);
+  return r.exit_code == 0 ? std::atoi(r.out.c_str()) : 0;
+}
+
+// The number after `label` in `log` up to " GB/s" (-1 when the line is missing or holds no number).
+double gbps_after(const std::string& log, const std::string& label) {
+  const size_t at = log.find(label);
+  if (at == std::string::npos) return -1;
+  const std::string rest = log.substr(at + label.size());
+  char* end = nullptr;
+  const double v = std::strtod(rest.c_str(), &end);
+  return end != rest.c_str() && std::string(end).rfind(" GB/s", 0) == 0 ? v : -1;
+}
+
+// The health table of `log` (up to 600 characters from its first line), or "" without one.
+std::string table_of(const std::string& log) {
+  const size_t at = log.find("health check:");
+  return at == std::string::npos ? "" : log.substr(at, 600);
+}
+
+}  // namespace
+
+// On 2 GPUs over NCCL: the within-node all-reduce's NCCL subgroup (2 ranks of one node, through
+// trainctl local), then the between-nodes one (2 ranks posing as 2 SLURM nodes, a GPU each). Both
+// measure, pass, tear their communicators down and train on; no hang at exit.
+TEST(NetworkHealthGpu, NcclSubgroupsWithinAndBetweenNodesOnTwoGpus) {
+  const int gpus = nvidia_gpus();
+  if (gpus < 2) GTEST_SKIP() << "needs 2 NVIDIA GPUs, found " << gpus << ": run scripts/gpu-check.sh on a node with 2 GPUs (docs/gpu.md)";
+  if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+  const std::vector<std::string> gpu_args = {"--device", "cuda", "--backend", "nccl", "--peer-allreduce", "off",
+                                             "--health-check", "--health-min-fraction", "0.01"};
+  std::vector<std::string> local = two_ranks(gpu_args);
+  for (auto& s : local) if (s == "cpu") s = "cuda";  // two_ranks' --device cpu; the later --device cuda wins anyway
+  const auto within = run_program(local, {"NCCL_NVLS_ENABLE=0"}, 300);
+  ASSERT_EQ(within.exit_code, 0) << within.err;
+  EXPECT_TRUE(has(within.err, "health check: 1 node(s), 2 rank(s); GEMM 4096x4096 fp32 on cuda")) << within.err;
+  std::printf("one node, 2 GPUs: %s\n", table_of(within.err).c_str());
+  // The node's row: node, ranks, GEMM GFLOP/s, others' median, within-node GB/s (its NCCL subgroup), ...
+  std::istringstream table(table_of(within.err));
+  std::vector<std::vector<std::string>> rows;
+  for (std::string line; std::getline(table, line);) {
+    std::istringstream in(line);
+    std::vector<std::string> words;
+    for (std::string w; in >> w;) words.push_back(w);
+    if (words.size() >= 5 && words[1] == "0,1") rows.push_back(words);
+  }
+  ASSERT_EQ(rows.size(), 1u) << within.err;
+  EXPECT_GT(std::strtod(rows[0][4].c_str(), nullptr), 0) << "within-node GB/s: " << within.err;
+  EXPECT_GT(gbps_after(within.err, "over all 2 rank(s), 256 MB, nccl: "), 0) << within.err;
+  EXPECT_TRUE(has(within.err, "between nodes, one rank per node: - (one node)")) << within.err;
+  EXPECT_TRUE(has(within.err, "health check passed")) << within.err;
+
+  const std::string port = std::to_string(train::test::free_port());
+  std::vector<std::unique_ptr<train::test::TestProcess>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    train::test::Env env = train::test::hermetic_env();
+    env.insert({{"SLURM_JOB_ID", "4243"}, {"SLURM_STEP_ID", "0"}, {"SLURM_PROCID", std::to_string(r)},
+                {"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_STEP_NODELIST", "node[1-2]"}, {"SLURM_STEP_NUM_NODES", "2"},
+                {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}, {"SLURM_NODEID", std::to_string(r)}, {"SLURM_LOCALID", "0"},
+                {"CUDA_VISIBLE_DEVICES", std::to_string(r)}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port},
+                {"NCCL_NVLS_ENABLE", "0"}});
+    std::vector<std::string> argv(local.begin() + 6, local.end());  // train itself, without `trainctl local ... --`
+    ranks.push_back(std::make_unique<train::test::TestProcess>(argv, env));
+  }
+  for (auto& p : ranks) ASSERT_TRUE(p->wait(300)) << p->err();
+  for (auto& p : ranks) EXPECT_EQ(p->exit_code(), 0) << p->err();
+  const std::string& log = ranks[0]->err();
+  EXPECT_TRUE(has(log, "health check: 2 node(s), 2 rank(s)")) << log;
+  std::printf("two posed nodes, a GPU each: %s\n", table_of(log).c_str());
+  EXPECT_GT(gbps_after(log, "between nodes (2 ranks, the lowest of each node), 256 MB, nccl: "), 0) << log;
+  EXPECT_TRUE(has(log, "health check passed")) << log;
+  const auto done = nlohmann::json::parse(train::test::last_line(ranks[0]->out()), nullptr, false);
+  ASSERT_FALSE(done.is_discarded()) << ranks[0]->out();
+  EXPECT_EQ(done.value("world_size", 0), 2);
 }
