@@ -46,39 +46,48 @@ struct Gemm {
   double gflops = 0;
 };
 
+// The fastest of `iters` timed runs of `once` (each waited for on the device), in seconds: a busy
+// machine's pauses lengthen some runs, not the best one. A fault's `slow_factor` stretches it
+// (and sleeps that long, as a slow node would take).
+double best_seconds(int iters, const std::function<void()>& once, const TrainDevice& dev, double slow_factor) {
+  double best = 0;
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = Clock::now();
+    once();
+    dev.synchronize();
+    const double s = seconds_since(t0);
+    best = i == 0 ? s : std::min(best, s);
+  }
+  if (slow_factor > 1) {
+    std::this_thread::sleep_for(std::chrono::duration<double>((slow_factor - 1) * best * iters));
+    best *= slow_factor;
+  }
+  return best;
+}
+
 // n x n fp32 matrix products on the rank's device; constant inputs (no random numbers drawn: the
 // run's seeded results stay the same). TRAIN_FAULT_SLOW_NODE stretches the timed span.
 Gemm measure_gemm(const TrainDevice& dev, double slow_factor) {
   Gemm g;
   g.n = dev.gpu() ? 4096 : 256;
-  const int iters = 20;
   const auto opts = at::TensorOptions().dtype(at::kFloat).device(dev.device());
   const at::Tensor a = at::full({g.n, g.n}, 0.5, opts);
   const at::Tensor b = at::full({g.n, g.n}, 0.25, opts);
   at::Tensor c = at::mm(a, b);  // warm-up: kernels and workspace
   dev.synchronize();
-  const auto t0 = Clock::now();
-  for (int i = 0; i < iters; ++i) at::mm_out(c, a, b);
-  dev.synchronize();
-  if (slow_factor > 1) std::this_thread::sleep_for(std::chrono::duration<double>((slow_factor - 1) * seconds_since(t0)));
-  const double s = seconds_since(t0);
-  g.gflops = 2.0 * static_cast<double>(g.n) * g.n * g.n * iters / s / 1e9;
+  const double s = best_seconds(20, [&] { at::mm_out(c, a, b); }, dev, slow_factor);
+  g.gflops = 2.0 * static_cast<double>(g.n) * g.n * g.n / s / 1e9;
   return g;
 }
 
 // Bus bandwidth of `allreduce` among `n` ranks (nccl-tests' definition: bytes x 2(n-1)/n per
-// second), in GB/s. TRAIN_FAULT_SLOW_NODE_NET's `slow_factor` stretches the timed span.
+// second), in GB/s, from the fastest of a few. TRAIN_FAULT_SLOW_NODE_NET's `slow_factor` stretches it.
 double measure_allreduce(const std::function<void(at::Tensor&)>& allreduce, int n, const TrainDevice& dev, int64_t bytes,
                          double slow_factor) {
   at::Tensor t = at::full({bytes / 4}, 1.0, at::TensorOptions().dtype(at::kFloat).device(dev.device()));
   allreduce(t);  // warm-up: connections, communicators and buffers
   dev.synchronize();
-  const int iters = 5;
-  const auto t0 = Clock::now();
-  for (int i = 0; i < iters; ++i) allreduce(t);
-  dev.synchronize();
-  if (slow_factor > 1) std::this_thread::sleep_for(std::chrono::duration<double>((slow_factor - 1) * seconds_since(t0)));
-  const double per = seconds_since(t0) / iters;
+  const double per = best_seconds(5, [&] { allreduce(t); }, dev, slow_factor);
   return static_cast<double>(bytes) * 2.0 * (n - 1) / n / per / 1e9;
 }
 
