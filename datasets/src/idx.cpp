@@ -67,6 +67,45 @@ std::vector<uint8_t> read_file_bytes(const std::string& path) {
   return out;
 }
 
+namespace {
+
+// The labels file of `count` images: its header, its size and every label in 0..9.
+void check_labels(const std::vector<uint8_t>& lab, const std::string& labels_path, const std::string& images_path,
+                  uint64_t count) {
+  if (lab.size() < 8) {
+    throw DataError(labels_path + ": expected an IDX labels header of 8 bytes, found a file of " +
+                        std::to_string(lab.size()) + " bytes.",
+                    "the file is empty or truncated; re-extract the dataset archive.");
+  }
+  if (read_be32(lab, 0) != kLabelsMagic) {
+    throw DataError(labels_path + ": expected IDX labels magic number 2049, found " +
+                        std::to_string(read_be32(lab, 0)) + ".",
+                    "this is not an idx1-ubyte labels file.");
+  }
+  const uint64_t label_count = read_be32(lab, 4);
+  if (label_count != count) {
+    throw DataError(labels_path + ": expected " + std::to_string(count) + " labels to match " +
+                        images_path + ", found " + std::to_string(label_count) + ".",
+                    "the images and labels files come from different splits or datasets.");
+  }
+  if (lab.size() != 8 + label_count) {
+    throw DataError(labels_path + ": expected " + std::to_string(8 + label_count) + " bytes for " +
+                        std::to_string(label_count) + " labels, found " +
+                        std::to_string(lab.size()) +
+                        (lab.size() < 8 + label_count ? " (truncated?)." : " (trailing bytes?)."),
+                    "re-extract the dataset archive.");
+  }
+  for (uint64_t i = 0; i < label_count; ++i) {
+    if (lab[8 + i] >= catalog::kNumClasses) {
+      throw DataError(labels_path + ": expected labels in 0..9, found " +
+                          std::to_string(int(lab[8 + i])) + " at index " + std::to_string(i) + ".",
+                      "the labels file is corrupt; re-extract the dataset archive.");
+    }
+  }
+}
+
+}  // namespace
+
 TensorDataset load_idx(const std::string& dir, Split split, const LoadOptions& options,
                        const std::string& name) {
   // The folder itself or torchvision's subfolder (MNIST/raw, FashionMNIST/raw); each file raw or .gz.
@@ -104,36 +143,7 @@ TensorDataset load_idx(const std::string& dir, Split split, const LoadOptions& o
                         (img.size() < expected_img ? " (truncated?)." : " (trailing bytes?)."),
                     "re-extract the dataset archive.");
   }
-  if (lab.size() < 8) {
-    throw DataError(labels_path + ": expected an IDX labels header of 8 bytes, found a file of " +
-                        std::to_string(lab.size()) + " bytes.",
-                    "the file is empty or truncated; re-extract the dataset archive.");
-  }
-  if (read_be32(lab, 0) != kLabelsMagic) {
-    throw DataError(labels_path + ": expected IDX labels magic number 2049, found " +
-                        std::to_string(read_be32(lab, 0)) + ".",
-                    "this is not an idx1-ubyte labels file.");
-  }
-  const uint64_t label_count = read_be32(lab, 4);
-  if (label_count != count) {
-    throw DataError(labels_path + ": expected " + std::to_string(count) + " labels to match " +
-                        images_path + ", found " + std::to_string(label_count) + ".",
-                    "the images and labels files come from different splits or datasets.");
-  }
-  if (lab.size() != 8 + label_count) {
-    throw DataError(labels_path + ": expected " + std::to_string(8 + label_count) + " bytes for " +
-                        std::to_string(label_count) + " labels, found " +
-                        std::to_string(lab.size()) +
-                        (lab.size() < 8 + label_count ? " (truncated?)." : " (trailing bytes?)."),
-                    "re-extract the dataset archive.");
-  }
-  for (uint64_t i = 0; i < label_count; ++i) {
-    if (lab[8 + i] >= catalog::kNumClasses) {
-      throw DataError(labels_path + ": expected labels in 0..9, found " +
-                          std::to_string(int(lab[8 + i])) + " at index " + std::to_string(i) + ".",
-                      "the labels file is corrupt; re-extract the dataset archive.");
-    }
-  }
+  check_labels(lab, labels_path, images_path, count);
 
   int64_t n = static_cast<int64_t>(count);
   if (options.limit > 0 && options.limit < n) n = options.limit;
