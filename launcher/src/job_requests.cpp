@@ -1,5 +1,5 @@
 // What trainctl's job subcommands (sbatch, interactive, sweep) work out before they act; see
-// job_requests.h. trainctl_main.cpp parses the flags, calls these, then prints, writes and submits.
+// job_requests.h. launcher/app/trainctl_*.cpp parse the flags, call these, then print, write and submit.
 #include "train/launcher/job_requests.h"
 
 #include <algorithm>

@@ -1,6 +1,6 @@
-// Tests for launcher/src/env.cpp: resolution of the distributed layout from fake environments
-// (SLURM batch and step variables, torchrun variables, none), the consistency checks and their
-// messages, and the derived MASTER_PORT.
+// Tests for launcher/src/env.cpp and env_slurm.cpp: resolution of the distributed layout from fake
+// environments (SLURM batch and step variables, torchrun variables, none), the consistency checks and
+// their messages, and the derived MASTER_PORT.
 #include "train/launcher/env.h"
 
 #include <gtest/gtest.h>

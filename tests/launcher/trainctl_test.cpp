@@ -1,4 +1,4 @@
-// Tests for the trainctl program (launcher/app/trainctl_main.cpp and launcher/src/local_launch.cpp),
+// Tests for the trainctl program (launcher/app/trainctl_*.cpp and launcher/src/local_*.cpp),
 // run as a real process: hostnames, hostlist, env, the command line's errors, and `trainctl local`
 // (rank environments, output prefixes, failure propagation, signal forwarding, cleanup).
 #include <gtest/gtest.h>
