@@ -3,18 +3,11 @@
 // The generated script passes the health flags to train and exports TRAIN_INTERFACE (also checked
 // by running it under a fake srun, without SLURM); bad combinations and values are clear errors;
 // `trainctl env` shows TRAIN_INTERFACE. tests/slurm/health_test.cpp submits such a script for real.
-#include <gtest/gtest.h>
-#include <sys/stat.h>
-
-#include <fstream>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include "test_process.h"
-#include "test_util.h"
-#include "train/error.h"
+#include "sbatch_test.h"
 #include "train/launcher/sbatch.h"
 
 namespace train {
@@ -22,29 +15,9 @@ namespace {
 
 using test::Env;
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-std::string trainctl() { return std::string(TRAIN_BINARY_DIR) + "/bin/trainctl"; }
-
 /// Expects plan_sbatch(o) to throw a ConfigError holding every fragment, with "expected", "found" and a hint.
 void expect_plan_error(const SbatchOptions& o, const std::vector<std::string>& fragments, const std::string& context) {
-  try {
-    plan_sbatch(o);
-    ADD_FAILURE() << context << ": expected an error with '" << fragments.front() << "'";
-  } catch (const ConfigError& e) {
-    const std::string what = e.what();
-    for (const std::string& f : fragments) EXPECT_TRUE(contains(what, f)) << context << ": '" << f << "' not in: " << what;
-    EXPECT_TRUE(contains(what, "expected")) << context << ": " << what;
-    EXPECT_TRUE(contains(what, "found")) << context << ": " << what;
-    EXPECT_FALSE(e.hint().empty()) << context << ": " << what;
-  }
-}
-
-std::unique_ptr<test::TestProcess> run_trainctl(const std::vector<std::string>& args, const Env& env) {
-  std::vector<std::string> argv = {trainctl()};
-  argv.insert(argv.end(), args.begin(), args.end());
-  auto p = test::run_process(argv, env, 60);
-  EXPECT_TRUE(p->finished()) << "trainctl did not finish; stderr: " << p->err();
-  return p;
+  expect_error([&] { plan_sbatch(o); }, fragments, context);
 }
 
 /// An environment whose PATH has no SLURM commands, so no cluster is asked.

@@ -1,4 +1,5 @@
-// What the sbatch tests share (sbatch_test.cpp, sbatch_script_run_test.cpp, preflight_test.cpp):
+// What the sbatch tests share (sbatch_test.cpp, sbatch_script_run_test.cpp, preflight_test.cpp,
+// sbatch_health_test.cpp, sweep_test.cpp):
 // text checks, files to write, the error checks, and running the trainctl program.
 #pragma once
 

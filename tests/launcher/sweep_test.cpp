@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "sbatch_test.h"
 #include "test_process.h"
 #include "test_util.h"
 #include "train/error.h"
@@ -23,28 +24,6 @@ namespace train {
 namespace {
 
 using test::Env;
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-std::string trainctl() { return std::string(TRAIN_BINARY_DIR) + "/bin/trainctl"; }
-
-void write_text(const std::string& path, const std::string& text, mode_t mode = 0644) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
-  chmod(path.c_str(), mode);
-}
-
-/// Expects `fn` to throw a ConfigError holding every fragment, with expected/found and a hint.
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& fragments, const std::string& context) {
-  try {
-    fn();
-    ADD_FAILURE() << context << ": expected an error with '" << fragments.front() << "'";
-  } catch (const ConfigError& e) {
-    const std::string what = e.what();
-    for (const std::string& f : fragments) EXPECT_TRUE(contains(what, f)) << context << ": '" << f << "' not in: " << what;
-    EXPECT_TRUE(contains(what, "expected")) << context << ": " << what;
-    EXPECT_TRUE(contains(what, "found")) << context << ": " << what;
-    EXPECT_FALSE(e.hint().empty()) << context << ": " << what;
-  }
-}
 
 /// An environment without SLURM commands on PATH (no cluster is asked).
 Env no_slurm_env(const test::TempDir& dir) {
