@@ -1,5 +1,6 @@
 // Multi-process training through `trainctl local` over Gloo on loopback: parity with a single
 // process, determinism, and a killed rank reported by the survivors.
+#include "gpu_count.h"
 #include "test_util.h"
 #include "train/files.h"
 
@@ -22,12 +23,6 @@ std::vector<std::string> local(int nproc, std::vector<std::string> args) {
   std::vector<std::string> cmd = {bin("trainctl"), "local", "--nproc", std::to_string(nproc), "--no-prefix", "--"};
   cmd.insert(cmd.end(), args.begin(), args.end());
   return cmd;
-}
-
-// NVIDIA GPUs on this machine, as nvidia-smi lists them (0 without a driver).
-int nvidia_gpus() {
-  auto r = run_program({"sh", "-c", "nvidia-smi -L 2>/dev/null | grep -c '^GPU'"}, {}, 30);
-  return r.exit_code == 0 ? std::atoi(r.out.c_str()) : 0;
 }
 
 nlohmann::json done(const train::test::RunResult& r) {
@@ -224,7 +219,7 @@ TEST(DistTrain, TorchrunStandaloneTrainsLikeTrainctlLocal) {
 // fused Adadelta kernel rounds differently from the CPU's separate ops (fused multiply-adds):
 // measured on 4x H100, 1, 2 and 4 GPUs land 1.4e-5, 1.4e-5 and 5e-8 from the CPU after 10 steps.
 TEST(DistTrainGpu, TwoGpuRanksMatchOneRankWithDoubleBatch) {
-  const int gpus = nvidia_gpus();
+  const int gpus = train::test::nvidia_gpus();
   if (gpus < 2) GTEST_SKIP() << "needs 2 NVIDIA GPUs, found " << gpus << ": run scripts/gpu-check.sh on a node with 2 GPUs (docs/gpu.md)";
   if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
   auto args = [](const std::string& device, int batch, std::vector<std::string> extra) {
@@ -298,7 +293,7 @@ TEST(DistTrainGpu, TwoGpuRanksMatchOneRankWithDoubleBatch) {
 // default run's process group is Gloo (no NCCL at all), --peer-allreduce off's is NCCL. A second
 // peer run shows the peer path repeats itself bit for bit.
 TEST(DistTrainGpu, PeerAllreduceGivesNcclsBitsOnTwoGpus) {
-  const int gpus = nvidia_gpus();
+  const int gpus = train::test::nvidia_gpus();
   if (gpus < 2) GTEST_SKIP() << "needs 2 NVIDIA GPUs, found " << gpus << ": run scripts/gpu-check.sh on a node with 2 GPUs (docs/gpu.md)";
   if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
   auto run = [](const std::string& peer) {
@@ -329,7 +324,7 @@ TEST(DistTrainGpu, PeerAllreduceGivesNcclsBitsOnTwoGpus) {
 // step (gradients averaged inside the graph, NCCL or the peer all-reduce) lands on the eager
 // step's bits, rate refreshes and all.
 TEST(DistTrainGpu, FusedOptimizersWithPerStepScheduleGraphEqualsEagerOnTwoGpus) {
-  const int gpus = nvidia_gpus();
+  const int gpus = train::test::nvidia_gpus();
   if (gpus < 2) GTEST_SKIP() << "needs 2 NVIDIA GPUs, found " << gpus << ": run scripts/gpu-check.sh on a node with 2 GPUs (docs/gpu.md)";
   if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
   for (const char* opt : {"sgd", "adam", "adamw"}) {

@@ -1,5 +1,6 @@
 // GPU tests of the training step (label gpu): the step captured in a CUDA graph trains exactly like
 // the eager step, and bf16 autocast reaches fp32's accuracy. Skip, saying why, without a GPU.
+#include "gpu_count.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -12,11 +13,6 @@ using train::test::bin;
 using train::test::run_program;
 
 namespace {
-
-int gpu_count() {
-  auto r = run_program({"sh", "-c", "nvidia-smi -L 2>/dev/null | grep -c '^GPU'"}, {}, 30);
-  return r.exit_code == 0 ? std::atoi(r.out.c_str()) : 0;
-}
 
 nlohmann::json done(const train::test::RunResult& r) {
   auto j = nlohmann::json::parse(train::test::last_line(r.out), nullptr, false);
@@ -38,7 +34,7 @@ std::vector<std::string> gpu_args(std::vector<std::string> extra) {
 // --augment crop,flip (random numbers drawn per batch) the batch is gathered outside the graph
 // and must be the same draw as the eager step's.
 TEST(TrainGpu, CudaGraphStepEqualsEagerStep) {
-  const int gpus = gpu_count();
+  const int gpus = train::test::nvidia_gpus();
   if (gpus < 1) GTEST_SKIP() << "needs a CUDA GPU, found " << gpus << ": run scripts/gpu-check.sh on a node with a GPU (docs/gpu.md)";
   if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
   for (const std::vector<std::string>& extra :
@@ -75,7 +71,7 @@ TEST(TrainGpu, CudaGraphStepEqualsEagerStep) {
 // cosine schedule the step stays in the CUDA graph (the rate's device copy refreshed before each
 // replay) and lands on the eager step's bits, for SGD (nesterov, weight decay), Adam and AdamW.
 TEST(TrainGpu, FusedOptimizersWithPerStepScheduleGraphEqualsEager) {
-  const int gpus = gpu_count();
+  const int gpus = train::test::nvidia_gpus();
   if (gpus < 1) GTEST_SKIP() << "needs a CUDA GPU, found " << gpus << ": run scripts/gpu-check.sh on a node with a GPU (docs/gpu.md)";
   if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
   for (const char* opt : {"sgd", "adam", "adamw"}) {
@@ -108,7 +104,7 @@ TEST(TrainGpu, FusedOptimizersWithPerStepScheduleGraphEqualsEager) {
 // graph: the resumed run ends on the uninterrupted run's bits (device step counts and the rate
 // restored from the checkpoint).
 TEST(TrainGpu, PreemptedAdamWCosineRunResumesBitExact) {
-  const int gpus = gpu_count();
+  const int gpus = train::test::nvidia_gpus();
   if (gpus < 1) GTEST_SKIP() << "needs a CUDA GPU, found " << gpus << ": run scripts/gpu-check.sh on a node with a GPU (docs/gpu.md)";
   if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
   train::test::TempDir d("gpu-resume");
@@ -140,7 +136,7 @@ TEST(TrainGpu, PreemptedAdamWCosineRunResumesBitExact) {
 // pass or fail by chance). At batch 64, where bf16 measured 0.3-0.8 points below fp32, auto stays
 // fp32.
 TEST(TrainGpu, AutoPrecisionBf16ReachesFp32AccuracyWithinHalfAPoint) {
-  const int gpus = gpu_count();
+  const int gpus = train::test::nvidia_gpus();
   if (gpus < 1) GTEST_SKIP() << "needs a CUDA GPU, found " << gpus << ": run scripts/gpu-check.sh on a node with a GPU (docs/gpu.md)";
   if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
   auto small = run_program(gpu_args({"--epochs", "1", "--max-steps", "20"}), {}, 300);

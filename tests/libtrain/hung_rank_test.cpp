@@ -1,6 +1,7 @@
 // A stalled run names where every rank is (the roll-call) and ends on every rank; a slow rank is
 // named by the straggler report. Real processes over Gloo on loopback, with faults injected
 // through the environment (libtrain/src/fault_injection.h). Issue 24.
+#include "gpu_count.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -118,8 +119,7 @@ TEST(HungRank, AStallTimeoutNotBelowTheGroupTimeoutIsRefused) {
 // NCCL flight recorder into the checkpoint folder, says where, and the file is the pickle torch's
 // analyser (python -m torch.distributed.flight_recorder.fr_trace) reads, with the all-reduces in it.
 TEST(HungRankGpu, AnNcclStallIsNamedAndEachRankDumpsTheFlightRecorder) {
-  auto gpus = run_program({"sh", "-c", "nvidia-smi -L 2>/dev/null | grep -c '^GPU'"}, {}, 30);
-  const int n = gpus.exit_code == 0 ? std::atoi(gpus.out.c_str()) : 0;
+  const int n = train::test::nvidia_gpus();
   if (n < 2) GTEST_SKIP() << "needs 2 NVIDIA GPUs, found " << n << ": run scripts/gpu-check.sh on a node with 2 GPUs (docs/gpu.md)";
   if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << kNoData;
   train::test::TempDir d("frdump");

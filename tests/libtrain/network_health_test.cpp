@@ -3,6 +3,7 @@
 // `trainctl local` over Gloo on loopback, and on 4 ranks posing as 2 SLURM nodes (the within- and
 // between-node all-reduces). The slow node is named in tests/slurm/health_test.cpp.
 #include "test_process.h"
+#include "gpu_count.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -160,11 +161,6 @@ TEST(NetworkHealth, HealthFlagsNeedTheCheckAndTheFaultIsChecked) {
 
 namespace {
 
-int nvidia_gpus() {
-  auto r = run_program({"sh", "-c", "nvidia-smi -L 2>/dev/null | grep -c '^GPU'"}, {}, 30);
-  return r.exit_code == 0 ? std::atoi(r.out.c_str()) : 0;
-}
-
 // The number after `label` in `log` up to " GB/s" (-1 when the line is missing or holds no number).
 double gbps_after(const std::string& log, const std::string& label) {
   const size_t at = log.find(label);
@@ -187,13 +183,12 @@ std::string table_of(const std::string& log) {
 // trainctl local), then the between-nodes one (2 ranks posing as 2 SLURM nodes, a GPU each). Both
 // measure, pass, tear their communicators down and train on; no hang at exit.
 TEST(NetworkHealthGpu, NcclSubgroupsWithinAndBetweenNodesOnTwoGpus) {
-  const int gpus = nvidia_gpus();
+  const int gpus = train::test::nvidia_gpus();
   if (gpus < 2) GTEST_SKIP() << "needs 2 NVIDIA GPUs, found " << gpus << ": run scripts/gpu-check.sh on a node with 2 GPUs (docs/gpu.md)";
   if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
-  const std::vector<std::string> gpu_args = {"--device", "cuda", "--backend", "nccl", "--peer-allreduce", "off",
-                                             "--health-check", "--health-min-fraction", "0.01"};
-  std::vector<std::string> local = two_ranks(gpu_args);
-  for (auto& s : local) if (s == "cpu") s = "cuda";  // two_ranks' --device cpu; the later --device cuda wins anyway
+  std::vector<std::string> local = two_ranks({"--backend", "nccl", "--peer-allreduce", "off", "--health-check",
+                                               "--health-min-fraction", "0.01"});
+  for (auto& s : local) if (s == "cpu") s = "cuda";  // two_ranks' --device cpu
   const auto within = run_program(local, {"NCCL_NVLS_ENABLE=0"}, 300);
   ASSERT_EQ(within.exit_code, 0) << within.err;
   EXPECT_TRUE(has(within.err, "health check: 1 node(s), 2 rank(s); GEMM 4096x4096 fp32 on cuda")) << within.err;

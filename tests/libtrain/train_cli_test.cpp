@@ -1,4 +1,5 @@
 // End-to-end tests of the `train` program: real Fashion-MNIST, determinism, and bad input.
+#include "gpu_count.h"
 #include "test_util.h"
 #include "train/files.h"
 
@@ -252,10 +253,7 @@ TEST(TrainCli, UnknownLogLevelWarnsAndTheErrorIsStillPrinted) {
 TEST(TrainCli, GpuJobWithoutCudaStopsInsteadOfTrainingOnTheCpu) {
   const std::string dir = train::test::fashion_mnist_dir();
   if (dir.empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
-  const int gpus = [] {
-    auto r = run_program({"sh", "-c", "nvidia-smi -L 2>/dev/null | grep -c '^GPU'"}, {}, 30);
-    return r.exit_code == 0 ? std::atoi(r.out.c_str()) : 0;
-  }();
+  const int gpus = train::test::nvidia_gpus();
   if (gpus > 0) GTEST_SKIP() << "this machine has " << gpus << " GPU(s): CUDA works here, so the check cannot fire";
   // (No SLURM_JOB_ID: train would ask squeue about that job.)
   const std::vector<std::string> gpu_job = {"SLURM_GPUS_ON_NODE=1", "SLURM_JOB_GPUS=0", "CUDA_VISIBLE_DEVICES=0"};
