@@ -237,6 +237,9 @@ namespace detail {
 DistEnv resolve_slurm(const Vars& vars, DistEnv out) {
   out.source = EnvSource::slurm;
   out.job_id = job_id_of(vars);
+  // The node's SLURM name, as srun's messages and scontrol name it: a node's hostname may differ
+  // (several slurmd on one host, or a host name that isn't the NodeName).
+  if (vars.has("SLURMD_NODENAME") && !vars.get("SLURMD_NODENAME")->empty()) out.host = *vars.get("SLURMD_NODENAME");
   const Sourced rank = get_int(vars, "SLURM_PROCID", 0, kSlurmHint);
   out.rank = rank.value;
 

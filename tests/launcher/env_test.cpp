@@ -56,6 +56,16 @@ EnvMap slurm_2x2_rank3() {
   };
 }
 
+// Under SLURM the host is the node's SLURM name (SLURMD_NODENAME), which srun's and scontrol's
+// messages use: several slurmd on one machine share its hostname.
+TEST(ResolveEnv, SlurmHostIsTheNodeNameSlurmdGives) {
+  EnvMap env = slurm_2x2_rank3();
+  EXPECT_EQ(resolve(env).host, kHost);
+  env["SLURMD_NODENAME"] = "node02";
+  EXPECT_EQ(resolve(env).host, "node02");
+  EXPECT_EQ(resolve({{"SLURMD_NODENAME", "node02"}}).host, kHost) << "outside a step the machine's name stays";
+}
+
 TEST(ResolveEnv, NothingSetIsASingleProcess) {
   const DistEnv e = resolve({{"PATH", "/usr/bin"}, {"HOME", "/root"}});
   EXPECT_EQ(e.source, EnvSource::single);

@@ -30,7 +30,7 @@ struct DistEnv {
   int master_port = 29500;
   std::string job_id;               ///< SLURM_JOB_ID, empty outside SLURM
   std::vector<std::string> nodes;   ///< expanded node list of the step (empty outside SLURM)
-  std::string host;                 ///< this machine's short host name
+  std::string host;                 ///< this machine's short host name; under SLURM the node's name (SLURMD_NODENAME)
   /// torchrun's agent already serves the TCPStore at master_addr:master_port
   /// (TORCHELASTIC_USE_AGENT_STORE=True): every rank, rank 0 too, connects as a client.
   bool agent_store = false;
