@@ -59,10 +59,29 @@ void sleep_for(double seconds) {
   if (seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
 }
 
+// TRAIN_FAULT_LAUNCH=N: whether this launch of the step is launch N (TRAIN_RESTART_COUNT, which
+// `trainctl run` exports: 0 on the first launch, k on the k-th restart). True when it is unset.
+bool faults_on_this_launch() {
+  const char* only = std::getenv("TRAIN_FAULT_LAUNCH");
+  if (only == nullptr || *only == '\0') return true;
+  const char* count = std::getenv("TRAIN_RESTART_COUNT");
+  try {
+    size_t used = 0;
+    const int n = std::stoi(only, &used);
+    if (n < 0 || used != std::string(only).size()) throw std::invalid_argument("launch");
+    return n == (count == nullptr || *count == '\0' ? 0 : std::stoi(count));
+  } catch (const std::exception&) {
+    throw ConfigError(std::string("TRAIN_FAULT_LAUNCH='") + only + "': expected a launch number (0 for the first), " +
+                          "and TRAIN_RESTART_COUNT a number when set.",
+                      "it is a testing aid; unset it for real runs.");
+  }
+}
+
 }  // namespace
 
 FaultInjection FaultInjection::from_env(int rank) {
   FaultInjection f;
+  if (!faults_on_this_launch()) return f;
   read_fault("TRAIN_FAULT_SIGNAL_AT_STEP", "STEP:SIGNAL[:RANK], e.g. 12:USR2", 2, rank, [&](const auto& p) {
     f.signal_step_ = p.empty() ? -1 : positive_step(p[0]);
     f.signal_ = p.empty() ? 0 : signal_number(p[1]);
