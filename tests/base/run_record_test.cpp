@@ -1,0 +1,130 @@
+// The run record (train/run_record.h): what train and trainctl run write is what trainctl reads.
+#include "train/run_record.h"
+
+#include "train/error.h"
+#include "train/files.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include <unistd.h>
+
+namespace {
+
+std::string temp_dir() {
+  char tmpl[] = "/tmp/run_record_test.XXXXXX";
+  const char* d = ::mkdtemp(tmpl);
+  EXPECT_NE(d, nullptr);
+  return d ? d : "/tmp";
+}
+
+TEST(RunRecord, PathIsPerJobUnderTheWorkDir) {
+  EXPECT_EQ(train::RunRecord::path_for("/home/u/proj", "4242"), "/home/u/proj/.train/runs/4242.json");
+  EXPECT_EQ(train::RunRecord::path_for("/home/u/proj/", "7"), "/home/u/proj/.train/runs/7.json");
+}
+
+TEST(RunRecord, PathFromEnvPrefersTheExplicitVariable) {
+  ::setenv("SLURM_SUBMIT_DIR", "/w", 1);
+  ::setenv("SLURM_JOB_ID", "12", 1);
+  ::unsetenv("TRAIN_RUN_RECORD");
+  EXPECT_EQ(train::RunRecord::path_from_env(), "/w/.train/runs/12.json");
+  ::setenv("TRAIN_RUN_RECORD", "/tmp/x.json", 1);
+  EXPECT_EQ(train::RunRecord::path_from_env(), "/tmp/x.json");
+  ::unsetenv("TRAIN_RUN_RECORD");
+  ::unsetenv("SLURM_JOB_ID");
+  EXPECT_EQ(train::RunRecord::path_from_env(), "");
+  ::unsetenv("SLURM_SUBMIT_DIR");
+}
+
+TEST(RunRecord, SavedAndLoadedFieldsAreEqual) {
+  const std::string dir = temp_dir();
+  const std::string path = train::RunRecord::path_for(dir, "99");
+  train::RunRecord r;
+  r.job_id = "99";
+  r.state = "running";
+  r.checkpoint_dir = "/ck";
+  r.tensorboard_dir = "/tb";
+  r.metrics_file = "/m.jsonl";
+  r.world_size = 4;
+  r.nodes = {"node1", "node2"};
+  r.step = 120;
+  r.epoch = 2;
+  r.last_checkpoint = "/ck/ckpt-120.pt";
+  train::RestartEntry e;
+  e.number = 1;
+  e.cause = "lost rank";
+  e.nodes = {"node2"};
+  e.excluded = true;
+  e.exit_code = 137;
+  e.resumed_step = 110;
+  e.seconds = 4.5;
+  e.time = 1e9;
+  r.restarts.push_back(e);
+  ASSERT_EQ(r.save(path), "");  // creates .train/runs
+  const auto back = train::RunRecord::load(path);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->job_id, "99");
+  EXPECT_EQ(back->state, "running");
+  EXPECT_EQ(back->checkpoint_dir, "/ck");
+  EXPECT_EQ(back->tensorboard_dir, "/tb");
+  EXPECT_EQ(back->metrics_file, "/m.jsonl");
+  EXPECT_EQ(back->world_size, 4);
+  EXPECT_EQ(back->nodes, (std::vector<std::string>{"node1", "node2"}));
+  EXPECT_EQ(back->step, 120);
+  EXPECT_EQ(back->epoch, 2);
+  EXPECT_EQ(back->last_checkpoint, "/ck/ckpt-120.pt");
+  ASSERT_EQ(back->restarts.size(), 1u);
+  EXPECT_EQ(back->restarts[0].cause, "lost rank");
+  EXPECT_EQ(back->restarts[0].nodes, (std::vector<std::string>{"node2"}));
+  EXPECT_TRUE(back->restarts[0].excluded);
+  EXPECT_EQ(back->restarts[0].exit_code, 137);
+  EXPECT_EQ(back->restarts[0].resumed_step, 110);
+  EXPECT_DOUBLE_EQ(back->restarts[0].seconds, 4.5);
+  train::files::remove_tree(dir);
+}
+
+TEST(RunRecord, UpdateKeepsTheOtherWritersFields) {
+  const std::string dir = temp_dir();
+  const std::string path = dir + "/r.json";
+  ASSERT_EQ(train::RunRecord::update(path, [](train::RunRecord& r) {
+              r.state = "running";
+              r.checkpoint_dir = "/ck";
+            }), "");
+  ASSERT_EQ(train::RunRecord::update(path, [](train::RunRecord& r) {
+              train::RestartEntry e;
+              e.number = 1;
+              e.cause = "lost rank";
+              r.restarts.push_back(e);
+              r.state = "restarting";
+            }), "");
+  const auto back = train::RunRecord::load(path);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->checkpoint_dir, "/ck");
+  EXPECT_EQ(back->state, "restarting");
+  ASSERT_EQ(back->restarts.size(), 1u);
+  EXPECT_GT(back->updated, 0.0);
+  train::files::remove_tree(dir);
+}
+
+TEST(RunRecord, AMissingFileIsNoRecordAndAForeignFileIsNamed) {
+  const std::string dir = temp_dir();
+  EXPECT_FALSE(train::RunRecord::load(dir + "/none.json").has_value());
+  const std::string bad = dir + "/bad.json";
+  std::ofstream(bad) << "not json";
+  try {
+    train::RunRecord::load(bad);
+    FAIL() << "expected a ConfigError";
+  } catch (const train::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Hint:"), std::string::npos) << e.what();
+  }
+  // update() replaces a damaged record instead of failing the run that writes it.
+  EXPECT_EQ(train::RunRecord::update(bad, [](train::RunRecord& r) { r.state = "running"; }), "");
+  EXPECT_EQ(train::RunRecord::load(bad)->state, "running");
+  train::files::remove_tree(dir);
+}
+
+}  // namespace
