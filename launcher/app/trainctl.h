@@ -84,6 +84,10 @@ Command add_env(CLI::App& app);
 /// by name rather than as a stray program argument.
 Command add_local(CLI::App& app, const std::vector<std::string>& after_dashes);
 
+/// `trainctl run` (inside a SLURM allocation: srun the training step, relaunch it after a lost rank or
+/// node); `after_dashes` holds the program and its arguments.
+Command add_run(CLI::App& app, const std::vector<std::string>& after_dashes);
+
 /// `trainctl preflight`; `after_dashes` holds train's arguments (after the first "--").
 Command add_preflight(CLI::App& app, const std::vector<std::string>& after_dashes);
 

@@ -1,5 +1,5 @@
 // trainctl: the launcher's command line (no LibTorch). One function per subcommand adds its
-// options and returns the action to run: hostnames, hostlist, env, local, sbatch, preflight, and the
+// options and returns the action to run: hostnames, hostlist, env, local, run, sbatch, preflight, and the
 // work around a job: sweep, sweep-report, plot, resources, interactive, status, logs, cancel. They
 // live in trainctl_node.cpp, trainctl_sbatch.cpp, trainctl_sweep.cpp and trainctl_jobs.cpp (see
 // trainctl.h); the logic behind them lives in the launcher library, where its tests reach it
@@ -27,7 +27,7 @@ namespace {
 std::vector<std::string> split_at_dashes(std::vector<std::string>& args) {
   std::vector<std::string> after_dashes;
   if (!args.empty() && (args.front() == "local" || args.front() == "sbatch" || args.front() == "preflight" ||
-                         args.front() == "sweep")) {
+                         args.front() == "sweep" || args.front() == "run")) {
     const auto dashes = std::find(args.begin(), args.end(), "--");
     if (dashes != args.end()) {
       after_dashes.assign(dashes + 1, args.end());
@@ -78,9 +78,9 @@ int main(int argc, char** argv) {
   CLI::App app{
       "trainctl: launcher tools for libtrain. Expands SLURM host lists, shows the distributed\n"
       "environment a rank resolves, starts ranks on one machine, generates and submits sbatch\n"
-      "scripts, and checks a job's nodes before training. Around the jobs: hyperparameter sweeps as\n"
-      "job arrays, training curves (plot), the cluster's resources, interactive sessions, status, logs\n"
-      "and cancel.\n"
+      "scripts, runs the training step in an allocation (again after a lost rank or node), and\n"
+      "checks a job's nodes before training. Around the jobs: hyperparameter sweeps as job arrays,\n"
+      "training curves (plot), the cluster's resources, interactive sessions, status, logs and cancel.\n"
       "Run 'trainctl SUBCOMMAND --help' for a subcommand's options.",
       "trainctl"};
   app.set_version_flag("--version", "trainctl " TRAIN_VERSION);
@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   const std::vector<std::string> after_dashes = split_at_dashes(args);
   const std::vector<std::string> before_dashes = args;
   const std::vector<Command> commands = {add_hostnames(app), add_hostlist(app), add_env(app),
-                                         add_local(app, after_dashes), add_sbatch(app, before_dashes, after_dashes),
+                                         add_local(app, after_dashes), add_run(app, after_dashes), add_sbatch(app, before_dashes, after_dashes),
                                          add_preflight(app, after_dashes), add_sweep(app, before_dashes, after_dashes),
                                          add_sweep_report(app), add_plot(app), add_resources(app), add_interactive(app),
                                          add_status(app), add_logs(app), add_cancel(app)};

@@ -13,6 +13,7 @@
 #include "train/launcher/hostlist.h"
 #include "train/launcher/local_launch.h"
 #include "train/launcher/preflight.h"
+#include "train/launcher/restart.h"
 #include "trainctl.h"
 
 namespace trainctl {
@@ -145,6 +146,37 @@ Command add_local(CLI::App& app, const std::vector<std::string>& after_dashes) {
       return train::kExitProgramNotFound;
     }
     return train::launch_local(*options);
+  }};
+}
+
+Command add_run(CLI::App& app, const std::vector<std::string>& after_dashes) {
+  auto* cmd = add_command(app, "run", "Inside a SLURM allocation: srun the training step, and launch it again after a lost rank or node",
+      "Run it in a batch script in place of srun: it starts the step with srun --kill-on-bad-exit=1\n"
+      "over the job's tasks. When the step ends with a lost rank or node (a task killed by a signal,\n"
+      "a node srun lost, train's exit 79 for a dead or stalled rank, a broken connection), it\n"
+      "launches it again in the same allocation, without a trip through the queue; train resumes\n"
+      "with --resume auto. A node the health check names bad (exit 69), or one SLURM reports DOWN,\n"
+      "is left out (srun --exclude, fewer nodes). Not restarted: exit 0, 75 (preempted: the script\n"
+      "requeues the job), 1, 2 and 65 (an error a new launch would meet again), SIGTERM/SIGINT\n"
+      "(scancel), and the same failure at the same step twice in a row. One line per restart (cause,\n"
+      "nodes, exit code, the step resumed from, the seconds it took), kept in the run record that\n"
+      "trainctl status reads. The step sees TRAIN_RESTART_COUNT (0, then 1, 2, ...). Exits with the\n"
+      "last launch's first failing task's exit code as srun names it (else srun's status). Ask\n"
+      "sbatch for --no-kill so that a lost node leaves the allocation alive (trainctl sbatch's\n"
+      "scripts do). Example, in a batch script:\n"
+      "  trainctl run --max-restarts 3 -- build/bin/train --checkpoint-dir ckpt --resume auto\n");
+  auto request = std::make_shared<train::RunRequest>();
+  cmd->add_option("--max-restarts", request->max_restarts, "how often the step is launched again at most")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
+  cmd->add_option("--srun-arg", request->srun_args,
+                  "an option for srun itself, e.g. --srun-arg=--output=logs/x-%t.out (repeat it for more)")
+      ->type_name("OPT")
+      ->allow_extra_args(false);
+  cmd->add_option("PROGRAM", request->program, "the training program and its arguments, after '--'; required");
+  return {cmd, [request, &after_dashes]() {
+    request->program.insert(request->program.end(), after_dashes.begin(), after_dashes.end());
+    return train::run_step(*request);
   }};
 }
 

@@ -1,0 +1,277 @@
+// `trainctl run` (restart.h): launches the training step with srun, passes srun's stderr on while
+// reading it for failures, and launches the step again inside the allocation after a lost rank or
+// node, as decide_restart() says; keeps the run record's restarts.
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "train/error.h"
+#include "train/files.h"
+#include "train/launcher/env.h"
+#include "train/launcher/local_launch.h"
+#include "train/launcher/restart.h"
+#include "train/run_record.h"
+#include "train/subprocess.h"
+
+namespace train {
+namespace {
+
+volatile sig_atomic_t g_got_term = 0;
+
+void on_term(int) { g_got_term = 1; }
+void on_ignored(int) {}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void say(const std::string& text) { std::cerr << "trainctl run: " << text << std::endl; }
+
+std::string env_or(const std::string& name, const std::string& fallback = "") {
+  const char* v = std::getenv(name.c_str());
+  return v != nullptr ? v : fallback;
+}
+
+// SIGTERM/SIGINT/SIGHUP (scancel, the time limit, ^C) reach srun and the tasks as well: here they
+// only stop the restarts. USR1/USR2 (`scancel --signal=USR2 --full`) are the tasks' to handle.
+void install_handlers() {
+  struct sigaction sa {};
+  sigemptyset(&sa.sa_mask);
+  sa.sa_handler = on_term;
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaction(sig, &sa, nullptr);
+  sa.sa_handler = on_ignored;
+  for (int sig : {SIGUSR1, SIGUSR2}) sigaction(sig, &sa, nullptr);
+}
+
+// A relaunch waiting to be seen training: its run-record entry is completed once train writes the record.
+struct PendingRestart {
+  int index = -1;  // into the record's restarts
+  double failed_at = 0;
+  double launched_at = 0;
+};
+
+class StepWatch {
+ public:
+  StepWatch(std::string record_path, int max_restarts) : record_(std::move(record_path)), max_(max_restarts) {}
+
+  // Runs one launch to its end; returns what srun and train said.
+  StepReport launch(const std::vector<std::string>& argv, int launch_number, std::optional<PendingRestart>& pending);
+  double failed_at() const { return failed_at_; }
+
+ private:
+  void feed(const std::string& chunk, StepReport& report);
+  void check_record(std::optional<PendingRestart>& pending);
+
+  std::string record_;
+  int max_;
+  std::string partial_;
+  double failed_at_ = 0;
+};
+
+void StepWatch::feed(const std::string& chunk, StepReport& report) {
+  partial_ += chunk;
+  std::size_t nl;
+  while ((nl = partial_.find('\n')) != std::string::npos) {
+    const std::string line = partial_.substr(0, nl);
+    partial_.erase(0, nl + 1);
+    const std::string before = report.first_error;
+    const std::size_t killed = report.killed.size() + report.lost_nodes.size();
+    read_step_line(line, report);
+    if (failed_at_ == 0 && (report.first_error != before || report.killed.size() + report.lost_nodes.size() != killed)) {
+      failed_at_ = now_seconds();
+    }
+  }
+}
+
+// Once train has written the record after a relaunch, the restart's entry gets the step it resumed
+// from and the seconds from the failure to then.
+void StepWatch::check_record(std::optional<PendingRestart>& pending) {
+  if (!pending || record_.empty()) return;
+  std::optional<RunRecord> r;
+  try {
+    r = RunRecord::load(record_);
+  } catch (const std::exception&) {
+    return;  // a damaged record: the next look may find it whole
+  }
+  if (!r || r->updated <= pending->launched_at || r->state != "running") return;
+  const int index = pending->index;
+  const double seconds = now_seconds() - pending->failed_at;
+  RestartEntry done;
+  const std::string error = RunRecord::update(record_, [&](RunRecord& rec) {
+    if (index >= static_cast<int>(rec.restarts.size())) return;
+    RestartEntry& e = rec.restarts[index];
+    e.resumed_step = rec.step;
+    e.seconds = seconds;
+    done = e;
+  });
+  if (error.empty() && done.number > 0) say(describe_restart(done, max_) + " (training again)");
+  pending.reset();
+}
+
+StepReport StepWatch::launch(const std::vector<std::string>& argv, int launch_number,
+                             std::optional<PendingRestart>& pending) {
+  StepReport report;
+  partial_.clear();
+  failed_at_ = 0;
+  int err_pipe[2];
+  if (pipe2(err_pipe, O_CLOEXEC) != 0) throw Error(std::string("pipe2: ") + std::strerror(errno));
+  setenv("TRAIN_RESTART_COUNT", std::to_string(launch_number).c_str(), 1);
+  const std::string srun = find_program(argv.front(), current_environment());
+  const pid_t child = fork();
+  if (child < 0) throw Error(std::string("fork: ") + std::strerror(errno));
+  if (child == 0) {
+    dup2(err_pipe[1], STDERR_FILENO);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    signal(SIGUSR1, SIG_DFL);
+    signal(SIGUSR2, SIG_DFL);
+    execv(srun.c_str(), args.data());
+    _exit(127);
+  }
+  close(err_pipe[1]);
+  char buf[4096];
+  for (bool open = true; open;) {
+    pollfd p{err_pipe[0], POLLIN, 0};
+    const int ready = poll(&p, 1, 500);
+    if (ready > 0) {
+      const ssize_t n = read(err_pipe[0], buf, sizeof(buf));
+      if (n > 0) {
+        (void)!write(STDERR_FILENO, buf, static_cast<std::size_t>(n));
+        feed(std::string(buf, static_cast<std::size_t>(n)), report);
+      } else if (n == 0 || errno != EINTR) {
+        open = false;
+      }
+    }
+    check_record(pending);
+  }
+  close(err_pipe[0]);
+  if (!partial_.empty()) feed("\n", report);
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  report.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (failed_at_ == 0) failed_at_ = now_seconds();
+  report.got_term = g_got_term != 0;
+  return report;
+}
+
+// The nodes SLURM reports gone among those blamed (scontrol show node -o NODE).
+std::set<std::string> down_nodes(const StepReport& r) {
+  std::set<std::string> down;
+  std::set<std::string> blamed(r.killed_nodes.begin(), r.killed_nodes.end());
+  blamed.insert(r.silent_nodes.begin(), r.silent_nodes.end());
+  for (const std::string& node : blamed) {
+    const CommandResult c = run_command({"scontrol", "show", "node", "-o", node}, "", 15);
+    if (c.exit_code == 0 && node_state_is_down(c.out)) down.insert(node);
+  }
+  return down;
+}
+
+void check_inside_allocation(const RunRequest& request) {
+  if (env_or("SLURM_JOB_ID").empty()) {
+    throw ConfigError("SLURM_JOB_ID: expected trainctl run inside a SLURM allocation (a batch script or an salloc "
+                      "session), found it unset.",
+                      "put `trainctl run -- PROGRAM ARGS` in a batch script in place of `srun PROGRAM ARGS` and submit "
+                      "it with sbatch, or use trainctl sbatch to write one; on one machine without SLURM: trainctl "
+                      "local --nproc N -- PROGRAM ARGS.");
+  }
+  if (request.program.empty()) {
+    throw ConfigError("PROGRAM: expected the training program after '--', found none.",
+                      "e.g. trainctl run --max-restarts 3 -- build/bin/train --epochs 1.");
+  }
+  try {
+    find_program("srun", current_environment());
+  } catch (const ConfigError&) {
+    throw ConfigError("srun: expected SLURM's srun on PATH, found none.",
+                      "run trainctl run on a node of a SLURM allocation, where srun is installed.");
+  }
+}
+
+// The run record's step when the step ended (-1 unknown), and its newest checkpoint's step.
+std::pair<int64_t, int64_t> record_steps(const std::string& path) {
+  if (path.empty()) return {-1, -1};
+  try {
+    const std::optional<RunRecord> r = RunRecord::load(path);
+    if (r) return {r->step, checkpoint_step(r->last_checkpoint)};
+  } catch (const std::exception&) {
+  }
+  return {-1, -1};
+}
+
+// The run record's state once no launch follows, where train left it "running" (a rank was lost
+// and no restart follows) or trainctl run left it "restarting".
+void settle_state(const std::string& path, const StepReport& r) {
+  if (path.empty() || files::read_text(path).empty()) return;  // no record: nothing to settle
+  RunRecord::update(path, [&](RunRecord& rec) {
+    if (rec.state != "running" && rec.state != "restarting" && !rec.state.empty()) return;
+    const int rc = step_exit_code(r);
+    rec.state = rc == 0                                 ? "done"
+                : r.got_term                            ? "cancelled"
+                : rc == train_exit::kPreempted          ? "preempted"
+                                                        : "failed";
+  });
+}
+
+}  // namespace
+
+int run_step(const RunRequest& request) {
+  check_inside_allocation(request);
+  install_handlers();
+  const std::string record = RunRecord::path_from_env();
+  LaunchShape shape = job_shape([](const std::string& name) { return env_or(name); });
+  StepWatch watch(record, request.max_restarts);
+  std::optional<PastFailure> previous;
+  std::optional<PendingRestart> pending;
+  for (int launch = 0;; ++launch) {
+    const double launched_at = now_seconds();
+    if (pending) pending->launched_at = launched_at;
+    const StepReport report = watch.launch(srun_command(shape, request.srun_args, request.program), launch, pending);
+    const auto [step, checkpoint] = record_steps(record);
+    const RestartDecision d = decide_restart(report, step, previous, launch, request.max_restarts,
+                                             down_nodes(report), static_cast<int>(shape.nodes().size()));
+    if (!d.restart) {
+      if (!d.why.empty()) say(d.why + ".");
+      settle_state(record, report);
+      return step_exit_code(report);
+    }
+    if (d.exclude) shape = without_nodes(shape, d.nodes);
+    RestartEntry entry;
+    entry.number = launch + 1;
+    entry.cause = d.cause;
+    entry.nodes = d.nodes;
+    entry.excluded = d.exclude;
+    entry.exit_code = step_exit_code(report);
+    entry.time = watch.failed_at();
+    int index = -1;
+    if (!record.empty()) {
+      const std::string error = RunRecord::update(record, [&](RunRecord& rec) {
+        rec.state = "restarting";
+        rec.restarts.push_back(entry);
+        index = static_cast<int>(rec.restarts.size()) - 1;
+      });
+      if (!error.empty()) say("warning: the run record " + record + " could not be written: " + error);
+    }
+    pending = PendingRestart{index, watch.failed_at(), 0};
+    say(describe_restart(entry, request.max_restarts) + "; relaunching on " +
+        std::to_string(shape.nodes().size()) + " node(s), " + std::to_string(shape.tasks()) + " task(s), from " +
+        (checkpoint >= 0 ? "the checkpoint of step " + std::to_string(checkpoint) : std::string("the newest state")) +
+        (step >= 0 ? " (train had reached step " + std::to_string(step) + ")" : "") + ", " +
+        std::to_string(static_cast<int>(now_seconds() - watch.failed_at() + 0.5)) + " s after the failure.");
+    previous = PastFailure{d.cause, step};
+  }
+}
+
+}  // namespace train
