@@ -9,12 +9,14 @@
 namespace trainctl {
 
 Command add_status(CLI::App& app) {
-  auto* cmd = add_command(app, "status", "Show your jobs of this project: state, reason, elapsed, nodes, restarts, checkpoint, TensorBoard folder, metrics",
+  auto* cmd = add_command(app, "status", "Show your jobs of this project: state, reason, elapsed, nodes, requeues and restarts, checkpoint, TensorBoard folder, metrics",
       "Without JOBID: your jobs that the controller knows (pending, running, or ended within\n"
       "MinJobAge) submitted from this folder or below it; --all shows all your jobs. With JOBID\n"
       "(an array's id shows all its tasks): that job, also from the job completion log once the\n"
-      "controller has forgotten it. For each job: its log, newest checkpoint (ckpt-N.pt in the folder\n"
-      "the generated script announced) and last metrics line. Examples:\n"
+      "controller has forgotten it. For each job: its log; from the run record train and trainctl\n"
+      "run keep (WORKDIR/.train/runs/JOBID.json), its newest checkpoint, TensorBoard folder, state,\n"
+      "step and restarts inside the allocation (count, and the last one's cause and nodes); and its\n"
+      "last metrics line. Examples:\n"
       "  trainctl status\n"
       "  trainctl status 1234\n");
   auto id = std::make_shared<std::string>();

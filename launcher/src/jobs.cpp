@@ -1,6 +1,6 @@
 // `trainctl status`: asks the controller with scontrol (always through train::run_command with a
-// timeout), falls back to the jobcomp log for forgotten jobs, and reads the jobs' logs, checkpoint
-// folders and metrics files. `logs` and `cancel` are in job_control.cpp.
+// timeout), falls back to the jobcomp log for forgotten jobs, and reads the jobs' run records (their
+// folders, state and restarts), logs and metrics files. `logs` and `cancel` are in job_control.cpp.
 #include "train/launcher/jobs.h"
 
 #include <sys/stat.h>
@@ -24,7 +24,9 @@
 #include "train/files.h"
 #include "train/launcher/env.h"
 #include "train/launcher/local_launch.h"
+#include "train/launcher/restart.h"
 #include "train/launcher/sbatch.h"
+#include "train/run_record.h"
 #include "train/subprocess.h"
 #include "slurm_client.h"
 
@@ -245,32 +247,6 @@ std::vector<JobInfo> jobs_under(const std::vector<JobInfo>& jobs, const std::str
   return out;
 }
 
-std::string checkpoint_dir_from_log(const std::string& log_text, const std::string& work_dir) {
-  static const std::regex kLine(R"(, checkpoints in (\S+)\s*$)");
-  std::string dir;
-  std::istringstream in(log_text);
-  std::string line;
-  while (std::getline(in, line)) {
-    std::smatch m;
-    if (std::regex_search(line, m, kLine)) dir = m[1];
-  }
-  if (dir.empty() || dir[0] == '/' || work_dir.empty()) return dir;
-  return files::join(work_dir, dir);
-}
-
-std::string tensorboard_dir_from_log(const std::string& log_text, const std::string& work_dir) {
-  static const std::regex kLine(R"(TensorBoard event files in (\S+))");
-  std::string dir;
-  std::istringstream in(log_text);
-  std::string line;
-  while (std::getline(in, line)) {
-    std::smatch m;
-    if (std::regex_search(line, m, kLine)) dir = m[1];
-  }
-  if (dir.empty() || dir[0] == '/' || work_dir.empty()) return dir;
-  return files::join(work_dir, dir);
-}
-
 std::string newest_checkpoint(const std::string& dir) {
   static const std::regex kName(R"(ckpt-(\d+)\.pt)");
   long best = -1;
@@ -303,19 +279,28 @@ std::string last_metrics_line(const std::string& log_text) {
 JobProgress job_progress(const JobInfo& job) {
   JobProgress p;
   p.log = job.std_out;
-  if (p.log.empty() || p.log.find('%') != std::string::npos) return p;
-  const std::string text = files::read_text(p.log, &p.log_exists);
-  if (!p.log_exists) return p;
-  p.checkpoint_dir = checkpoint_dir_from_log(text, job.work_dir);
-  if (!p.checkpoint_dir.empty()) p.checkpoint = newest_checkpoint(p.checkpoint_dir);
-  p.tensorboard_dir = tensorboard_dir_from_log(text, job.work_dir);
-  // A sweep's task writes its epoch lines next to its checkpoints (RUN_DIR/metrics.jsonl); train's
-  // done line, once there, is the last JSON line of the log.
-  std::string metrics_file;
-  if (!p.checkpoint_dir.empty()) {
-    const std::string run_dir = p.checkpoint_dir.substr(0, p.checkpoint_dir.rfind('/'));
-    metrics_file = files::read_text(files::join(run_dir, "metrics.jsonl"));
+  std::string text;
+  if (!p.log.empty() && p.log.find('%') == std::string::npos) text = files::read_text(p.log, &p.log_exists);
+  // The folders come from the run record train and trainctl run keep (train/run_record.h), not the log.
+  if (!job.work_dir.empty() && !job.job_id.empty()) {
+    p.record = RunRecord::path_for(job.work_dir, job.job_id);
+    try {
+      p.run = RunRecord::load(p.record);
+    } catch (const ConfigError& e) {
+      p.record_problem = e.what();
+    }
   }
+  std::string metrics_file;
+  if (p.run) {
+    p.checkpoint_dir = p.run->checkpoint_dir;
+    p.checkpoint = p.run->last_checkpoint;
+    if (p.checkpoint.empty() && !p.checkpoint_dir.empty()) p.checkpoint = newest_checkpoint(p.checkpoint_dir);
+    p.tensorboard_dir = p.run->tensorboard_dir;
+    // A sweep's task writes its epoch lines to its own metrics file; train's done line, once
+    // there, is the last JSON line of the log.
+    if (!p.run->metrics_file.empty()) metrics_file = files::read_text(p.run->metrics_file);
+  }
+  if (!p.log_exists) return p;
   std::string metrics = last_metrics_line(metrics_file + "\n" + text);
   // With --per-rank-logs, train's lines are in the ranks' files; rank 0 logs the progress.
   if (metrics.empty()) metrics = last_metrics_line(files::read_text(rank_log_path(p.log, 0)));
@@ -350,6 +335,28 @@ std::string pending_reason_text(const std::string& reason) {
   const auto it = kReasons.find(reason);
   return it == kReasons.end() ? "" : it->second;
 }
+
+namespace {
+
+// The run record's lines of a job in `trainctl status`: the run's state and its restarts.
+std::string render_run(const JobProgress& p) {
+  if (!p.record_problem.empty()) return "  run record  " + p.record_problem + "\n";
+  if (!p.run) return "";
+  const RunRecord& r = *p.run;
+  std::string out;
+  if (!r.state.empty()) {
+    out += "  run         " + r.state + (r.step > 0 ? ", step " + std::to_string(r.step) : "") +
+           (r.epoch > 0 ? ", epoch " + std::to_string(r.epoch) : "") +
+           (r.world_size > 0 ? ", " + std::to_string(r.world_size) + " rank(s)" : "") + "\n";
+  }
+  if (!r.restarts.empty()) {
+    out += "  restarts    " + std::to_string(r.restarts.size()) + " in the allocation (trainctl run); last: " +
+           describe_restart(r.restarts.back(), 0) + "\n";
+  }
+  return out;
+}
+
+}  // namespace
 
 std::string render_status(const std::vector<JobInfo>& jobs, const std::vector<JobProgress>& progress) {
   std::vector<std::vector<std::string>> rows = {{"JOBID", "NAME", "STATE", "REASON", "ELAPSED", "NODES", "RESTARTS"}};
@@ -386,6 +393,7 @@ std::string render_status(const std::vector<JobInfo>& jobs, const std::vector<Jo
                                         : std::string("-")) +
            "\n";
     if (!p.tensorboard_dir.empty()) out += "  tensorboard " + p.tensorboard_dir + "\n";
+    out += render_run(p);
     out += "  metrics     " + (p.metrics.empty() ? std::string("-") : p.metrics) + "\n";
   }
   return out;

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <string>
@@ -17,6 +18,7 @@
 #include "test_process.h"
 #include "test_util.h"
 #include "train/error.h"
+#include "train/run_record.h"
 
 namespace train {
 namespace {
@@ -175,16 +177,6 @@ TEST(JobFiles, CheckpointsMetricsAndRankFiles) {
       "2026-11-26T07:00:03.000 info [rank 1/2 node2] Train Epoch: 1 [0/2000] loss: 2.3\n"
       "{\"event\":\"done\",\"epochs\":1,\"test_accuracy\":0.8}\n"
       "ddp: trailing line\n";
-  EXPECT_EQ(checkpoint_dir_from_log(log, dir.path()), dir.file("checkpoints/ddp-12"));
-  EXPECT_EQ(checkpoint_dir_from_log("x: job 1, train t, checkpoints in /abs/c\n", "/w"), "/abs/c");
-  EXPECT_EQ(checkpoint_dir_from_log("nothing\n", "/w"), "");
-  // The TensorBoard folder: from the generated script's line, or train's own (the last one wins).
-  EXPECT_EQ(tensorboard_dir_from_log(log, dir.path()), "");
-  EXPECT_EQ(tensorboard_dir_from_log("ddp: TensorBoard event files in runs/ddp-12 (tensorboard --logdir runs)\n", "/w"),
-            "/w/runs/ddp-12");
-  EXPECT_EQ(tensorboard_dir_from_log("2026 info [rank 0/2 n] TensorBoard event files in /abs/tb (events.out.x); view\n",
-                                     "/w"),
-            "/abs/tb");
   EXPECT_EQ(last_metrics_line(log), "{\"event\":\"done\",\"epochs\":1,\"test_accuracy\":0.8}");
   EXPECT_EQ(last_metrics_line("x\n2026 info [rank 0/2 n] Train Epoch: 2 [64/100]\ny\n"),
             "2026 info [rank 0/2 n] Train Epoch: 2 [64/100]");
@@ -252,6 +244,23 @@ TEST_F(FakeScontrol, StatusShowsStateCheckpointAndMetrics) {
   mkdir(dir_.file("checkpoints").c_str(), 0755);
   mkdir(dir_.file("checkpoints/ddp-12").c_str(), 0755);
   write_text(dir_.file("checkpoints/ddp-12/ckpt-40.pt"), "x");
+  // The folders come from the run record (train writes it, trainctl run adds the restarts), not the log.
+  RunRecord record;
+  record.job_id = "12";
+  record.state = "running";
+  record.checkpoint_dir = dir_.file("checkpoints/ddp-12");
+  record.tensorboard_dir = dir_.file("runs/ddp-12");
+  record.step = 47;
+  record.world_size = 2;
+  RestartEntry restart;
+  restart.number = 1;
+  restart.cause = "lost rank";
+  restart.nodes = {"node2"};
+  restart.exit_code = 137;
+  restart.resumed_step = 40;
+  restart.seconds = 6.5;
+  record.restarts = {restart};
+  ASSERT_EQ(record.save(RunRecord::path_for(dir_.path(), "12")), "");
   write_text(dir_.file("logs/ddp-12.out"),
              "ddp: job 12, restart 1: 2 node(s) node[1-2], tasks per node 1(x2), 1 CPU(s) per task, GPUs per node 0; "
              "train build/bin/train, checkpoints in checkpoints/ddp-12\n"
@@ -264,6 +273,21 @@ TEST_F(FakeScontrol, StatusShowsStateCheckpointAndMetrics) {
   EXPECT_EQ(lines[1], "12     ddp   RUNNING  -       00:01:05  node[1-2]  1");
   EXPECT_TRUE(contains(p->out(), "  log         " + dir_.file("logs/ddp-12.out") + "\n")) << p->out();
   EXPECT_TRUE(contains(p->out(), "  checkpoint  " + dir_.file("checkpoints/ddp-12/ckpt-40.pt") + "\n")) << p->out();
+  EXPECT_TRUE(contains(p->out(), "  tensorboard " + dir_.file("runs/ddp-12") + "\n")) << p->out();
+  EXPECT_TRUE(contains(p->out(), "  run         running, step 47, 2 rank(s)\n")) << p->out();
+  EXPECT_TRUE(contains(p->out(), "  restarts    1 in the allocation (trainctl run); last: restart 1: lost rank on node2 "
+                                 "(exit 137), all nodes kept; resumed from step 40, 6.5 s after the failure\n"))
+      << p->out();
+  // A log line naming another folder changes nothing: the log is not read for folders.
+  write_text(dir_.file("logs/ddp-12.out"), "ddp: job 12: train t, checkpoints in elsewhere\n", 0644);
+  EXPECT_TRUE(contains(trainctl_in({"status", "12"})->out(), "  checkpoint  " + dir_.file("checkpoints/ddp-12/ckpt-40.pt")));
+  // A job without a record shows no folders; a damaged record is named.
+  ASSERT_EQ(std::remove(RunRecord::path_for(dir_.path(), "12").c_str()), 0);
+  EXPECT_TRUE(contains(trainctl_in({"status", "12"})->out(), "  checkpoint  -\n"));
+  write_text(RunRecord::path_for(dir_.path(), "12"), "not json");
+  const auto damaged = trainctl_in({"status", "12"});
+  EXPECT_TRUE(contains(damaged->out(), "  run record  ")) << damaged->out();
+  EXPECT_TRUE(contains(damaged->out(), RunRecord::path_for(dir_.path(), "12"))) << damaged->out();
   EXPECT_TRUE(contains(p->out(), "  metrics     2026-11-26T07:00:02.000 info [rank 0/2 node1] Train Epoch: 1")) << p->out();
 
   // Without an id: the user's jobs under this folder (the fake jobs belong to alice, not to us).

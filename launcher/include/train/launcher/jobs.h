@@ -5,8 +5,11 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "train/run_record.h"
 
 namespace train {
 
@@ -67,19 +70,14 @@ std::vector<JobInfo> jobs_under(const std::vector<JobInfo>& jobs, const std::str
 struct JobProgress {
   std::string log;             ///< the log's path ("" when unknown)
   bool log_exists = false;
-  std::string checkpoint_dir;  ///< from the generated script's "checkpoints in DIR" line
-  std::string checkpoint;      ///< the newest ckpt-N.pt there, "" when none
-  std::string tensorboard_dir; ///< where train writes TensorBoard event files ("" when not said in the log)
+  std::string record;          ///< the run record's path (RunRecord::path_for the job's WorkDir and id)
+  std::optional<RunRecord> run;   ///< the run record, when train or trainctl run wrote one
+  std::string record_problem;  ///< why the record could not be read ("" when fine or missing)
+  std::string checkpoint_dir;  ///< the run record's checkpoint folder
+  std::string checkpoint;      ///< the record's last checkpoint, else the newest ckpt-N.pt there, "" when none
+  std::string tensorboard_dir; ///< where train writes TensorBoard event files (the run record's, "" when none)
   std::string metrics;         ///< the last metrics line: JSON from the metrics file or log, else a progress line
 };
-
-/// The checkpoint folder a generated script announced in its log ("..., checkpoints in DIR"),
-/// resolved against `work_dir`; "" when the log has no such line.
-std::string checkpoint_dir_from_log(const std::string& log_text, const std::string& work_dir);
-
-/// The TensorBoard folder a job's log names last ("TensorBoard event files in DIR", from the generated
-/// script or from train --tensorboard), resolved against `work_dir`; "" when the log names none.
-std::string tensorboard_dir_from_log(const std::string& log_text, const std::string& work_dir);
 
 /// The newest checkpoint (highest step N of ckpt-N.pt) in a folder, "" when there is none.
 std::string newest_checkpoint(const std::string& dir);
@@ -88,7 +86,7 @@ std::string newest_checkpoint(const std::string& dir);
 /// "Train Epoch" line; "" when there is none.
 std::string last_metrics_line(const std::string& log_text);
 
-/// Reads a job's log, checkpoint folder and metrics.
+/// Reads a job's run record (its folders, state and restarts), log and metrics.
 JobProgress job_progress(const JobInfo& job);
 
 /// What a pending job's Reason means for the user, and whether it will ever start ("" for reasons
@@ -96,8 +94,8 @@ JobProgress job_progress(const JobInfo& job);
 std::string pending_reason_text(const std::string& reason);
 
 /// The table `trainctl status` prints: one row per job (id, name, state, reason, elapsed, nodes,
-/// restarts), then for each job what its pending reason means, its log, newest checkpoint and last
-/// metrics line.
+/// requeues), then for each job what its pending reason means, its log, newest checkpoint, TensorBoard
+/// folder, the run's state and its restarts inside the allocation (from the run record), and last metrics line.
 std::string render_status(const std::vector<JobInfo>& jobs, const std::vector<JobProgress>& progress);
 
 /// The file srun wrote for one rank with --per-rank-logs, given the job's log path (logs/x-12.out
