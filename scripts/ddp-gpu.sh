@@ -22,6 +22,8 @@
 #SBATCH --open-mode=append
 # SLURM may requeue the job when a node fails or it is preempted; it then resumes from its checkpoint.
 #SBATCH --requeue
+# A lost node must not end the job: trainctl run launches the training step again on the nodes left.
+#SBATCH --no-kill
 # USR2 120 s before the time limit (SLURM may send it up to 60 s earlier), to every task of
 # the job's steps: train checkpoints on it and requeues the job, which resumes.
 # Not "B:USR2": B: signals only the batch shell, which runs no training, so the tasks would
@@ -87,7 +89,14 @@ else
 fi
 
 rc=0
-srun --kill-on-bad-exit=1 "$TRAIN_BIN" "${TRAIN_ARGS[@]}" || rc=$?
+# trainctl run starts the step (srun --kill-on-bad-exit=1) and, when it loses a rank or a node, starts it
+# again in this allocation from the newest checkpoint, at most 3 times (--max-restarts); see docs/slurm.md.
+if [[ -x "$TRAINCTL_BIN" ]]; then
+  "$TRAINCTL_BIN" run --max-restarts 3 -- "$TRAIN_BIN" "${TRAIN_ARGS[@]}" || rc=$?
+else
+  say "warning: no trainctl at '$TRAINCTL_BIN' (TRAINCTL_BIN): a lost rank is not restarted."
+  srun --kill-on-bad-exit=1 "$TRAIN_BIN" "${TRAIN_ARGS[@]}" || rc=$?
+fi
 # The command that goes on from this job's checkpoints: the script as it was submitted (scontrol's
 # Command=, less this job's arguments; $0 is SLURM's spool copy, deleted when the job ends), the same
 # arguments and the checkpoint folder, run from the submit dir.
@@ -109,7 +118,8 @@ elif (( rc == 143 || rc == 130 )) && [[ -n "${got_term:-}" || "$(scontrol show j
   say "train was stopped by SIGTERM/SIGINT (scancel) and saved a checkpoint in $CKPT_DIR, if it could: \
 not requeued. To go on from it: $(resume_command "$@")"
 elif (( rc != 0 )); then
-  say "training failed: srun exit code $rc. Hint: the first error above names the rank and host; \
+  say "training failed: exit code $rc (trainctl run's last line above says why it did not restart it). \
+Hint: the first error above names the rank and host; \
 to go on from the checkpoints in $CKPT_DIR, if any, resubmit with --checkpoint-dir $CKPT_DIR: $(resume_command "$@")"
 fi
 exit "$rc"

@@ -98,6 +98,12 @@ void add_batch_options(CLI::App* cmd, train::SbatchOptions& o) {
   // A callback rather than CLI11's "!--no-preflight" negation, which --help shows as `--no-preflight{false}`.
   cmd->add_flag_callback("--no-preflight", [&o] { o.preflight = false; },
                          "skip the `trainctl preflight` step before training");
+  cmd->add_option("--max-restarts", o.max_restarts,
+                  "trainctl run launches the training step again in the allocation after a lost rank or node, at "
+                  "most N times (0: never)")
+      ->check(CLI::Range(0, 1000))
+      ->type_name("N")
+      ->capture_default_str();
   add_health_options(cmd, o);
 }
 

@@ -92,6 +92,8 @@ struct ScriptWriter {
       line("# check finds bad, so the job must stay requeueable: keep this line.");
     }
     line("#SBATCH --requeue");
+    line("# A lost node must not end the job: trainctl run launches the training step again on the nodes left.");
+    line("#SBATCH --no-kill");
     if (plan.signal) {
       const SignalSpec& sig = *plan.signal;
       line("# " + sig.name + " " + std::to_string(sig.lead_seconds) +
@@ -309,14 +311,28 @@ struct ScriptWriter {
   void write_run() {
     line("");
     line("rc=0");
-    std::string srun = "srun --kill-on-bad-exit=1 ";
+    std::vector<std::string> srun_options;
     if (!plan.rank_output.empty()) {
       line("# --per-rank-logs: each rank writes its own file (%t is its rank); this log keeps the script's lines.");
-      srun += "--output=" + plan.rank_output + " ";
-      if (!plan.rank_error.empty()) srun += "--error=" + plan.rank_error + " ";
-      srun += "--open-mode=append ";
+      srun_options.push_back("--output=" + plan.rank_output);
+      if (!plan.rank_error.empty()) srun_options.push_back("--error=" + plan.rank_error);
+      srun_options.push_back("--open-mode=append");
     }
-    line(srun + container + "\"$TRAIN_BIN\" \"${TRAIN_ARGS[@]}\" || rc=$?");
+    std::string run_options, srun_words;
+    for (const std::string& option : srun_options) {
+      run_options += "--srun-arg=" + option + " ";
+      srun_words += option + " ";
+    }
+    const std::string program = container + "\"$TRAIN_BIN\" \"${TRAIN_ARGS[@]}\" || rc=$?";
+    line("# trainctl run starts the step (srun --kill-on-bad-exit=1) and, when it loses a rank or a node, starts it");
+    line("# again in this allocation from the newest checkpoint, at most " + std::to_string(o.max_restarts) +
+         " times (--max-restarts); see docs/slurm.md.");
+    line("if [[ -x \"$TRAINCTL_BIN\" ]]; then");
+    line("  \"$TRAINCTL_BIN\" run --max-restarts " + std::to_string(o.max_restarts) + " " + run_options + "-- " + program);
+    line("else");
+    line("  say \"warning: no trainctl at '$TRAINCTL_BIN' (TRAINCTL_BIN): a lost rank is not restarted.\"");
+    line("  srun --kill-on-bad-exit=1 " + srun_words + program);
+    line("fi");
     if (!o.stage_data.empty()) {
       line("if [[ \"$STAGE_OWNED\" == 1 ]]; then");
       line("  srun --ntasks=\"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 rm -rf \"$STAGE_ROOT\" || true");
@@ -349,7 +365,8 @@ struct ScriptWriter {
     line("  say \"train was stopped by SIGTERM/SIGINT (scancel) and saved a checkpoint in $CKPT_DIR, if it could: \\");
     line("not requeued. To go on from it: $(resume_command \"$@\")\"");
     line("elif (( rc != 0 )); then");
-    line("  say \"training failed: srun exit code $rc. Hint: the first error above names the rank and host; \\");
+    line("  say \"training failed: exit code $rc (trainctl run's last line above says why it did not restart it). \\");
+    line("Hint: the first error above names the rank and host; \\");
     line("to go on from the checkpoints in $CKPT_DIR, if any, resubmit with --checkpoint-dir $CKPT_DIR: $(resume_command \"$@\")\"");
     line("fi");
     line("exit \"$rc\"");

@@ -59,6 +59,9 @@ TEST(PerRankLogs, SrunWritesOneFilePerRankAndTheJobKeepsItsLogs) {
   EXPECT_TRUE(contains(script, "srun --kill-on-bad-exit=1 --output=logs/out%j-%t.log --error=logs/err%j-%t.log "
                                "--open-mode=append \"$TRAIN_BIN\" \"${TRAIN_ARGS[@]}\" || rc=$?"))
       << script;
+  EXPECT_TRUE(contains(script, "\"$TRAINCTL_BIN\" run --max-restarts 3 --srun-arg=--output=logs/out%j-%t.log "
+                               "--srun-arg=--error=logs/err%j-%t.log --srun-arg=--open-mode=append -- \"$TRAIN_BIN\""))
+      << script;
   // Without --per-rank-logs nothing changes for srun.
   o.per_rank_logs = false;
   EXPECT_TRUE(contains(generate_sbatch_script(o), "srun --kill-on-bad-exit=1 \"$TRAIN_BIN\""));

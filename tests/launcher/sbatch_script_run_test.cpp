@@ -23,7 +23,8 @@ std::string source_path(const std::string& rel) { return std::string(TRAIN_SOURC
 // ---- running a generated script under a fake srun ------------------------------------------------
 
 /// A submit dir with fake srun, train and trainctl: srun drops its own options and runs the
-/// command; train and trainctl print their arguments and exit with $FAKE_TRAIN_RC / $FAKE_PREFLIGHT_RC.
+/// command; train and trainctl print their arguments and exit with $FAKE_TRAIN_RC / $FAKE_PREFLIGHT_RC;
+/// `trainctl run` execs srun as the real one's first launch does.
 class FakeSlurm {
  public:
   FakeSlurm() : dir_("sbatch-fake") {
@@ -40,8 +41,14 @@ class FakeSlurm {
                "printf 'train'; printf ' [%s]' \"$@\"; echo\n"
                "exit \"${FAKE_TRAIN_RC:-0}\"\n",
                0755);
+    // trainctl run is the real one's first launch: srun with --kill-on-bad-exit=1 and the --srun-arg options.
     write_text(bin + "/trainctl",
                "#!/bin/bash\n"
+               "if [[ \"$1\" == run ]]; then\n"
+               "  echo \"trainctl $*\" >> \"$FAKE_LOG\"; shift; opts=()\n"
+               "  while [[ \"$1\" != -- ]]; do [[ \"$1\" == --srun-arg=* ]] && opts+=(\"${1#--srun-arg=}\"); shift; done\n"
+               "  shift; exec srun --kill-on-bad-exit=1 \"${opts[@]}\" \"$@\"\n"
+               "fi\n"
                "printf 'trainctl'; printf ' [%s]' \"$@\"; echo\n"
                "exit \"${FAKE_PREFLIGHT_RC:-0}\"\n",
                0755);
@@ -106,13 +113,15 @@ TEST(SbatchScriptRun, ForwardsItsArgumentsAndExitsWithSrunsStatus) {
   EXPECT_EQ(p->err(), "");
   const std::string log = slurm.srun_log();
   EXPECT_TRUE(contains(log, "srun --ntasks=2 --ntasks-per-node=1 " + slurm.dir().file("bin/trainctl") + " preflight")) << log;
+  EXPECT_TRUE(contains(log, "trainctl run --max-restarts 3 -- " + slurm.dir().file("bin/train") + " --checkpoint-dir")) << log;
   EXPECT_TRUE(contains(log, "srun --kill-on-bad-exit=1 " + slurm.dir().file("bin/train") + " --checkpoint-dir")) << log;
   struct stat st {};
   EXPECT_EQ(stat(slurm.dir().file("logs").c_str(), &st), 0) << "the script makes logs/ in the submit dir";
 }
 
 // --tensorboard ROOT: a folder per job under ROOT reaches train (before the submitter's own
-// arguments, so theirs wins) and the log, where trainctl status finds it; a sweep's task gets its own.
+// arguments, so theirs wins; train puts it in the run record for trainctl status) and the log; a
+// sweep's task gets its own.
 TEST(SbatchScriptRun, TensorBoardFolderPerJobReachesTrainAndTheLog) {
   FakeSlurm slurm;
   SbatchOptions o;
@@ -125,7 +134,6 @@ TEST(SbatchScriptRun, TensorBoardFolderPerJobReachesTrainAndTheLog) {
   EXPECT_TRUE(contains(p->out(), "ddp: TensorBoard event files in runs/ddp-123 (tensorboard --logdir runs)\n")) << p->out();
   EXPECT_TRUE(contains(p->out(), "train [--checkpoint-dir] [checkpoints/ddp-123] [--resume] [auto] [--tensorboard] "
                                  "[runs/ddp-123] [--epochs] [1]\n")) << p->out();
-  EXPECT_EQ(tensorboard_dir_from_log(p->out(), slurm.dir().path()), slurm.dir().file("runs/ddp-123"));
   // An array chain's chunks go on in one folder, as they do with one checkpoint folder.
   const auto chunk = slurm.run(script, {}, {{"SLURM_ARRAY_JOB_ID", "120"}, {"SLURM_ARRAY_TASK_ID", "2"}});
   ASSERT_EQ(chunk->exit_code(), 0) << chunk->err();
@@ -152,7 +160,7 @@ TEST(SbatchScriptRun, ReportsTrainFailuresAndPreemption) {
   FakeSlurm slurm;
   auto p = slurm.run(source_path("scripts/ddp.sh"), {}, {{"FAKE_TRAIN_RC", "3"}});
   EXPECT_EQ(p->exit_code(), 3);
-  EXPECT_TRUE(contains(p->err(), "ddp: training failed: srun exit code 3. Hint: ")) << p->err();
+  EXPECT_TRUE(contains(p->err(), "ddp: training failed: exit code 3 (trainctl run's last line above says why it did not restart it). Hint: ")) << p->err();
 
   p = slurm.run(source_path("scripts/ddp.sh"), {}, {{"FAKE_TRAIN_RC", "75"}});
   EXPECT_EQ(p->exit_code(), 75);

@@ -217,7 +217,7 @@ TEST(SbatchScript, DefaultsForAPlainCpuOrGpuJob) {
   const std::string s = generate_sbatch_script(o);
   EXPECT_EQ(s.rfind("#!/bin/bash\n", 0), 0u);
   EXPECT_EQ(sbatch_lines(s), (std::vector<std::string>{"--job-name=ddp", "--nodes=2", "--ntasks-per-node=1",
-                                                       "--output=logs/%x-%j.out", "--open-mode=append", "--requeue",
+                                                       "--output=logs/%x-%j.out", "--open-mode=append", "--requeue", "--no-kill",
                                                        "--signal=USR2@120"}));
   // The signal's comment explains B: and USR1.
   EXPECT_TRUE(contains(s, "B: signals only the batch shell")) << s;
@@ -233,6 +233,12 @@ TEST(SbatchScript, DefaultsForAPlainCpuOrGpuJob) {
   EXPECT_TRUE(contains(s, "srun --ntasks=\"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 \"$TRAINCTL_BIN\" preflight "
                           "--tasks-per-node \"$JOB_TASKS_PER_NODE\" \\\n    -- \"${TRAIN_ARGS[@]}\"")) << s;
   EXPECT_TRUE(contains(s, "srun --kill-on-bad-exit=1 \"$TRAIN_BIN\" \"${TRAIN_ARGS[@]}\" || rc=$?")) << s;
+  // trainctl run starts the step and restarts it after a lost rank; the allocation outlives a lost node.
+  EXPECT_TRUE(contains(s, "\n  \"$TRAINCTL_BIN\" run --max-restarts 3 -- \"$TRAIN_BIN\" \"${TRAIN_ARGS[@]}\" || rc=$?\n")) << s;
+  EXPECT_TRUE(contains(s, "\n#SBATCH --no-kill\n")) << s;
+  o.max_restarts = 0;
+  EXPECT_TRUE(contains(generate_sbatch_script(o), "\"$TRAINCTL_BIN\" run --max-restarts 0 -- ")) << s;
+  o.max_restarts = 3;
   EXPECT_TRUE(contains(s, "exit \"$rc\"\n")) << s;
   // The summary is the first thing the script prints.
   const std::size_t summary = s.find("echo \"ddp: job $SLURM_JOB_ID");
@@ -263,7 +269,7 @@ TEST(SbatchScript, EveryResourceOptionBecomesAnSbatchLine) {
             (std::vector<std::string>{"--job-name=big", "--nodes=4", "--ntasks-per-node=4", "--cpus-per-task=8",
                                       "--gres=gpu:a100:4", "--mem=64G", "--time=1-00:00:00", "--partition=gpu",
                                       "--account=def-someuser", "--qos=high", "--constraint=a100&ib",
-                                      "--output=out/%x-%j.log", "--open-mode=append", "--requeue",
+                                      "--output=out/%x-%j.log", "--open-mode=append", "--requeue", "--no-kill",
                                       "--signal=R:TERM@300"}));
   EXPECT_TRUE(contains(s, "mkdir -p out\n")) << s;
   EXPECT_TRUE(contains(s, "preflight --tasks-per-node \"$JOB_TASKS_PER_NODE\" --expect-gpus \"${SLURM_GPUS_ON_NODE:-4}\"")) << s;

@@ -43,6 +43,7 @@ struct SbatchOptions {
   bool per_rank_logs = false;    ///< --per-rank-logs: srun writes one file per rank (per_rank_pattern)
   std::string program;           ///< --program PATH: what srun runs instead of train (TRAIN_BIN)
   bool preflight = true;         ///< false with --no-preflight: no `trainctl preflight` step
+  int max_restarts = 3;          ///< --max-restarts N: `trainctl run` relaunches a step that lost a rank or node
   std::optional<ArrayTasks> array_tasks;  ///< a sweep's job array (trainctl sweep), or none
   std::string array_chain;       ///< --array-chain N: `--array=1-N%1`, chunks that resume in turn
   std::string signal;            ///< --signal [R:]SIG[@SECONDS]; "" = kDefaultSignal; "none" = no line
