@@ -95,6 +95,8 @@ FaultInjection FaultInjection::from_env(int rank) {
              [&](const auto& p) { f.skip_step_ = p.empty() ? -1 : positive_step(p[0]); });
   read_fault("TRAIN_FAULT_STEP_DELAY", "SECONDS[:RANK], e.g. 0.2:1", 1, rank,
              [&](const auto& p) { f.step_delay_ = p.empty() ? 0 : seconds_of(p[0]); });
+  read_fault("TRAIN_FAULT_THROW_AT_STEP", "STEP[:RANK], e.g. 12:1", 1, rank,
+             [&](const auto& p) { f.throw_step_ = p.empty() ? -1 : positive_step(p[0]); });
   read_fault("TRAIN_FAULT_NAN_AT_STEP", "STEP[-LAST][:RANK], e.g. 12:1", 1, rank, [&](const auto& p) {
     f.nan_first_ = f.nan_last_ = -1;
     if (p.empty()) return;
@@ -133,6 +135,11 @@ void FaultInjection::before_step(int64_t step) const {
 
 void FaultInjection::after_step(int64_t step) const {
   if (signal_step_ > 0 && step == signal_step_) std::raise(signal_);
+  if (throw_step_ > 0 && step == throw_step_) {
+    throw Error("TRAIN_FAULT_THROW_AT_STEP: an injected error after step " + std::to_string(step) +
+                " (a testing aid standing for a bug that fails at the same step every time).",
+                "unset TRAIN_FAULT_THROW_AT_STEP for real runs.");
+  }
 }
 
 }  // namespace train::detail

@@ -10,6 +10,10 @@
 //   (a slow node: the straggler report must name it).
 // - TRAIN_FAULT_NAN_AT_STEP=STEP[-LAST][:RANK]: the rank(s)' training loss is NaN (multiplied by
 //   NaN on the device, before the backward) at steps STEP to LAST (--nonfinite's tests).
+// - TRAIN_FAULT_THROW_AT_STEP=STEP[:RANK]: the rank(s) throw an error right after optimizer step
+//   STEP (a bug that fails at the same step every time: `trainctl run` must not restart it).
+// - TRAIN_FAULT_LAUNCH=N: the faults above apply only on launch N of the step (TRAIN_RESTART_COUNT,
+//   which `trainctl run` exports; 0 is the first launch), so that a relaunch doesn't meet them again.
 // - TRAIN_FAULT_SLOW_NODE=NODE:FACTOR and TRAIN_FAULT_SLOW_NODE_NET=NODE:FACTOR: --health-check's
 //   GEMM, or its all-reduce among the node's own ranks, takes FACTOR times as long on node NODE
 //   (slow_node_factor in net_health_options.h).
@@ -41,6 +45,7 @@ class FaultInjection {
   int64_t skip_step_ = -1;
   double step_delay_ = 0;
   int64_t nan_first_ = -1, nan_last_ = -1;
+  int64_t throw_step_ = -1;
 };
 
 }  // namespace train::detail
