@@ -45,6 +45,14 @@ bool read_srun_task_line(const std::string& line, StepReport& r) {
     return true;
   }
   if (how == "Terminated" || how == "Interrupt") return true;
+  // srun writes the signal's description (strsignal): the status is 128 + its number.
+  static const std::vector<std::pair<std::string, int>> kSignals = {
+      {"Killed", 9}, {"Segmentation fault", 11}, {"Aborted", 6}, {"Bus error", 7}, {"Floating point exception", 8},
+      {"Illegal instruction", 4}, {"Hangup", 1}, {"Quit", 3}, {"User defined signal 1", 10},
+      {"User defined signal 2", 12}};
+  for (const auto& [name, number] : kSignals) {
+    if (r.task_exit_code == 0 && how.rfind(name, 0) == 0) r.task_exit_code = 128 + number;
+  }
   r.killed.push_back(std::string(m[1]) + ": task " + std::string(m[2]) + ": " + how);
   add_once(r.killed_nodes, m[1]);
   return true;

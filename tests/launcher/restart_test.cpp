@@ -46,6 +46,14 @@ TEST(RestartLines, SrunsTaskLinesNameTheKilledTaskAndItsNode) {
   EXPECT_TRUE(r.broken_connection);
   EXPECT_TRUE(r.lost_nodes.empty());
   EXPECT_EQ(r.first_error, "srun: error: node2: task 1: Killed");
+  EXPECT_EQ(r.task_exit_code, 137) << "the killed task's status, not its peer's exit 79 after it";
+  EXPECT_EQ(step_exit_code(r), 137);
+  // srun's own status is the highest of the tasks' (143 once it stopped the others): the first
+  // failing task's code tells what happened.
+  const StepReport bug = report_of(143, {"srun: error: node2: task 1: Exited with exit code 1",
+                                         "srun: error: node1: task 0: Terminated"});
+  EXPECT_EQ(step_exit_code(bug), 1);
+  EXPECT_EQ(step_exit_code(report_of(143, {})), 143);
   // SIGTERM to the other tasks (--kill-on-bad-exit, scancel) and exit codes are not a killed task.
   const StepReport t = report_of(143, {"srun: error: node1: tasks 0-1: Terminated", "srun: error: node2: task 2: Exited with exit code 1"});
   EXPECT_TRUE(t.killed.empty());
