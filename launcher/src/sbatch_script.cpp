@@ -335,7 +335,9 @@ struct ScriptWriter {
     line("fi");
     if (!o.stage_data.empty()) {
       line("if [[ \"$STAGE_OWNED\" == 1 ]]; then");
-      line("  srun --ntasks=\"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 rm -rf \"$STAGE_ROOT\" || true");
+      line("  # --quiet: srun's notes (\"step creation temporarily disabled\" while the training step ends) would");
+      line("  # follow train's done line, the log's last line.");
+      line("  srun --quiet --ntasks=\"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 rm -rf \"$STAGE_ROOT\" || true");
       line("fi");
     }
     if (chain) {
