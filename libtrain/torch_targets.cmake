@@ -32,6 +32,7 @@ add_library(train STATIC
   ${_train_src}/process_group.cpp
   ${_train_src}/sampler.cpp
   ${_train_src}/step/eager_step.cpp
+  ${_train_src}/snapshot.cpp
   ${_train_src}/step_choice.cpp
   ${_train_src}/parts.cpp
   ${_train_src}/trainer.cpp

@@ -41,8 +41,9 @@ class CheckpointDir {
   /// save() in two halves, so that the slow one can run in the background: serialize() turns the
   /// archive into the bytes of the file (what they hold is fixed from then on, whatever happens to
   /// the tensors afterwards); write() stores them like save() does. write() may run on another
-  /// thread while the caller goes on, one write at a time per folder.
-  static std::string serialize(torch::serialize::OutputArchive& archive, int64_t step);
+  /// thread while the caller goes on, one write at a time per folder. `size_hint`: the bytes to
+  /// reserve (the previous checkpoint's size saves the buffer's regrowth).
+  static std::string serialize(torch::serialize::OutputArchive& archive, int64_t step, size_t size_hint = 0);
   std::string write(const std::string& bytes, int64_t step);
 
   /// Checkpoint files, oldest first.
