@@ -1,6 +1,7 @@
 // issue 24: `train --health-check` on the local 2-node SLURM cluster. A slow node (the fault
-// TRAIN_FAULT_SLOW_NODE=node2:30 stretches its GEMM measurement 30x) is named and the job fails
-// with exit status 69; with --exclude-bad-nodes the job requeues itself with ExcNodeList=node2
+// TRAIN_FAULT_SLOW_NODE=node2:30 stretches its GEMM measurement 30x) is named, the step exits 69,
+// and trainctl run launches it again without node2 in the same job (with --max-restarts 0 the job
+// fails with exit status 69); with --exclude-bad-nodes the job requeues itself with ExcNodeList=node2
 // and the requeued job trains on node1 alone (the test lets it shrink to one node: this cluster
 // has no spare). With 2 ranks per node, each node's own all-reduce is measured and judged too
 // (TRAIN_FAULT_SLOW_NODE_NET=node2:30 stretches node2's), and one between the nodes' first ranks.
@@ -15,6 +16,7 @@
 #include <thread>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -22,6 +24,7 @@
 #include "slurm_util.h"
 #include "test_process.h"
 #include "test_util.h"
+#include "train/run_record.h"
 
 namespace train {
 namespace {
@@ -144,7 +147,9 @@ std::string gbps_after(const std::string& log, const std::string& label) {
   return log.substr(from, log.find(" GB/s", from) == std::string::npos ? 0 : log.find(" GB/s", from) - from);
 }
 
-TEST_F(SlurmHealthTest, ASlowNodeIsNamedAndTheJobFailsWithItsOwnStatus) {
+// The generated script's trainctl run launches the step again without the node the health check
+// names (srun --exclude=node2, one node), and the job finishes on fewer nodes.
+TEST_F(SlurmHealthTest, ASlowNodeIsNamedAndLeftOutAndTheJobFinishesOnFewerNodes) {
   if (!exists(bin("train"))) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
   if (test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
   test::TempDir dir("slurm-health", test::job_root());
@@ -162,8 +167,38 @@ TEST_F(SlurmHealthTest, ASlowNodeIsNamedAndTheJobFailsWithItsOwnStatus) {
   }
   EXPECT_TRUE(is_positive_number(gbps_after(log, "between nodes (2 ranks, the lowest of each node), 4 MB, gloo: "))) << log;
   EXPECT_TRUE(contains(log, "Hint: sbatch --exclude=node2")) << log;
+  EXPECT_TRUE(contains(log, "Exited with exit code 69")) << log;
+  // The relaunch: node1 alone, in the same job, trains to the end.
+  EXPECT_TRUE(contains(log, "trainctl run: restart 1/3: node failed health check on node2 (exit 69), left out node2; "
+                            "relaunching on 1 node(s), 1 task(s)")) << log;
+  EXPECT_TRUE(contains(log, "health check: 1 node(s), 1 rank(s)")) << log;
+  const auto done = nlohmann::json::parse(test::last_line(log), nullptr, false);
+  ASSERT_FALSE(done.is_discarded()) << log;
+  EXPECT_EQ(done.value("event", ""), "done");
+  EXPECT_EQ(done.value("world_size", 0), 1);
+  EXPECT_TRUE(contains(show_job(id), "JobState=COMPLETED")) << show_job(id);
+  const std::optional<RunRecord> record = RunRecord::load(RunRecord::path_for(dir.path(), id));
+  ASSERT_TRUE(record.has_value());
+  ASSERT_EQ(record->restarts.size(), 1u);
+  EXPECT_TRUE(record->restarts[0].excluded);
+  EXPECT_EQ(record->restarts[0].nodes, std::vector<std::string>{"node2"});
+  EXPECT_EQ(record->restarts[0].exit_code, 69);
+}
+
+// With --max-restarts 0 the job fails with the health check's own status.
+TEST_F(SlurmHealthTest, WithoutRestartsTheJobFailsWithItsOwnStatus) {
+  if (!exists(bin("train"))) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
+  if (test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+  test::TempDir dir("slurm-health-norestart", test::job_root());
+  const std::string script = generate(dir, "hc", {"--health-check", "--max-restarts", "0"});
+  std::vector<std::string> args = {script};
+  for (const std::string& a : short_run()) args.push_back(a);
+  const auto [id, log] = submit(dir.path(), args, "hc");
+  ASSERT_FALSE(id.empty());
+  EXPECT_TRUE(contains(log, "--health-check: node(s) node2: GEMM throughput below 0.5")) << log;
   // The first rank to end exits 69 (srun may then stop the other one: its status can differ).
   EXPECT_TRUE(contains(log, "Exited with exit code 69")) << log;
+  EXPECT_TRUE(contains(log, "not restarted, 0 restart(s) done already (--max-restarts 0)")) << log;
   EXPECT_FALSE(contains(log, "\"event\":\"done\"")) << log;
   EXPECT_TRUE(contains(show_job(id), "JobState=FAILED")) << show_job(id);
 }
