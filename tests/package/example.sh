@@ -57,6 +57,35 @@ setup)
   # The installed programs start: train finds LibTorch through its install RPATH.
   "$prefix/bin/train" --version >"$work/train-version.out" 2>&1 || { cat "$work/train-version.out"; fail "installed bin/train doesn't start"; }
   "$trainctl" --help >/dev/null || fail "installed bin/trainctl doesn't start"
+  # Both name the version of train/version.h, which project(VERSION) and so the package version file take.
+  version=$(sed -n 's/^#define TRAIN_VERSION_STRING "\(.*\)"$/\1/p' "$prefix/include/train/version.h")
+  [[ $version =~ ^0\.[0-9]+\.[0-9]+$ ]] || fail "train/version.h: expected a 0.x.y version, found '$version'"
+  grep -qx "libtrain $version" "$work/train-version.out" || { cat "$work/train-version.out"; fail "train --version doesn't say libtrain $version"; }
+  [ "$("$trainctl" --version)" = "trainctl $version" ] || fail "trainctl --version doesn't say trainctl $version"
+
+  # The package version file (0.x: the same minor version only): asking for the installed minor
+  # version or the exact version finds it; an older or newer minor version is refused with CMake's
+  # own message.
+  minor=${version%.*}
+  older=0.$((${minor#0.} - 1)) newer=0.$((${minor#0.} + 1))
+  for want in "$minor" "$version" "$older" "$newer"; do
+    mkdir -p "$work/find-$want"
+    printf 'cmake_minimum_required(VERSION 3.22)\nproject(find_version NONE)\nfind_package(libtrain %s REQUIRED)\n' "$want" \
+      >"$work/find-$want/CMakeLists.txt"
+    rc=0
+    cmake -S "$work/find-$want" -B "$work/find-$want/build" -DCMAKE_PREFIX_PATH="$prefix" >"$work/find-$want.log" 2>&1 || rc=$?
+    msg=$(tr -s ' \n' '  ' <"$work/find-$want.log")
+    if [ "$want" = "$older" ] || [ "$want" = "$newer" ]; then
+      [ "$rc" != 0 ] || fail "find_package(libtrain $want REQUIRED) accepted the installed $version"
+      grep -q "Could not find a configuration file for package \"libtrain\" that is compatible with requested version \"$want\"" <<<"$msg" &&
+        grep -q "libtrainConfig.cmake, version: $version" <<<"$msg" ||
+        { cat "$work/find-$want.log"; fail "find_package(libtrain $want): expected CMake's message refusing version $version"; }
+    elif ! grep -q "Could not find a configuration file" <<<"$msg"; then
+      :  # accepted (the config itself may still stop on what a NONE-language project lacks)
+    else
+      cat "$work/find-$want.log"; fail "find_package(libtrain $want REQUIRED) refused the installed $version"
+    fi
+  done
 
   # A consumer whose CLI11 can't be found is told which package is missing and where to get it.
   rc=0
