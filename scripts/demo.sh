@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The main job: installs what is missing, builds, starts the local two-node SLURM cluster,
+# The main job: installs what is missing, builds what the job runs (train, trainctl and what they
+# link; scripts/test.sh builds the rest), starts the local two-node SLURM cluster,
 # submits scripts/ddp.sh (the MNIST CNN on the full Fashion-MNIST, 1 epoch, 2 nodes,
 # Gloo on CPU), follows its log and prints the result. Extra arguments go to `train`.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 scripts/setup.sh
-scripts/build.sh
+TRAIN_BUILD_TARGETS="train_program trainctl" scripts/build.sh
 scripts/local-slurm.sh start
 # shellcheck disable=SC1091
 source .slurm/env.sh

@@ -6,7 +6,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 scripts/setup.sh
-scripts/build.sh
+TRAIN_BUILD_TARGETS= scripts/build.sh   # everything, the test suites included
 started_slurm=0
 if [ -x scripts/local-slurm.sh ] && [ "${TRAIN_TEST_SLURM:-1}" = 1 ]; then
   if ! scripts/local-slurm.sh status >/dev/null 2>&1; then

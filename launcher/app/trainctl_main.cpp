@@ -13,11 +13,9 @@
 #include <vector>
 
 #include "train/error.h"
+#include "train/text.h"
+#include "train/version.h"
 #include "trainctl.h"
-
-#ifndef TRAIN_VERSION
-#define TRAIN_VERSION "unknown"
-#endif
 
 namespace trainctl {
 namespace {
@@ -46,10 +44,32 @@ bool known_subcommand(const std::string& name, const std::vector<Command>& comma
     names += (names.empty() ? "" : ", ") + command.first->get_name();
   }
   if (!known) {
-    std::cerr << "trainctl: unknown subcommand '" << name << "': expected one of " << names
-              << ".\nHint: run 'trainctl --help' for the usage." << std::endl;
+    std::vector<std::string> all;
+    for (const auto& command : commands) all.push_back(command.first->get_name());
+    const std::vector<std::string> near = train::text::closest(name, all);
+    std::cerr << "trainctl: unknown subcommand '" << name << "': expected one of " << names << ".\nHint: "
+              << (near.empty() ? "" : "did you mean " + train::text::or_list(near) + "? ")
+              << "run 'trainctl --help' for the usage." << std::endl;
   }
   return known;
+}
+
+/// "did you mean --nproc? " for an unknown flag of the parsed subcommand close to one it has; else "".
+std::string did_you_mean(const CLI::App& app, const CLI::ParseError& e) {
+  const CLI::App* sub = app.get_subcommands().empty() ? &app : app.get_subcommands().back();
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) == nullptr) return "";
+  for (const std::string& extra : app.remaining(/*recurse=*/true)) {
+    if (extra.size() < 3 || extra.compare(0, 2, "--") != 0) continue;
+    std::vector<std::string> names;
+    for (const CLI::Option* o : sub->get_options()) {
+      for (const std::string& n : o->get_lnames()) names.push_back(n);
+    }
+    std::vector<std::string> near = train::text::closest(extra.substr(2, extra.find('=') - 2), names);
+    if (near.empty()) return "";
+    for (std::string& n : near) n = "--" + n;
+    return "did you mean " + train::text::or_list(near) + "? ";
+  }
+  return "";
 }
 
 /// Runs the action of the subcommand parsed; its errors end up on stderr, named by the subcommand.
@@ -83,7 +103,7 @@ int main(int argc, char** argv) {
       "training curves (plot), the cluster's resources, interactive sessions, status, logs and cancel.\n"
       "Run 'trainctl SUBCOMMAND --help' for a subcommand's options.",
       "trainctl"};
-  app.set_version_flag("--version", "trainctl " TRAIN_VERSION);
+  app.set_version_flag("--version", "trainctl " TRAIN_VERSION_STRING);
   app.require_subcommand(1);
 
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -104,7 +124,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::string where = "trainctl";
     for (const CLI::App* sub : app.get_subcommands()) where += " " + sub->get_name();
-    std::cerr << where << ": " << e.what() << "\nHint: run '" << where << " --help' for the usage"
+    std::cerr << where << ": " << e.what() << "\nHint: " << did_you_mean(app, e) << "run '" << where << " --help' for the usage"
               << (where == "trainctl local" ? "; put PROGRAM and its arguments after '--'." : ".")
               << std::endl;
     return kExitUsage;

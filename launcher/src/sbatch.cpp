@@ -120,11 +120,14 @@ std::string train_flag_value(const std::vector<std::string>& args, const std::ve
   std::string value;
   bool seen = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
+    // train takes --checkpoint_dir for --checkpoint-dir (train/cli.h): the name with '_' as '-'.
+    std::string arg = args[i];
+    std::replace(arg.begin(), arg.begin() + static_cast<std::ptrdiff_t>(std::min(arg.find('='), arg.size())), '_', '-');
     for (const std::string& name : names) {
-      if (args[i] == name && i + 1 < args.size()) {
+      if (arg == name && i + 1 < args.size()) {
         value = args[i + 1];
         seen = true;
-      } else if (args[i].rfind(name + "=", 0) == 0) {
+      } else if (arg.rfind(name + "=", 0) == 0) {
         value = args[i].substr(name.size() + 1);
         seen = true;
       }

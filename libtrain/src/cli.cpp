@@ -3,14 +3,18 @@
 #include "train/cli.h"
 
 #include "train/error.h"
+#include "train/files.h"
 #include "train/host_memory.h"
 #include "train/log.h"
+#include "train/text.h"
 #include "train/trainer.h"
+#include "train/version.h"
 
 #include "health_check.h"
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <memory>
@@ -88,7 +92,7 @@ CLI::Option* add_optional(CLI::App& app, const std::string& name, std::optional<
 void add_run_flags(CLI::App& app, RunConfig& r) {
   add_optional(app, "--epochs", r.epochs, "number of epochs (default: the program's)")
       ->check(number("at least 1 epoch", [](double v) { return v >= 1 && v == std::floor(v); }, "e.g. --epochs 14"));
-  add_optional(app, "--batch-size,--batch_size", r.batch_size, "batch size per rank (default: the program's)")
+  add_optional(app, "--batch-size", r.batch_size, "batch size per rank (default: the program's)")
       ->check(positive("per-rank batch size", "leave --batch-size out for the program's, or e.g. --batch-size 64"));
   app.add_option("--test-batch-size", r.test_batch_size, "evaluation batch size")->capture_default_str()
       ->check(positive("batch size", "e.g. --test-batch-size 1000"));
@@ -145,9 +149,9 @@ void add_distributed_flags(CLI::App& app, DistributedConfig& d) {
   add_bool_choice(app, "--shm-allreduce", d.shm_allreduce, "auto", "off",
                   "auto: ranks on one machine sum CPU gradients through shared memory | off: always Gloo",
                   "off sends CPU gradients through Gloo");
-  app.add_option("--init-method,--init_method", d.init_method,
+  app.add_option("--init-method", d.init_method,
                  "tcp://HOST:PORT of rank 0's rendezvous (wins over MASTER_ADDR/MASTER_PORT)");
-  add_optional(app, "--world-size,--world_size", d.world_size,
+  add_optional(app, "--world-size", d.world_size,
                "number of ranks; checked against SLURM's or torchrun's (default: theirs)")
       ->check(positive("number of ranks", "leave it out to take it from SLURM or torchrun"));
 }
@@ -249,12 +253,93 @@ void add_recipe_flag(CLI::App& app, RecipeOptions& o, RecipeFlag flag) {
   }
 }
 
-// An unknown flag: CLI11 has said which; say why a `train` flag may be unknown here.
-void explain_unknown_flags(const char* program) {
-  std::cerr << program << ": this program takes only the flags its --help lists. The `train` program's recipe "
-            << "flags (--model, --dataset, --optimizer, --lr, --augment, ...) exist only in programs that read "
-            << "them; a program built on train::cli::main adds those it reads with train::cli::add_recipe_flags "
-            << "(docs/api.md).\n";
+// The `train` program's recipe flags (train/builtin.h's add_flags): a program has those it adds.
+const std::vector<std::string>& train_recipe_flags() {
+  static const std::vector<std::string> names = {
+      "--model", "--dataset", "--data", "--lr", "--gamma", "--optimizer", "--momentum", "--nesterov",
+      "--lr-schedule", "--warmup-steps", "--weight-decay", "--limit-train-samples", "--limit-test-samples",
+      "--no-dropout", "--augment", "--list-models"};
+  return names;
+}
+
+// The long names of the app's flags, without their dashes.
+std::vector<std::string> long_names(const CLI::App& app) {
+  std::vector<std::string> names;
+  for (const CLI::Option* o : app.get_options()) {
+    for (const std::string& n : o->get_lnames()) names.push_back(n);
+  }
+  return names;
+}
+
+// `--name` of an argument: "--epoch=3" gives "--epoch"; "" for what is not a long flag.
+std::string flag_name(const std::string& arg) {
+  if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) return "";
+  return arg.substr(0, arg.find('='));
+}
+
+/// Multi-word flags take underscores for their dashes (--checkpoint_dir is --checkpoint-dir):
+/// `args` with each such spelling of a flag the app has, and doesn't have as written, rewritten.
+std::vector<std::string> dashed_flags(const CLI::App& app, std::vector<std::string> args) {
+  for (std::string& arg : args) {
+    if (arg == "--") break;  // what follows is no flag of ours
+    const std::string name = flag_name(arg);
+    if (name.find('_') == std::string::npos || app.get_option_no_throw(name) != nullptr) continue;
+    std::string dashed = name;
+    std::replace(dashed.begin(), dashed.end(), '_', '-');
+    if (app.get_option_no_throw(dashed) != nullptr) arg = dashed + arg.substr(name.size());
+  }
+  return args;
+}
+
+/// The house message for arguments CLI11 didn't expect (`extras`, in command-line order): the
+/// first unknown flag, a "did you mean" for one close to a flag the program takes, and the hint
+/// about `train`'s recipe flags only for one of them that this program doesn't read.
+std::string unknown_flags_message(const CLI::App& app, const std::string& program, const std::vector<std::string>& extras) {
+  std::string flag;
+  for (const std::string& e : extras) {
+    if (e != "--" && (!flag_name(e).empty() || (e.size() > 1 && e[0] == '-'))) {
+      flag = e.substr(0, e.find('='));
+      break;
+    }
+  }
+  if (flag.empty()) {
+    const std::string found = extras.empty() ? "" : extras.front();
+    return program + ": expected only flags (this program takes no positional arguments), found '" + found +
+           "'.\nHint: a flag's value follows it (--epochs 3); `" + program + " --help` lists the flags.";
+  }
+  std::string msg = program + ": unknown flag " + flag + ": expected a flag this program takes (`" + program +
+                    " --help` lists them), found '" + flag + "'.\nHint: ";
+  const auto& recipe = train_recipe_flags();
+  if (std::find(recipe.begin(), recipe.end(), flag) != recipe.end()) {
+    return msg + flag + " is a recipe flag of the `train` program, and exists only in programs that read it; a "
+                        "program built on train::cli::main adds those it reads with train::cli::add_recipe_flags "
+                        "(docs/api.md).";
+  }
+  const std::size_t letters = flag.find_first_not_of('-');
+  std::vector<std::string> near = text::closest(letters == std::string::npos ? "" : flag.substr(letters), long_names(app));
+  for (std::string& n : near) n = "--" + n;
+  if (!near.empty()) return msg + "did you mean " + text::or_list(near) + "?";
+  return msg + "`" + program + " --help` lists the flags this program takes.";
+}
+
+/// Parses the command line (flags with underscores taken as dashes). Unset when the run goes on;
+/// else main()'s status: 0 after --help or --version, kExitUsage after a flag error (said on stderr).
+std::optional<int> parse(CLI::App& app, int argc, char** argv) {
+  std::string program = argc > 0 ? argv[0] : "train";
+  if (app.get_name().empty()) app.name(program);  // what parse(argc, argv) does: --help's usage line
+  program = program.substr(program.find_last_of('/') + 1);
+  std::vector<std::string> args = dashed_flags(app, std::vector<std::string>(argv + std::min(argc, 1), argv + argc));
+  std::reverse(args.begin(), args.end());  // CLI11 takes a vector last-first
+  try {
+    app.parse(args);
+  } catch (const CLI::ExtrasError&) {
+    std::cerr << unknown_flags_message(app, program, app.remaining()) << std::endl;
+    return kExitUsage;
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitUsage;
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -299,7 +384,7 @@ int main(int argc, char** argv, const std::string& description, const TrainFn& t
          const ExtraFlags& extra_flags) {
   TrainConfig config;
   CLI::App app{description};
-  app.set_version_flag("--version", "libtrain 0.1.0");
+  app.set_version_flag("--version", std::string("libtrain ") + TRAIN_VERSION_STRING);
   std::string heap = "reuse";
   app.add_option("--heap", heap,
                  "reuse: keep freed tensor memory for the next step (glibc mallopt; far fewer page "
@@ -307,15 +392,10 @@ int main(int argc, char** argv, const std::string& description, const TrainFn& t
       ->check(one_of({"reuse", "default"}, "reuse (the default) keeps freed tensor memory for the next step"))
       ->capture_default_str();
   add_trainer_flags(app, config);
+  app.footer("Multi-word flags also take underscores for their dashes: --batch_size is --batch-size.");
   std::function<int()> extra_action;
   if (extra_flags) extra_action = extra_flags(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) explain_unknown_flags(argc > 0 ? argv[0] : "train");
-    return rc == 0 ? 0 : kExitUsage;
-  }
+  if (const std::optional<int> rc = parse(app, argc, argv)) return *rc;
   try {
     if (extra_action) {
       const int rc = extra_action();
@@ -327,6 +407,12 @@ int main(int argc, char** argv, const std::string& description, const TrainFn& t
     if (heap == "reuse") {
       const auto settings = host_memory::keep_freed_memory();
       if (env.rank == 0) log::debug(settings.description);
+    }
+    // --save-model's folder, as --metrics' and --tensorboard's are, at the start (the file comes at
+    // the end); a path that can't be is validate()'s error, in the Trainer.
+    const std::size_t slash = config.logging.save_model.find_last_of('/');
+    if (env.rank == 0 && slash != std::string::npos && slash > 0) {
+      (void)files::make_dirs(config.logging.save_model.substr(0, slash));
     }
     const TrainResult result = train_fn(config, env);
     if (env.rank == 0) std::cout << to_json(result) << std::endl;

@@ -7,6 +7,10 @@
 #include "train/preemption.h"
 #include "profile.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <string>
 
 namespace train {
@@ -50,6 +54,51 @@ void check_cpu_choices(const TrainConfig& c) {
     bad("--precision " + choice_name(c.run.precision), "a CUDA device", "--device cpu", "on the CPU libtrain trains in fp32");
   }
   if (c.distributed.backend == BackendKind::nccl) bad("--backend nccl", "a CUDA device", "--device cpu", "use --backend gloo on CPU");
+}
+
+// The folder a path is in: "a/b" gives "a", "b" gives ".", "/b" gives "/".
+std::string parent_of(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  const std::size_t slash = p.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : p.substr(0, slash);
+}
+
+/// One rule for every output path, checked before data or peers are touched: a folder flag
+/// (--checkpoint-dir, --tensorboard, --profile) names a folder, a file flag (--metrics,
+/// --save-model) a file that is no folder; what is missing of the folder (a file's folder) is
+/// created when the run writes, so the nearest part that exists must be a folder this process
+/// can write in.
+void check_output_path(const std::string& flag, const std::string& path, bool folder) {
+  if (path.empty()) return;
+  const std::string what = flag + " " + path + ": expected ";
+  const std::string kind = folder ? "a folder that can be created" : "a file whose folder can be created";
+  const std::string hint = "give a path in a writable folder, e.g. " + flag + (folder ? " out/run" : " out/run.jsonl") +
+                           " (what is missing of it is created).";
+  if (folder && files::exists(path) && !files::is_directory(path)) {
+    throw ConfigError(what + "a folder (created if missing), found a file.", "give a folder, or move the file away.");
+  }
+  if (!folder && files::is_directory(path)) {
+    throw ConfigError(what + "a file (its folder is created if missing), found a folder.",
+                      "name a file in it, e.g. " + flag + " " + path + (path.back() == '/' ? "" : "/") + "run.jsonl.");
+  }
+  std::string existing = folder ? path : parent_of(path);
+  while (!files::exists(existing) && existing != "." && existing != "/") existing = parent_of(existing);
+  if (!files::is_directory(existing)) throw ConfigError(what + kind + ", found '" + existing + "', a file, in its path.", hint);
+  if (::access(existing.c_str(), W_OK | X_OK) != 0) {
+    throw ConfigError(what + kind + ", found '" + existing + "', which this process can't write in (" +
+                          std::strerror(errno) + ").",
+                      hint);
+  }
+}
+
+void check_output_paths(const TrainConfig& c) {
+  check_output_path("--checkpoint-dir", c.checkpoint.dir, /*folder=*/true);
+  check_output_path("--tensorboard", c.logging.tensorboard, true);
+  check_output_path("--profile", c.logging.profile, true);
+  check_output_path("--metrics", c.logging.metrics, /*folder=*/false);
+  check_output_path("--save-model", c.logging.save_model, false);
 }
 
 }  // namespace
@@ -104,6 +153,7 @@ int TrainResult::exit_code() const {
 void validate(const TrainConfig& c) {
   check_counts(c);
   check_cpu_choices(c);
+  check_output_paths(c);
   const CheckpointConfig& k = c.checkpoint;
   if (k.resume == ResumeMode::path && !files::is_regular_file(k.resume_path)) {
     bad("--resume", "auto, never or the path of a checkpoint file", "'" + k.resume_path + "', which is not a file",

@@ -24,11 +24,18 @@ class JsonlSink : public MetricsSink {
   JsonlSink(std::string path, std::string option) : path_(std::move(path)), option_(std::move(option)) {}
 
   void open(int64_t start_step) override {
+    // Its folder is created, as --tensorboard's and --checkpoint-dir's are (config.cpp's rule).
+    const std::size_t slash = path_.find_last_of('/');
+    const std::string err = slash == std::string::npos || slash == 0 ? "" : files::make_dirs(path_.substr(0, slash));
+    if (!err.empty()) {
+      throw ConfigError(option_ + " " + path_ + ": expected a file that can be opened for appending, found its folder "
+                        "can't be created (" + err + ").", "give a path in a writable folder.");
+    }
     drop_stale_lines(start_step);
     out_.open(path_, std::ios::app);
     if (!out_) {
       throw ConfigError(option_ + " " + path_ + ": expected a file that can be opened for appending, found it can't.",
-                        "check that the folder exists and is writable.");
+                        "check that the folder is writable.");
     }
   }
 

@@ -5,6 +5,7 @@
 #include "train/text.h"
 #include "train/error.h"
 #include "train/sha256.h"
+#include "train/version.h"
 
 #include <nlohmann/json.hpp>
 #include <torch/nn/functional/activation.h>
@@ -172,6 +173,7 @@ std::string to_json(const TrainResult& r) {
   j["world_size"] = r.world_size;
   if (!r.precision.empty()) j["precision"] = r.precision;
   j["params_sha256"] = r.params_sha256;
+  j["version"] = TRAIN_VERSION_STRING;  // the libtrain that trained it (train/version.h)
   if (r.skipped_steps > 0 || r.nonfinite) j["skipped_steps"] = r.skipped_steps;
   if (r.nonfinite) {
     j["reason"] = r.nonfinite_reason;

@@ -541,3 +541,21 @@ TEST(SbatchJobShapeFlags, ListsTheShapeInDirectiveOrder) {
 
 }  // namespace
 }  // namespace train
+
+namespace train {
+namespace {
+
+// train takes `_` for `-` in a flag's name (issue 34): the launcher reads either spelling.
+TEST(TrainFlagValue, ReadsTheUnderscoreSpellingOfAFlag) {
+  bool found = false;
+  EXPECT_EQ(train_flag_value({"--checkpoint_dir", "ck_a", "--epochs", "1"}, {"--checkpoint-dir"}, &found), "ck_a");
+  EXPECT_TRUE(found);
+  EXPECT_EQ(train_flag_value({"--preempt_signals=USR1", "--preempt-signal", "USR2"}, {"--preempt-signals", "--preempt-signal"}),
+            "USR2");  // the last copy wins, whatever its spelling
+  EXPECT_EQ(train_flag_value({"--data", "my_data"}, {"--data"}), "my_data");  // values keep their underscores
+  EXPECT_EQ(train_flag_value({"--data_dir", "x"}, {"--data"}, &found), "");
+  EXPECT_FALSE(found);
+}
+
+}  // namespace
+}  // namespace train

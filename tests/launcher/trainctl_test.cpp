@@ -118,11 +118,12 @@ TEST(TrainctlCli, UnknownFlagsAndSubcommandsAreUsageErrors) {
   const auto flag = run({"local", "--nprocs", "2", "--", "true"});
   EXPECT_EQ(flag->exit_code(), 2);
   EXPECT_TRUE(contains(flag->err(), "--nprocs")) << flag->err();
-  EXPECT_TRUE(contains(flag->err(), "Hint: ")) << flag->err();
+  EXPECT_TRUE(contains(flag->err(), "Hint: did you mean --nproc? ")) << flag->err();
 
   const auto sub = run({"lcoal"});
   EXPECT_EQ(sub->exit_code(), 2);
   EXPECT_TRUE(contains(sub->err(), "unknown subcommand 'lcoal'")) << sub->err();
+  EXPECT_TRUE(contains(sub->err(), "Hint: did you mean local? ")) << sub->err();
 
   const auto none = run({});
   EXPECT_EQ(none->exit_code(), 2);

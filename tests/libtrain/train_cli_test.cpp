@@ -2,6 +2,7 @@
 #include "gpu_count.h"
 #include "test_util.h"
 #include "train/files.h"
+#include "train/version.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -44,6 +45,7 @@ TEST(TrainCli, FashionMnist5000IsAccurateAndDeterministic) {
   EXPECT_GE(ja["test_accuracy"].get<double>(), 0.72) << a.err;
   EXPECT_GT(ja["images_per_sec"].get<double>(), 0.0);
   EXPECT_EQ(ja["params_sha256"].get<std::string>().size(), 64u);
+  EXPECT_EQ(ja["version"], TRAIN_VERSION_STRING);  // the libtrain that trained (train/version.h)
   EXPECT_NE(a.err.find("Train Epoch: 1 [0/5000 (0%)]"), std::string::npos) << a.err;
   EXPECT_NE(a.err.find("Test set: Average loss:"), std::string::npos) << a.err;
 
@@ -142,7 +144,18 @@ TEST(TrainCli, MissingDataFolder) {
 TEST(TrainCli, BadFlagsGiveClearErrors) {
   auto unknown = run_program({bin("train"), "--epochz", "3"});
   EXPECT_EQ(unknown.exit_code, 2);
-  EXPECT_NE(unknown.err.find("--epochz"), std::string::npos) << unknown.err;
+  EXPECT_NE(unknown.err.find("train: unknown flag --epochz: expected a flag this program takes"), std::string::npos)
+      << unknown.err;
+  EXPECT_NE(unknown.err.find("Hint: did you mean --epochs?"), std::string::npos) << unknown.err;
+  // `train` reads every recipe flag: its errors never say they exist only in other programs.
+  EXPECT_EQ(unknown.err.find("exists only in programs"), std::string::npos) << unknown.err;
+  auto typo = run_program({bin("train"), "--optimiser", "sgd"});
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_NE(typo.err.find("Hint: did you mean --optimizer?"), std::string::npos) << typo.err;
+
+  auto version = run_program({bin("train"), "--version"});
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_EQ(version.out, std::string("libtrain ") + TRAIN_VERSION_STRING + "\n");
 
   auto not_a_number = run_program({bin("train"), "--epochs", "many"});
   EXPECT_EQ(not_a_number.exit_code, 2);
@@ -204,6 +217,9 @@ TEST(TrainCli, EveryNumericFlagIsChecked) {
       {{"--batch-size", "0"}, "--batch-size: expected a positive per-rank batch size, found 0. Hint:"},
       {{"--batch-size", "-64"}, "--batch-size: expected a positive per-rank batch size, found -64. Hint:"},
       {{"--batch_size", "0"}, "--batch-size: expected a positive per-rank batch size, found 0. Hint:"},
+      // Every multi-word flag takes underscores, the recipe's too (issue 34).
+      {{"--checkpoint_every", "-1"}, "--checkpoint-every: expected 0 (epoch ends only) or a positive number of steps"},
+      {{"--limit_train_samples", "-5"}, "--limit-train-samples: expected 0 (all) or a positive count, found -5."},
       {{"--test-batch-size", "0"}, "--test-batch-size: expected a positive batch size, found 0."},
       {{"--epochs", "1.5"}, "--epochs: expected at least 1 epoch, found 1.5."},
       {{"--lr", "0"}, "--lr: expected a positive learning rate, found 0."},
@@ -364,4 +380,69 @@ TEST(TrainCli, ProfileTracesTheChosenStepsAndChangesNothing) {
   EXPECT_NE(unwritable.exit_code, 0);
   EXPECT_NE(unwritable.err.find("--profile /proc/no-such-folder: expected a folder the trace can be written to"),
             std::string::npos) << unwritable.err;
+}
+
+// Issue 34: one rule and one exit code (2) for every output path, checked before the data and the
+// rendezvous. A folder flag that is a file, a file flag that is a folder, and a path under a file
+// are flag errors naming the flag, the path, what was expected and found, with a hint.
+TEST(TrainCli, OutputPathsFollowOneRuleAndExit2) {
+  train::test::TempDir d("outpaths");
+  train::test::write_file(d.file("plain"), {'x'});
+  train::files::make_dirs(d.file("folder"));
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--checkpoint-dir", d.file("plain")}, "--checkpoint-dir " + d.file("plain") + ": expected a folder (created if missing), found a file."},
+      {{"--tensorboard", d.file("plain") + "/tb"}, "--tensorboard " + d.file("plain") + "/tb: expected a folder that can be created, found '" + d.file("plain") + "', a file, in its path."},
+      {{"--profile", d.file("plain")}, "--profile " + d.file("plain") + ": expected a folder (created if missing), found a file."},
+      {{"--metrics", d.file("folder")}, "--metrics " + d.file("folder") + ": expected a file (its folder is created if missing), found a folder."},
+      {{"--metrics", d.file("plain") + "/sub/m.jsonl"}, "--metrics " + d.file("plain") + "/sub/m.jsonl: expected a file whose folder can be created, found '" + d.file("plain") + "', a file, in its path."},
+      {{"--save-model", d.file("folder")}, "--save-model " + d.file("folder") + ": expected a file (its folder is created if missing), found a folder."},
+  };
+  for (const Case& k : cases) {
+    // No data there: the path is refused before the data is read.
+    std::vector<std::string> argv = {bin("train"), "--device", "cpu", "--data", d.file("no-data")};
+    argv.insert(argv.end(), k.args.begin(), k.args.end());
+    auto r = run_program(argv);
+    EXPECT_EQ(r.exit_code, 2) << k.args[0] << ": " << r.err;
+    EXPECT_NE(r.err.find(k.message), std::string::npos) << "missing '" << k.message << "' in: " << r.err;
+    EXPECT_NE(r.err.find("Hint:"), std::string::npos) << r.err;
+  }
+}
+
+// A bad --metrics ends each rank of a 2-rank run before the rendezvous, with the flag's error: each
+// rank started alone here, with no peer to meet (a rendezvous first would wait for it, and end as a
+// timeout, exit 1), exits 2 at once; so no rank is left to report a failed all-reduce.
+TEST(TrainCli, ABadOutputPathStopsEveryRankBeforeTheRendezvous) {
+  train::test::TempDir d("outpaths2");
+  train::test::write_file(d.file("plain"), {'x'});
+  const std::string port = std::to_string(train::test::free_port());
+  for (const char* rank : {"0", "1"}) {
+    auto r = run_program({bin("train"), "--device", "cpu", "--data", d.file("no-data"), "--dist-timeout", "60",
+                          "--metrics", d.file("plain") + "/m.jsonl"},
+                         {std::string("RANK=") + rank, "WORLD_SIZE=2", std::string("LOCAL_RANK=") + rank,
+                          "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port},
+                         120);
+    EXPECT_EQ(r.exit_code, 2) << "rank " << rank << ": " << r.err;
+    EXPECT_NE(r.err.find("[rank " + std::string(rank) + "/2"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--metrics " + d.file("plain") + "/m.jsonl: expected a file whose folder can be created"),
+              std::string::npos)
+        << r.err;
+  }
+}
+
+// --metrics creates its folder, as --tensorboard and --checkpoint-dir do; so does --save-model.
+TEST(TrainCli, MetricsAndSaveModelCreateTheirFolders) {
+  const std::string dir = train::test::fashion_mnist_dir();
+  if (dir.empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  train::test::TempDir d("outpaths3");
+  auto args = small_run(dir, "128");
+  args.insert(args.end(), {"--limit-test-samples", "100", "--metrics", d.file("new/sub/m.jsonl"), "--save-model",
+                           d.file("models/mnist.pt")});
+  auto r = run_program(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(train::files::is_regular_file(d.file("new/sub/m.jsonl"))) << r.err;
+  EXPECT_TRUE(train::files::is_regular_file(d.file("models/mnist.pt"))) << r.err;
 }

@@ -57,6 +57,39 @@ setup)
   # The installed programs start: train finds LibTorch through its install RPATH.
   "$prefix/bin/train" --version >"$work/train-version.out" 2>&1 || { cat "$work/train-version.out"; fail "installed bin/train doesn't start"; }
   "$trainctl" --help >/dev/null || fail "installed bin/trainctl doesn't start"
+  # Both name the version of train/version.h, which project(VERSION) and so the package version file take.
+  version=$(sed -n 's/^#define TRAIN_VERSION_STRING "\(.*\)"$/\1/p' "$prefix/include/train/version.h")
+  [[ $version =~ ^0\.[0-9]+\.[0-9]+$ ]] || fail "train/version.h: expected a 0.x.y version, found '$version'"
+  grep -qx "libtrain $version" "$work/train-version.out" || { cat "$work/train-version.out"; fail "train --version doesn't say libtrain $version"; }
+  [ "$("$trainctl" --version)" = "trainctl $version" ] || fail "trainctl --version doesn't say trainctl $version"
+
+  # The package version file (0.x: the same minor version only): asking for the installed minor
+  # version or the exact version finds it; an older or newer minor version is refused with CMake's
+  # own message.
+  minor=${version%.*}
+  older=0.$((${minor#0.} - 1)) newer=0.$((${minor#0.} + 1))
+  for want in "$minor" "$version" "$older" "$newer"; do
+    refused=0
+    [ "$want" = "$older" ] || [ "$want" = "$newer" ] && refused=1
+    # A refused version stops before the package's config, so that project needs no compiler.
+    mkdir -p "$work/find-$want"
+    printf 'cmake_minimum_required(VERSION 3.22)\nproject(find_version %s)\nfind_package(libtrain %s REQUIRED)\nmessage(STATUS "found libtrain ${libtrain_VERSION}")\n' \
+      "$([ "$refused" = 1 ] && echo NONE || echo CXX)" "$want" >"$work/find-$want/CMakeLists.txt"
+    rc=0
+    cmake -S "$work/find-$want" -B "$work/find-$want/build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+      >"$work/find-$want.log" 2>&1 || rc=$?
+    msg=$(tr -s ' \n' '  ' <"$work/find-$want.log")
+    if [ "$refused" = 1 ]; then
+      [ "$rc" != 0 ] || fail "find_package(libtrain $want REQUIRED) accepted the installed $version"
+      grep -q "Could not find a configuration file for package \"libtrain\" that is compatible with requested version \"$want\"" <<<"$msg" &&
+        grep -q "libtrainConfig.cmake, version: $version" <<<"$msg" ||
+        { cat "$work/find-$want.log"; fail "find_package(libtrain $want): expected CMake's message refusing version $version"; }
+    else
+      [ "$rc" = 0 ] && grep -q -- "-- found libtrain $version" "$work/find-$want.log" ||
+        { tail -30 "$work/find-$want.log"; fail "find_package(libtrain $want REQUIRED) did not find the installed $version"; }
+    fi
+  done
+  echo "find_package(libtrain $minor) and ($version) find $version; $older and $newer are refused"
 
   # A consumer whose CLI11 can't be found is told which package is missing and where to get it.
   rc=0

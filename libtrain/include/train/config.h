@@ -209,8 +209,11 @@ struct TrainResult {
   int exit_code() const;
 };
 
-/// Checks the configuration without touching data or peers. Throws train::ConfigError naming
-/// the flag, what was expected and what was found.
+/// Checks the configuration without touching data or peers: the numbers, the choices, and the
+/// output paths under one rule (--checkpoint-dir, --tensorboard and --profile name a folder,
+/// --metrics and --save-model a file; what is missing of their folders is created when written,
+/// so the nearest part that exists must be a folder this process can write in). Throws
+/// train::ConfigError (exit 2 in cli::main) naming the flag, what was expected and what was found.
 void validate(const TrainConfig& config);
 
 }  // namespace train

@@ -241,7 +241,8 @@ std::string per_rank_pattern(const std::string& pattern);
 std::string shell_quote(const std::string& value);
 
 /// The value of the last `--flag V` or `--flag=V` among train's arguments (train keeps the last
-/// copy of a flag), or "" when it is not there. `names` are the flag's spellings; `found`, if
+/// copy of a flag, and takes `_` for `-` in a flag's name: `--checkpoint_dir`), or "" when it is
+/// not there. `names` are the flag's spellings; `found`, if
 /// given, says whether any was there.
 std::string train_flag_value(const std::vector<std::string>& args, const std::vector<std::string>& names,
                             bool* found = nullptr);
