@@ -44,7 +44,7 @@ target_include_directories(train PRIVATE ${_train_src} ${TRAIN_GLOO_INCLUDE_DIR}
 target_compile_definitions(train PRIVATE USE_C10D_GLOO)
 target_compile_options(train PRIVATE $<$<CXX_COMPILER_ID:GNU>:-Wno-interference-size>)
 target_link_libraries(train
-  PUBLIC train::base train::launcher ${TORCH_LIBRARIES}
+  PUBLIC train::base ${TORCH_LIBRARIES}
   PRIVATE nlohmann_json::nlohmann_json CLI11::CLI11)
 set_target_properties(train PROPERTIES EXPORT_NAME train)
 

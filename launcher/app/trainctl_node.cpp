@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "train/error.h"
-#include "train/launcher/device.h"
-#include "train/launcher/env.h"
-#include "train/launcher/hostlist.h"
+#include "train/device.h"
+#include "train/env.h"
+#include "train/hostlist.h"
 #include "train/launcher/local_launch.h"
 #include "train/launcher/preflight.h"
 #include "trainctl.h"

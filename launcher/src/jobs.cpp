@@ -22,7 +22,7 @@
 #include "train/error.h"
 #include "train/text.h"
 #include "train/files.h"
-#include "train/launcher/env.h"
+#include "train/env.h"
 #include "train/launcher/local_launch.h"
 #include "train/launcher/sbatch.h"
 #include "train/subprocess.h"

@@ -6,7 +6,7 @@
 #include "net_health_options.h"
 
 #include "train/error.h"
-#include "train/launcher/env.h"
+#include "train/env.h"
 
 namespace train {
 class ProcessGroup;

@@ -12,7 +12,7 @@
 #include "train/data.h"
 #include "train/ddp.h"
 #include "train/error.h"
-#include "train/launcher/env.h"
+#include "train/env.h"
 #include "train/log.h"
 #include "train/metrics.h"
 #include "train/preemption.h"

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "train/launcher/env.h"
+#include "train/env.h"
 
 namespace train {
 
