@@ -23,6 +23,7 @@ add_library(train STATIC
   ${_train_src}/health_check.cpp
   ${_train_src}/health_groups.cpp
   ${_train_src}/health_verdict.cpp
+  ${_train_src}/rank_record.cpp
   ${_train_src}/rollcall.cpp
   ${_train_src}/straggler.cpp
   ${_train_src}/nonfinite.cpp

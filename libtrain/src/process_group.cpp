@@ -87,7 +87,7 @@ void ProcessGroupImpl::guarded(const std::string& op, const std::function<void()
         "another rank probably died or stalled; look for the first error in the other ranks' "
         "logs (srun prints them per task). Raise --dist-timeout if ranks are just slow.";
     if (looks_like_timeout(what)) {
-      const std::string ranks = read_roll_call(*this);
+      const std::string ranks = read_roll_call(store.get(), env.rank, env.world_size, rollcall);
       throw TimeoutError(msg + " (timeout " + std::to_string(timeout.count() / 1000) + " s)" +
                              (ranks.empty() ? "" : ". Roll-call: " + ranks + "."), hint);
     }

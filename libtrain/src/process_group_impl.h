@@ -1,7 +1,7 @@
 // Private: the c10d store and backend behind train::ProcessGroup, shared by libtrain's sources.
 #pragma once
 
-#include "rollcall.h"
+#include "rank_record.h"
 #include "train/details/shm_group.h"
 #include "train/process_group.h"
 
@@ -37,6 +37,16 @@ inline std::optional<ShmGroup::DType> shm_dtype_of(at::ScalarType type) {
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
                                                     std::chrono::milliseconds timeout, int device_index,
                                                     const std::string& name = "");
+
+struct ProcessGroupImpl;
+
+/// NCCL: sets TORCH_FR_BUFFER_SIZE (unless it or the older TORCH_NCCL_TRACE_BUFFER_SIZE is set)
+/// before the backend is created, so that torch's flight recorder keeps the last collectives
+/// (cuda/nccl_backend.cpp; no-op without CUDA).
+void enable_flight_recorder();
+/// NCCL: writes this rank's flight recorder to dir/nccl_trace_rank_<rank>.json and returns the
+/// path; "" where there is none (Gloo, no CUDA) or it can't be written.
+std::string dump_flight_recorder(const ProcessGroupImpl& core, const std::string& dir);
 
 /// c10d's Gloo backend on --interface / TRAIN_INTERFACE, else GLOO_SOCKET_IFNAME, else the host
 /// name's address (process_group.cpp); the main group's and the health check's subgroups'.

@@ -6,6 +6,7 @@
 
 #include "train/adadelta.h"
 #include "train/augment.h"
+#include "train/callback.h"
 #include "train/checkpoint.h"
 #include "train/cli.h"
 #include "train/config.h"

@@ -14,7 +14,7 @@
 // everything.
 #include "peer_allreduce.h"
 
-#include "adadelta_math.cuh"
+#include "adadelta_fused_math.cuh"
 
 #include <cuda_runtime.h>
 
