@@ -48,10 +48,14 @@ void enable_flight_recorder();
 /// path; "" where there is none (Gloo, no CUDA) or it can't be written.
 std::string dump_flight_recorder(const ProcessGroupImpl& core, const std::string& dir);
 
-/// c10d's Gloo backend on --interface / TRAIN_INTERFACE, else GLOO_SOCKET_IFNAME, else the host
+/// The interface a group uses: `flag` (ProcessGroupOptions::interface, --interface), else the
+/// TRAIN_INTERFACE variable, else "" (the backends' own defaults).
+std::string chosen_interface(const std::string& flag);
+
+/// c10d's Gloo backend on `interface` (chosen_interface), else GLOO_SOCKET_IFNAME, else the host
 /// name's address (process_group.cpp); the main group's and the health check's subgroups'.
 c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
-                                                    std::chrono::milliseconds timeout);
+                                                    std::chrono::milliseconds timeout, const std::string& interface);
 
 struct ProcessGroupImpl {
   ~ProcessGroupImpl() { stop_heartbeat(); }  // also when create() fails after the rendezvous
@@ -62,6 +66,7 @@ struct ProcessGroupImpl {
   c10::intrusive_ptr<c10d::Backend> pg;
   int device_index = 0;  // CUDA device of this rank (NCCL)
   bool shared_memory_allreduce = true;
+  std::string interface;  // chosen_interface(ProcessGroupOptions::interface): subgroups use it too
   int shm_groups_created = 0;
   int peer_groups_created = 0;  // GPU peer all-reduce groups (their store keys)
   /// set/get through the rendezvous store, for the set-up of same-machine transports.
