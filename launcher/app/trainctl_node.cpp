@@ -83,7 +83,7 @@ Command add_env(CLI::App& app) {
     const train::EnvMap env = train::current_environment();
     const train::DistEnv dist = train::resolve_env(env);
     const train::DeviceChoice device = train::choose_device(dist, env, *backend);
-    const auto interface = env.find("TRAIN_INTERFACE");  // train's --interface default (issue 24)
+    const auto interface = env.find("TRAIN_INTERFACE");  // train's --interface default
     nlohmann::json out = {
         {"rank", dist.rank},
         {"world_size", dist.world_size},

@@ -103,11 +103,6 @@ std::string jobcomp_path() {
   return type == "jobcomp/filetxt" && !loc.empty() && loc[0] == '/' ? loc : "";
 }
 
-bool is_running_state(const std::string& state) {
-  return state == "RUNNING" || state == "COMPLETING" || state == "CONFIGURING" || state == "SUSPENDED" ||
-         state == "STOPPED" || state == "SIGNALING" || state == "STAGE_OUT";
-}
-
 }  // namespace
 
 void require_program(const std::string& name) {

@@ -1,4 +1,4 @@
-// Private: `train --health-check` (issue 24, item 5): before training, each rank's GEMM throughput
+// Private: `train --health-check`: before training, each rank's GEMM throughput
 // and the all-reduce bus bandwidth over every rank, one table on rank 0, and the nodes whose GEMM is
 // below --health-min-fraction of the other nodes' median named (health_verdict.h says the rule).
 #pragma once
