@@ -23,6 +23,7 @@ add_library(train STATIC
   ${_train_src}/health_check.cpp
   ${_train_src}/health_groups.cpp
   ${_train_src}/health_verdict.cpp
+  ${_train_src}/rank_record.cpp
   ${_train_src}/rollcall.cpp
   ${_train_src}/straggler.cpp
   ${_train_src}/nonfinite.cpp
@@ -45,7 +46,7 @@ target_include_directories(train PRIVATE ${_train_src} ${TRAIN_GLOO_INCLUDE_DIR}
 target_compile_definitions(train PRIVATE USE_C10D_GLOO)
 target_compile_options(train PRIVATE $<$<CXX_COMPILER_ID:GNU>:-Wno-interference-size>)
 target_link_libraries(train
-  PUBLIC train::base train::launcher ${TORCH_LIBRARIES}
+  PUBLIC train::base ${TORCH_LIBRARIES}
   PRIVATE nlohmann_json::nlohmann_json CLI11::CLI11)
 set_target_properties(train PROPERTIES EXPORT_NAME train)
 
@@ -60,6 +61,7 @@ if(TRAIN_HAVE_CUDA)
   target_compile_definitions(train PRIVATE USE_C10D_NCCL)
   target_include_directories(train PRIVATE ${TRAIN_NCCL_INCLUDE_DIR} ${TRAIN_CUDA_INCLUDE_DIR})
   target_sources(train PRIVATE
+    ${_train_src}/cuda/adadelta_epilogue.cpp
     ${_train_src}/cuda/adadelta_fused_step.cpp
     ${_train_src}/cuda/cuda_device.cpp
     ${_train_src}/cuda/graph_comm.cpp
@@ -82,7 +84,8 @@ if(TRAIN_HAVE_CUDA)
     # Its own object library: the kernels include no torch header, so none of torch's CUDA flags
     # (its architecture list) reach nvcc. The CUDA runtime comes with torch (torch::cudart in
     # TORCH_LIBRARIES): link no second one.
-    add_library(train_cuda_kernels OBJECT ${_train_src}/cuda/adadelta_fused.cu ${_train_src}/cuda/peer_allreduce.cu)
+    add_library(train_cuda_kernels OBJECT ${_train_src}/cuda/adadelta_fused.cu ${_train_src}/cuda/adadelta_peer.cu
+                ${_train_src}/cuda/peer_allreduce.cu)
     set_target_properties(train_cuda_kernels PROPERTIES CUDA_ARCHITECTURES "${TRAIN_CUDA_ARCHITECTURES}"
                           CUDA_RUNTIME_LIBRARY None POSITION_INDEPENDENT_CODE ON)
     target_sources(train PRIVATE $<TARGET_OBJECTS:train_cuda_kernels>)
@@ -92,6 +95,6 @@ if(TRAIN_HAVE_CUDA)
     target_sources(train PRIVATE ${_train_src}/cuda/kernels_stub.cpp)
   endif()
 else()
-  target_sources(train PRIVATE ${_train_src}/cpu/no_cuda.cpp)
+  target_sources(train PRIVATE ${_train_src}/cpu/no_cuda.cpp ${_train_src}/cpu/adadelta_no_fused.cpp)
 endif()
 message(STATUS "libtrain: CUDA: ${TRAIN_HAVE_CUDA}; its own CUDA kernels: ${TRAIN_HAVE_FUSED_CUDA}")

@@ -11,12 +11,13 @@
 #include <utility>
 #include <vector>
 
+#include "train/error.h"
 #include "train/launcher/sbatch.h"
 
 namespace trainctl {
 
-/// Exit status for a command line that doesn't parse (as getopt-based tools use).
-constexpr int kExitUsage = 2;
+/// Exit status for a command line that doesn't parse (train/error.h: the same as train's).
+using train::kExitUsage;
 /// Exit status for an invalid input or environment.
 constexpr int kExitError = 1;
 

@@ -25,7 +25,7 @@ void add_job_options(CLI::App* cmd, train::SbatchOptions& o, const std::vector<J
   for (const JobOption& opt : table) cmd->add_option(opt.flag, o.*opt.field, opt.help)->type_name(opt.type_name);
 }
 
-/// issue 24: the nodes' health check and the network interface, which the script passes on to train
+/// The nodes' health check and the network interface, which the script passes on to train
 /// (checked by train::check_health_options); shared by sbatch and sweep through add_batch_options.
 void add_health_options(CLI::App* cmd, train::SbatchOptions& o) {
   cmd->add_flag("--health-check", o.health_check,

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "train/error.h"
-#include "train/launcher/device.h"
-#include "train/launcher/env.h"
-#include "train/launcher/hostlist.h"
+#include "train/device.h"
+#include "train/env.h"
+#include "train/hostlist.h"
 #include "train/launcher/local_launch.h"
 #include "train/launcher/preflight.h"
 #include "train/launcher/restart.h"
@@ -84,7 +84,7 @@ Command add_env(CLI::App& app) {
     const train::EnvMap env = train::current_environment();
     const train::DistEnv dist = train::resolve_env(env);
     const train::DeviceChoice device = train::choose_device(dist, env, *backend);
-    const auto interface = env.find("TRAIN_INTERFACE");  // train's --interface default (issue 24)
+    const auto interface = env.find("TRAIN_INTERFACE");  // train's --interface default
     nlohmann::json out = {
         {"rank", dist.rank},
         {"world_size", dist.world_size},

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "train/error.h"
-#include "train/launcher/env.h"
+#include "train/env.h"
 #include "train/launcher/job_requests.h"
 #include "train/launcher/local_launch.h"
 #include "train/launcher/resources.h"

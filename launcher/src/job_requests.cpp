@@ -9,7 +9,7 @@
 
 #include "train/error.h"
 #include "train/files.h"
-#include "train/launcher/slurm_time.h"
+#include "train/slurm_time.h"
 
 namespace train {
 namespace {

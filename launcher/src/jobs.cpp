@@ -22,7 +22,7 @@
 #include "train/error.h"
 #include "train/text.h"
 #include "train/files.h"
-#include "train/launcher/env.h"
+#include "train/env.h"
 #include "train/launcher/local_launch.h"
 #include "train/launcher/restart.h"
 #include "train/launcher/sbatch.h"
@@ -103,11 +103,6 @@ std::string jobcomp_path() {
     if (key == "JobCompLoc") loc = trim(line.substr(eq + 1));
   }
   return type == "jobcomp/filetxt" && !loc.empty() && loc[0] == '/' ? loc : "";
-}
-
-bool is_running_state(const std::string& state) {
-  return state == "RUNNING" || state == "COMPLETING" || state == "CONFIGURING" || state == "SUSPENDED" ||
-         state == "STOPPED" || state == "SIGNALING" || state == "STAGE_OUT";
 }
 
 }  // namespace

@@ -28,26 +28,6 @@ extern "C" void on_signal(int sig) {
 
 }  // namespace
 
-std::string signal_name(int sig) {
-  switch (sig) {
-    case SIGINT: return "SIGINT";
-    case SIGTERM: return "SIGTERM";
-    case SIGHUP: return "SIGHUP";
-    case SIGQUIT: return "SIGQUIT";
-    case SIGKILL: return "SIGKILL";
-    case SIGUSR1: return "SIGUSR1";
-    case SIGUSR2: return "SIGUSR2";
-    case SIGSEGV: return "SIGSEGV";
-    case SIGABRT: return "SIGABRT";
-    case SIGBUS: return "SIGBUS";
-    case SIGFPE: return "SIGFPE";
-    case SIGILL: return "SIGILL";
-    case SIGPIPE: return "SIGPIPE";
-    case SIGTSTP: return "SIGTSTP";
-    default: return "signal " + std::to_string(sig);
-  }
-}
-
 void Supervisor::install_signal_handlers() {
   if (pipe2(signal_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) system_fail("pipe2", errno);
   g_signal_write_fd = signal_pipe_[1];

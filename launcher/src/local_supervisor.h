@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "train/launcher/local_launch.h"
+#include "train/signals.h"  // signal_name: the one table of signal names
 
 namespace train::detail {
 
@@ -42,9 +43,6 @@ void write_all(int fd, const std::string& data, bool& broken);
 
 /// A message from trainctl itself, on stderr, in one write.
 void say(const std::string& message);
-
-/// "SIGTERM" and the like, "signal N" for the others.
-std::string signal_name(int sig);
 
 /// One output stream of a rank, relayed line by line to trainctl's own stdout or stderr.
 struct Stream {

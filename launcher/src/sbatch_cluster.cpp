@@ -15,7 +15,7 @@
 
 #include "train/error.h"
 #include "train/text.h"
-#include "train/launcher/env.h"
+#include "train/env.h"
 #include "train/launcher/gres.h"
 #include "train/launcher/local_launch.h"
 #include "train/subprocess.h"

@@ -1,4 +1,4 @@
-// issue 24: the health-check and network-interface options of `trainctl sbatch` and `trainctl
+// The health-check and network-interface options of `trainctl sbatch` and `trainctl
 // sweep` (--health-check, --health-min-fraction, --health-warn-only, --exclude-bad-nodes,
 // --interface), checked as train checks its own flags, and the train arguments they become. The
 // script writer (sbatch_script.cpp) adds those arguments and exports TRAIN_INTERFACE.

@@ -249,7 +249,7 @@ struct ScriptWriter {
     }
   }
 
-  // --health-check and its options (issue 24), on train's command line.
+  // --health-check and its options, on train's command line.
   void write_health_arguments() {
     const std::vector<std::string> health = health_train_args(o);
     if (health.empty()) return;

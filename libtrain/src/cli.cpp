@@ -22,9 +22,6 @@
 namespace train::cli {
 namespace {
 
-/// Exit status for a command line or configuration that is wrong (as getopt-based tools use).
-constexpr int kExitUsage = 2;
-
 /// A check that the value is a number in a range; the message names what was expected and
 /// found and gives a hint (CLI11 puts the flag's name in front).
 CLI::Validator number(const std::string& expected, const std::function<bool(double)>& ok, const std::string& hint) {
@@ -179,7 +176,7 @@ void add_gpu_flags(CLI::App& app, GpuConfig& g) {
                   "on avoids cuDNN's layout conversions");
 }
 
-// issue 24: the network interface and the health check.
+// The network interface and the health check.
 void add_network_and_health_flags(CLI::App& app, TrainConfig& t) {
   HealthConfig& c = t.health;
   app.add_option("--interface", t.distributed.interface,

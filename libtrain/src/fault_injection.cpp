@@ -1,6 +1,5 @@
 // The faults tests inject (fault_injection.h).
 #include "fault_injection.h"
-#include "net_health_options.h"
 
 #include "train/error.h"
 #include "train/signals.h"

@@ -16,12 +16,21 @@
 //   which `trainctl run` exports; 0 is the first launch), so that a relaunch doesn't meet them again.
 // - TRAIN_FAULT_SLOW_NODE=NODE:FACTOR and TRAIN_FAULT_SLOW_NODE_NET=NODE:FACTOR: --health-check's
 //   GEMM, or its all-reduce among the node's own ranks, takes FACTOR times as long on node NODE
-//   (slow_node_factor in net_health_options.h).
+//   (slow_node_factor below).
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace train::detail {
+
+/// The fault TRAIN_FAULT_SLOW_NODE=NODE:FACTOR: FACTOR on node NODE, else 1. The health check's
+/// GEMM measurement there takes FACTOR times as long. With `variable` TRAIN_FAULT_SLOW_NODE_NET
+/// (kSlowNodeNet), the all-reduce among that node's ranks does. Throws train::ConfigError for a
+/// malformed value.
+inline constexpr const char* kSlowNodeGemm = "TRAIN_FAULT_SLOW_NODE";
+inline constexpr const char* kSlowNodeNet = "TRAIN_FAULT_SLOW_NODE_NET";
+double slow_node_factor(const std::string& node, const char* variable = kSlowNodeGemm);
 
 class FaultInjection {
  public:

@@ -4,7 +4,7 @@
 #include "device/train_device.h"
 #include "health_groups.h"
 #include "health_verdict.h"
-#include "net_health_options.h"
+#include "fault_injection.h"
 #include "process_group_impl.h"
 
 #include "train/error.h"
@@ -276,28 +276,27 @@ std::string requeue_without(const DistEnv& env, const std::string& bad) {
 
 }  // namespace
 
-NetHealthOptions& net_health_options() {
-  static NetHealthOptions options;
-  return options;
+HealthCheckOptions health_check_options(const TrainConfig& config) {
+  HealthCheckOptions o;
+  o.min_fraction = config.health.min_fraction;
+  o.warn_only = config.health.warn_only;
+  o.exclude_bad_nodes = config.health.exclude_bad_nodes;
+  return o;
 }
 
-std::string chosen_interface() {
-  if (!net_health_options().interface.empty()) return net_health_options().interface;
-  const char* from_env = std::getenv("TRAIN_INTERFACE");
-  return from_env != nullptr ? from_env : "";
-}
-
-void validate(const NetHealthOptions& c) {
-  if (!chosen_interface().empty()) net::require_interface(chosen_interface(), "--interface");
-  if (!(c.health_min_fraction > 0 && c.health_min_fraction <= 1)) {
-    throw ConfigError("--health-min-fraction: expected a fraction in (0, 1], found " + text::format("%g", c.health_min_fraction) + ".",
+void validate_network(const TrainConfig& config) {
+  const std::string interface = chosen_interface(config.distributed.interface);
+  if (!interface.empty()) net::require_interface(interface, "--interface");
+  const HealthConfig& c = config.health;
+  if (!(c.min_fraction > 0 && c.min_fraction <= 1)) {
+    throw ConfigError("--health-min-fraction: expected a fraction in (0, 1], found " + text::format("%g", c.min_fraction) + ".",
                       "the default is 0.5");
   }
-  if ((c.health_warn_only || c.exclude_bad_nodes) && !c.health_check) {
+  if ((c.warn_only || c.exclude_bad_nodes) && !c.check) {
     throw ConfigError(std::string(c.exclude_bad_nodes ? "--exclude-bad-nodes" : "--health-warn-only") +
                           ": expected --health-check too, found it alone.", "add --health-check");
   }
-  if (c.health_warn_only && c.exclude_bad_nodes) {
+  if (c.warn_only && c.exclude_bad_nodes) {
     throw ConfigError("--exclude-bad-nodes: expected a failing check to act on, found --health-warn-only as well.",
                       "keep one of the two");
   }
@@ -328,7 +327,7 @@ RankResults gather_results(c10d::Store* store, const std::string& prefix, int ra
 
 // Rank 0: judges the nodes, logs the table, and with --exclude-bad-nodes requeues the job.
 // Returns "" when no node is bad, else "BAD NODES\tWHICH MEASURE FAILED\tREQUEUE NOTE".
-std::string judge_and_report(const NetHealthOptions& c, const DistEnv& env, const std::vector<std::string>& node_of_rank,
+std::string judge_and_report(const HealthCheckOptions& c, const DistEnv& env, const std::vector<std::string>& node_of_rank,
                              const RankResults& results, const Network& net, const std::string& what,
                              const std::string& size) {
   // Within-node bandwidth is judged among the nodes of 2 ranks or more (the others have none).
@@ -342,10 +341,10 @@ std::string judge_and_report(const NetHealthOptions& c, const DistEnv& env, cons
     }
   }
   const std::vector<MeasureVerdicts> measures = {
-      {"GEMM throughput", judge_nodes(node_of_rank, results.gflops, c.health_min_fraction)},
-      {"within-node all-reduce bus bandwidth", judge_nodes(within_nodes, within_values, c.health_min_fraction)}};
+      {"GEMM throughput", judge_nodes(node_of_rank, results.gflops, c.min_fraction)},
+      {"within-node all-reduce bus bandwidth", judge_nodes(within_nodes, within_values, c.min_fraction)}};
   const int world = static_cast<int>(node_of_rank.size());
-  std::string t = table(measures, node_of_rank, what, c.health_min_fraction);
+  std::string t = table(measures, node_of_rank, what, c.min_fraction);
   auto gbps = [](double v, const char* none) { return std::isfinite(v) ? text::format("%.3f", v) + " GB/s" : std::string(none); };
   t += "\n  all-reduce bus bandwidth between nodes" +
        (net.nodes >= 2 ? " (" + std::to_string(net.nodes) + " ranks, the lowest of each node), " + size + ": " + gbps(net.between, "-")
@@ -354,13 +353,13 @@ std::string judge_and_report(const NetHealthOptions& c, const DistEnv& env, cons
   log::info(t);
   const std::string bad = bad_node_list(measures);
   if (bad.empty()) return "";
-  return bad + "\t" + failed_measures(measures, c.health_min_fraction) + "\t" +
+  return bad + "\t" + failed_measures(measures, c.min_fraction) + "\t" +
          (c.exclude_bad_nodes ? requeue_without(env, bad) : std::string());
 }
 
 }  // namespace
 
-void run_health_check(const NetHealthOptions& c, const DistEnv& env, ProcessGroup* pg, const TrainDevice& dev) {
+void run_health_check(const HealthCheckOptions& c, const DistEnv& env, ProcessGroup* pg, const TrainDevice& dev) {
   const std::string node = node_name(env);
   const double net_factor = slow_node_factor(node, kSlowNodeNet);  // a malformed fault fails before any collective
   const Gemm gemm = measure_gemm(dev, slow_node_factor(node, kSlowNodeGemm));
@@ -395,7 +394,7 @@ void run_health_check(const NetHealthOptions& c, const DistEnv& env, ProcessGrou
   const std::string failed = tab1 == std::string::npos ? bad : verdict.substr(tab1 + 1, tab2 - tab1 - 1);
   const std::string note = tab2 == std::string::npos ? "" : verdict.substr(tab2 + 1);
   const std::string msg = "--health-check: " + failed + " (the table on rank 0).";
-  if (c.health_warn_only) {
+  if (c.warn_only) {
     if (env.rank == 0) log::warn(msg + " Training anyway (--health-warn-only).");
     return;
   }

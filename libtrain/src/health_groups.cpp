@@ -27,7 +27,7 @@ HealthGroup::HealthGroup(ProcessGroupImpl& core, const std::vector<int>& ranks, 
   if (!name.empty() && name.back() == '.') name.pop_back();
   core.guarded("creating the " + what_, [&] {
     backend_ = core.backend == Backend::nccl ? make_nccl_backend(store, rank, size_, core.timeout, core.device_index, name)
-                                             : make_gloo_backend(store, rank, size_, core.timeout);
+                                             : make_gloo_backend(store, rank, size_, core.timeout, core.interface);
   });
 }
 

@@ -1,5 +1,5 @@
-// Private: the process groups `train --health-check` measures besides the main one (issue 24,
-// item 5): the ranks of one node, and one rank per node. Each is a c10d backend of the run's kind
+// Private: the process groups `train --health-check` measures besides the main one:
+// the ranks of one node, and one rank per node. Each is a c10d backend of the run's kind
 // (Gloo or NCCL) among some of the run's ranks, over a prefix of the run's rendezvous store; only
 // its members create it, and it is shut down when the object goes.
 #pragma once

@@ -1,4 +1,4 @@
-// Private: which nodes the health check names (issue 24, item 5), apart from the measuring so a
+// Private: which nodes the health check names, apart from the measuring so a
 // unit test can check it. No LibTorch.
 //
 // The rule: a node is bad when its value (its slowest rank's measurement: the GEMM throughput, the

@@ -1,4 +1,4 @@
-// Non-finite losses and gradients (issue 24, --nonfinite): a watch that records, with device ops
+// Non-finite losses and gradients (--nonfinite): a watch that records, with device ops
 // only, the first step whose loss or gradients held a NaN or an infinity, for the ranks' stop
 // agreement to carry; or, with --nonfinite skip, decides on the host before each update whether
 // to apply it. Private.

@@ -3,7 +3,7 @@
 #include "train/preemption.h"
 
 #include "train/error.h"
-#include "train/launcher/slurm_time.h"
+#include "train/slurm_time.h"
 #include "train/log.h"
 #include "train/process_group.h"
 #include "train/signals.h"

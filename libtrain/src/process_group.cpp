@@ -2,7 +2,6 @@
 // name the rank, host and operation so that a dead peer is reported instead of hanging.
 #include "process_group_impl.h"
 
-#include "net_health_options.h"
 
 #include "train/error.h"
 #include "train/log.h"
@@ -55,12 +54,17 @@ bool looks_like_timeout(const std::string& what) {
 }
 }  // namespace
 
+std::string chosen_interface(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  const char* from_env = std::getenv("TRAIN_INTERFACE");
+  return from_env != nullptr ? from_env : "";
+}
+
 c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
-                                                    std::chrono::milliseconds timeout) {
+                                                    std::chrono::milliseconds timeout, const std::string& interface) {
   auto o = c10d::ProcessGroupGloo::Options::create(timeout);
   // Bind to the address other ranks can reach us at; the default device resolves the host
   // name, which on clusters often maps to a management interface or 127.0.1.1.
-  const std::string interface = chosen_interface();
   const char* from_env = std::getenv("GLOO_SOCKET_IFNAME");
   const std::string iface = !interface.empty() ? interface : from_env != nullptr ? from_env : "";
   if (!iface.empty()) {
@@ -87,7 +91,7 @@ void ProcessGroupImpl::guarded(const std::string& op, const std::function<void()
         "another rank probably died or stalled; look for the first error in the other ranks' "
         "logs (srun prints them per task). Raise --dist-timeout if ranks are just slow.";
     if (looks_like_timeout(what)) {
-      const std::string ranks = read_roll_call(*this);
+      const std::string ranks = read_roll_call(store.get(), env.rank, env.world_size, rollcall);
       throw TimeoutError(msg + " (timeout " + std::to_string(timeout.count() / 1000) + " s)" +
                              (ranks.empty() ? "" : ". Roll-call: " + ranks + "."), hint);
     }
@@ -221,7 +225,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const DistEnv& env,
     throw ConfigError("MASTER_PORT: expected 1..65535, found " + std::to_string(env.master_port) + ".",
                       "unset MASTER_PORT to let libtrain derive one from the job id.");
   }
-  const std::string interface = detail::chosen_interface();  // issue 24: --interface / TRAIN_INTERFACE
+  const std::string interface = detail::chosen_interface(options.interface);
+  impl->interface = interface;
   if (!interface.empty()) {
     net::require_interface(interface, "--interface");  // a ConfigError naming the interfaces here
     // Read by NCCL when its communicator is created (after this); the flag wins over the environment.
@@ -248,7 +253,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const DistEnv& env,
 
   if (options.backend == Backend::gloo) {
     impl->guarded("creating the Gloo backend", [&] {
-      impl->pg = detail::make_gloo_backend(impl->store, env.rank, env.world_size, options.timeout);
+      impl->pg = detail::make_gloo_backend(impl->store, env.rank, env.world_size, options.timeout, interface);
     });
     if (impl->shared_memory_allreduce && env.world_size > 1) {
       std::string why;

@@ -1,7 +1,7 @@
 // Private: the c10d store and backend behind train::ProcessGroup, shared by libtrain's sources.
 #pragma once
 
-#include "rollcall.h"
+#include "rank_record.h"
 #include "train/details/shm_group.h"
 #include "train/process_group.h"
 
@@ -38,10 +38,24 @@ c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10
                                                     std::chrono::milliseconds timeout, int device_index,
                                                     const std::string& name = "");
 
-/// c10d's Gloo backend on --interface / TRAIN_INTERFACE, else GLOO_SOCKET_IFNAME, else the host
+struct ProcessGroupImpl;
+
+/// NCCL: sets TORCH_FR_BUFFER_SIZE (unless it or the older TORCH_NCCL_TRACE_BUFFER_SIZE is set)
+/// before the backend is created, so that torch's flight recorder keeps the last collectives
+/// (cuda/nccl_backend.cpp; no-op without CUDA).
+void enable_flight_recorder();
+/// NCCL: writes this rank's flight recorder to dir/nccl_trace_rank_<rank>.json and returns the
+/// path; "" where there is none (Gloo, no CUDA) or it can't be written.
+std::string dump_flight_recorder(const ProcessGroupImpl& core, const std::string& dir);
+
+/// The interface a group uses: `flag` (ProcessGroupOptions::interface, --interface), else the
+/// TRAIN_INTERFACE variable, else "" (the backends' own defaults).
+std::string chosen_interface(const std::string& flag);
+
+/// c10d's Gloo backend on `interface` (chosen_interface), else GLOO_SOCKET_IFNAME, else the host
 /// name's address (process_group.cpp); the main group's and the health check's subgroups'.
 c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
-                                                    std::chrono::milliseconds timeout);
+                                                    std::chrono::milliseconds timeout, const std::string& interface);
 
 struct ProcessGroupImpl {
   ~ProcessGroupImpl() { stop_heartbeat(); }  // also when create() fails after the rendezvous
@@ -52,6 +66,7 @@ struct ProcessGroupImpl {
   c10::intrusive_ptr<c10d::Backend> pg;
   int device_index = 0;  // CUDA device of this rank (NCCL)
   bool shared_memory_allreduce = true;
+  std::string interface;  // chosen_interface(ProcessGroupOptions::interface): subgroups use it too
   int shm_groups_created = 0;
   int peer_groups_created = 0;  // GPU peer all-reduce groups (their store keys)
   /// set/get through the rendezvous store, for the set-up of same-machine transports.

@@ -44,14 +44,7 @@ Trainer::Trainer(TrainConfig config, DistEnv env) : run_(std::make_unique<Run>()
   t.c = std::move(config);
   t.env = std::move(env);
   validate(t.c);
-  // The process group and the health check read these (libtrain/src/net_health_options.h).
-  detail::NetHealthOptions& net = detail::net_health_options();
-  net.interface = t.c.distributed.interface;
-  net.health_check = t.c.health.check;
-  net.health_min_fraction = t.c.health.min_fraction;
-  net.health_warn_only = t.c.health.warn_only;
-  net.exclude_bad_nodes = t.c.health.exclude_bad_nodes;
-  detail::validate(net);  // issue 24: --interface, --health-*
+  detail::validate_network(t.c);  // --interface (or TRAIN_INTERFACE), --health-*
   t.threads = pick_threads(t.c, t.env);
   at::set_num_threads(t.threads);
   detail::apply_cpu_kernels_env();
@@ -75,7 +68,7 @@ TrainResult Trainer::fit(const TrainSpec& spec) {
   t.setup(spec);
   t.build_model();  // before connect(): the optimizer decides whether the step is captured
   t.connect();
-  if (detail::net_health_options().health_check) detail::run_health_check(detail::net_health_options(), t.env, t.pg.get(), *t.dev);
+  if (t.c.health.check) detail::run_health_check(detail::health_check_options(t.c), t.env, t.pg.get(), *t.dev);
   t.resume();
   if (t.pg) {
     DdpOptions dopt;
@@ -148,6 +141,7 @@ void Trainer::Run::connect() {
   po.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.distributed.timeout_sec * 1000));
   po.device_index = std::max<int>(0, device.index());  // the CPU's is -1
   po.shared_memory_allreduce = c.distributed.shm_allreduce;
+  po.interface = c.distributed.interface;
   log::info("rendezvous: " + std::to_string(e.world_size) + " ranks at " + e.master_addr + ":" +
             std::to_string(e.master_port) + ", backend " + to_string(plan.backend));
   pg = ProcessGroup::create(e, po);

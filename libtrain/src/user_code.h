@@ -1,4 +1,4 @@
-// Errors in the user's code with their context (issue 24): which part threw (Dataset::get_batch,
+// Errors in the user's code with their context: which part threw (Dataset::get_batch,
 // the model's forward, the loss, a callback, the optimizer or LR schedule builder), at which step,
 // epoch and rank, on which batch, with the original message and no C++ frame dump unless
 // TORCH_SHOW_CPP_STACKTRACES=1. And the check of the first batch before the first forward. Private.

@@ -70,7 +70,9 @@ done
 # parses), what the job scripts and scripts/*.sh read.
 mapfile -t vars < <({
   grep -rhoE 'getenv\("[A-Z][A-Z0-9_]*"\)' "$src"/libtrain "$src"/launcher "$src"/datasets "$src"/models | grep -oE '[A-Z][A-Z0-9_]+'
-  for f in env.cpp env_slurm.cpp device.cpp local_launch.cpp local_output.cpp local_signals.cpp preflight.cpp; do grep -hoE '"[A-Z][A-Z0-9_]+"' "$src/launcher/src/$f"; done |
+  for f in libtrain/base/src/{env,env_slurm,device}.cpp launcher/src/{local_launch,local_output,local_signals,preflight}.cpp; do
+    grep -hoE '"[A-Z][A-Z0-9_]+"' "$src/$f"
+  done |
     tr -d '"' | grep -vE '^(SIG[A-Z0-9]+|PATH)$'
   grep -hoE '\$\{?TRAIN[A-Z_]*' "$src"/scripts/*.sh | tr -d '${'
   grep -hoE '\$\{?TRAINCTL_BIN' "$src"/launcher/src/sbatch_script.cpp | tr -d '${'

@@ -3,7 +3,7 @@
 // jobcomp/filetxt log, "Invalid job id specified"). No cluster: tests/slurm/workflow_test.cpp runs
 // the same commands on real jobs. Also SLURM's times in words (launcher/src/slurm_time.cpp).
 #include "train/launcher/jobs.h"
-#include "train/launcher/slurm_time.h"
+#include "train/slurm_time.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

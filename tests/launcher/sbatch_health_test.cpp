@@ -1,4 +1,4 @@
-// issue 24: the health-check and network-interface options of `trainctl sbatch` (and sweep):
+// The health-check and network-interface options of `trainctl sbatch` (and sweep):
 // --health-check, --health-min-fraction, --health-warn-only, --exclude-bad-nodes and --interface.
 // The generated script passes the health flags to train and exports TRAIN_INTERFACE (also checked
 // by running it under a fake srun, without SLURM); bad combinations and values are clear errors;

@@ -1,9 +1,14 @@
-// issue 24: the health check's verdict (which nodes are named; health_verdict.h) and the network
-// interface checks behind --interface and the store's bind address (train/net_interfaces.h).
+// The health check's verdict (which nodes are named; health_verdict.h), its options from
+// TrainConfig's health section (health_check.h), and the network interface checks behind
+// --interface and the store's bind address (train/net_interfaces.h), with the interface reaching a
+// process group through its options (process_group_impl.h), as a loop of a program's own passes it.
+#include "health_check.h"
 #include "health_verdict.h"
+#include "process_group_impl.h"
 
 #include "train/error.h"
 #include "train/net_interfaces.h"
+#include "train/process_group.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -123,6 +128,54 @@ TEST(NetInterfaces, TheStoreBindsToTheAddressMasterAddrNames) {
   if (fd >= 0) close(fd);
   EXPECT_LT(net::listen_on("not-an-address", 0, &error), 0);
   EXPECT_NE(error.find("not-an-address"), std::string::npos) << error;
+}
+
+TEST(HealthOptions, ComeFromTheConfigsHealthSection) {
+  TrainConfig c;
+  c.health.check = true;
+  c.health.min_fraction = 0.25;
+  c.health.exclude_bad_nodes = true;
+  const HealthCheckOptions o = health_check_options(c);
+  EXPECT_DOUBLE_EQ(o.min_fraction, 0.25);
+  EXPECT_FALSE(o.warn_only);
+  EXPECT_TRUE(o.exclude_bad_nodes);
+}
+
+TEST(HealthOptions, ValidateNamesTheFlagThatNeedsAnother) {
+  TrainConfig c;
+  c.distributed.interface = net::interface_of("127.0.0.1", net::list_interfaces());  // TRAIN_INTERFACE unread
+  EXPECT_NO_THROW(validate_network(c));
+  c.health.warn_only = true;
+  try {
+    validate_network(c);
+    ADD_FAILURE() << "no error for --health-warn-only without --health-check";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--health-warn-only: expected --health-check too"), std::string::npos) << e.what();
+  }
+  c.health.warn_only = false;
+  c.distributed.interface = "nosuch0";
+  EXPECT_THROW(validate_network(c), ConfigError);
+}
+
+// A loop built from the parts: the interface reaches the group (and the health check's
+// subgroups, which read it from the group) through ProcessGroupOptions, with no Trainer.
+TEST(ProcessGroupInterface, TheOptionsInterfaceReachesTheGroup) {
+  const std::string lo = net::interface_of("127.0.0.1", net::list_interfaces());
+  ASSERT_FALSE(lo.empty());
+  DistEnv env;
+  env.master_port = 0;  // one rank: the OS picks the store's port
+  ProcessGroupOptions o;
+  o.interface = "nosuch0";
+  try {
+    ProcessGroup::create(env, o);
+    ADD_FAILURE() << "no error for ProcessGroupOptions::interface = nosuch0";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--interface 'nosuch0'"), std::string::npos) << e.what();
+  }
+  o.interface = lo;
+  const auto pg = ProcessGroup::create(env, o);
+  EXPECT_EQ(details::core_of(*pg).interface, lo);
+  EXPECT_EQ(chosen_interface(lo), lo);  // the options win over TRAIN_INTERFACE
 }
 
 }  // namespace

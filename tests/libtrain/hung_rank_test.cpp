@@ -114,7 +114,7 @@ TEST(HungRank, AStallTimeoutNotBelowTheGroupTimeoutIsRefused) {
             std::string::npos) << r.err;
 }
 
-// On 2 GPUs over NCCL (issue 24, "on the GPU machine"): rank 1 sleeps in get_batch at step 30.
+// On 2 GPUs over NCCL: rank 1 sleeps in get_batch at step 30.
 // The roll-call names it, every rank exits with the stall's status, and each rank writes torch's
 // NCCL flight recorder into the checkpoint folder, says where, and the file is the pickle torch's
 // analyser (python -m torch.distributed.flight_recorder.fr_trace) reads, with the all-reduces in it.

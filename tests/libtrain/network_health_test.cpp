@@ -1,4 +1,4 @@
-// issue 24: `train --interface` (Gloo, NCCL and the store on one interface; a missing one named
+// `train --interface` (Gloo, NCCL and the store on one interface; a missing one named
 // with the interfaces that exist) and `train --health-check` on 2 CPU ranks through
 // `trainctl local` over Gloo on loopback, and on 4 ranks posing as 2 SLURM nodes (the within- and
 // between-node all-reduces). The slow node is named in tests/slurm/health_test.cpp.

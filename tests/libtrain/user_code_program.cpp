@@ -1,5 +1,5 @@
 // A small program on libtrain's public API whose user code goes wrong on request, for
-// nonfinite_test.cpp (issue 24): USER_FAULT=throw:CALL:RANK makes Dataset::get_batch throw on its
+// nonfinite_test.cpp: USER_FAULT=throw:CALL:RANK makes Dataset::get_batch throw on its
 // CALL-th call on rank RANK; float-targets gives float targets to the cross-entropy loss;
 // short-targets returns one target row fewer than input rows; bad-forward gives the model inputs
 // of the wrong width; bad-callback makes a callback throw at step 2.

@@ -1,4 +1,4 @@
-// issue 24: `train --health-check` on the local 2-node SLURM cluster. A slow node (the fault
+// `train --health-check` on the local 2-node SLURM cluster. A slow node (the fault
 // TRAIN_FAULT_SLOW_NODE=node2:30 stretches its GEMM measurement 30x) is named, the step exits 69,
 // and trainctl run launches it again without node2 in the same job (with --max-restarts 0 the job
 // fails with exit status 69); with --exclude-bad-nodes the job requeues itself with ExcNodeList=node2
@@ -301,7 +301,7 @@ TEST_F(SlurmHealthTest, ASlowWithinNodeAllReduceNamesItsNode) {
   EXPECT_TRUE(contains(show_job(id), "JobState=COMPLETED")) << show_job(id);
 }
 
-// `trainctl sbatch --health-check --interface lo` (issue 24): the options are in the generated script
+// `trainctl sbatch --health-check --interface lo`: the options are in the generated script
 // itself, not given at submission. Both nodes pass the check over lo (TRAIN_INTERFACE, which the
 // script exports) with Gloo on the CPU, and the run trains to the end.
 TEST_F(SlurmHealthTest, GeneratedScriptWithHealthCheckAndInterfaceTrains) {

@@ -736,7 +736,7 @@ TEST_F(SlurmTest, ValidationAsksTheLiveCluster) {
 // ---- hostlists ------------------------------------------------------------------------------------
 
 TEST_F(SlurmTest, TrainctlHostnamesMatchesScontrol) {
-  // The full table of expressions lives in tests/launcher/hostlist_test.cpp (against a minimal config);
+  // The full table of expressions lives in tests/base/hostlist_test.cpp (against a minimal config);
   // this runs a part of it through the live cluster's scontrol, plus the cluster's own node list.
   const auto sinfo = test::run_process({test::find_on_path("sinfo"), "-h", "-o", "%N"}, env_, 20);
   ASSERT_EQ(sinfo->exit_code(), 0) << sinfo->err();

@@ -3,8 +3,8 @@
 // the Callback that puts its position into checkpoints so a resumed run draws the same numbers.
 #pragma once
 
+#include "train/callback.h"
 #include "train/data.h"
-#include "train/trainer.h"
 
 #include <ATen/core/Generator.h>
 

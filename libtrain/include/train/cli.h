@@ -5,7 +5,7 @@
 #pragma once
 
 #include "train/config.h"
-#include "train/launcher/env.h"
+#include "train/env.h"
 
 #include <cstdint>
 #include <functional>

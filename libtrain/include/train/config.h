@@ -199,7 +199,7 @@ struct TrainResult {
   std::string preempt_reason;    ///< e.g. "signal SIGUSR2", "the job's time limit"
   std::string checkpoint_path;   ///< last checkpoint written ("" if none)
   bool requeued = false;         ///< `scontrol requeue` was run for this job
-  // issue 24
+  // A run a non-finite value ended (--nonfinite).
   bool nonfinite = false;        ///< stopped by a non-finite loss or gradient (exit kExitNonFinite)
   std::string nonfinite_reason;  ///< where: the step, epoch, rank(s), the loss or which parameter's gradient
   int64_t skipped_steps = 0;     ///< --nonfinite skip: steps whose update was dropped

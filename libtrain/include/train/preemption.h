@@ -2,7 +2,7 @@
 // which mean "checkpoint and stop", the SLURM job's end time, and `scontrol requeue`.
 #pragma once
 
-#include "train/launcher/env.h"
+#include "train/env.h"
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -26,7 +26,7 @@ enum class StopKind {
   preempt,     ///< a preemption signal: checkpoint, requeue, exit kExitPreempted
   time_limit,  ///< the job's end time is near (or its time-limit SIGTERM came): same as preempt
   cancel,      ///< SIGTERM/SIGINT (scancel, Ctrl-C): checkpoint, never requeue, exit 128 + signal
-  nonfinite,   ///< a rank saw a non-finite loss or gradient: no checkpoint, exit kExitNonFinite (issue 24)
+  nonfinite,   ///< a rank saw a non-finite loss or gradient: no checkpoint, exit kExitNonFinite
 };
 
 /// "none", "preempt", "time_limit" or "cancel".

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "train/details/process_group_core.h"
-#include "train/launcher/env.h"
+#include "train/env.h"
 
 #include <ATen/core/Tensor.h>
 
@@ -32,6 +32,11 @@ struct ProcessGroupOptions {
   /// Gloo only: when every rank runs on one machine, DDP sums CPU gradients through a shared
   /// memory segment instead of Gloo over loopback TCP (same results). false: always Gloo.
   bool shared_memory_allreduce = true;
+  /// Network interface (e.g. "ib0") for Gloo, NCCL (NCCL_SOCKET_IFNAME) and the rendezvous
+  /// store's listening socket: TrainConfig's distributed.interface (--interface). Empty: the
+  /// TRAIN_INTERFACE variable, else the backends' own defaults (GLOO_SOCKET_IFNAME, the host name).
+  /// create() throws train::ConfigError naming this host's interfaces when it has no such one.
+  std::string interface;
 };
 
 /// The ranks of one job and the collectives among them.

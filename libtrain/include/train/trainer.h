@@ -1,14 +1,15 @@
 // The Trainer: trains any LibTorch model on any Dataset with a loss, an optimizer, an LR schedule,
-// metrics and callbacks, on one process or as one rank of many (SLURM, torchrun, trainctl local).
+// metrics and callbacks (callback.h), on one process or as one rank of many (SLURM, torchrun, trainctl local).
 // It owns the process group, DDP, the sampler, preemption and requeue, checkpoints, the metrics
 // JSONL, logging and the done line. docs/architecture.md shows how one step flows through it.
 #pragma once
 
+#include "train/callback.h"
 #include "train/config.h"
 #include "train/data.h"
 #include "train/loss.h"
 #include "train/model_handle.h"
-#include "train/launcher/env.h"
+#include "train/env.h"
 #include "train/metrics.h"
 #include "train/preemption.h"
 
@@ -118,23 +119,6 @@ struct EpochInfo {
   double seconds = 0;         ///< training time of the epoch
   double lr = 0;              ///< the learning rate of the epoch's last step (before an epoch schedule's next)
   torch::optim::Optimizer* optimizer = nullptr;  ///< the run's optimizer
-};
-
-/// Hooks into the loop (Lightning's names). Every method is optional; all run on every rank.
-class Callback {
- public:
-  virtual ~Callback() = default;
-  virtual void on_train_start(Trainer& trainer) { (void)trainer; }
-  virtual void on_step_end(const StepInfo& info) { (void)info; }
-  virtual void on_evaluation(const EvalResult& result) { (void)result; }
-  virtual void on_epoch_end(const EpochInfo& info) { (void)info; }
-  /// Rank 0, after a checkpoint file was written.
-  virtual void on_checkpoint_saved(const std::string& path, int64_t step) { (void)path, (void)step; }
-  /// Your own state, saved into every checkpoint (rank 0) under keys of your choice.
-  virtual void on_save_checkpoint(torch::serialize::OutputArchive& archive) { (void)archive; }
-  /// Your state back on resume (every rank), from the archive on_save_checkpoint wrote.
-  virtual void on_load_checkpoint(torch::serialize::InputArchive& archive) { (void)archive; }
-  virtual void on_train_end(const TrainResult& result) { (void)result; }
 };
 
 /// What to train: the parts a user plugs in. The checkpoint manager is not pluggable.

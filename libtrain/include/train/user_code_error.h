@@ -1,4 +1,4 @@
-// train::UserCodeError (issue 24): an exception from the user's code, with its context. Its own
+// train::UserCodeError: an exception from the user's code, with its context. Its own
 // header for now, so that adding it did not rebuild everything that includes train/error.h; it
 // belongs next to the other kinds there.
 #pragma once

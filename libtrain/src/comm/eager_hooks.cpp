@@ -49,7 +49,7 @@ class FlatBucketHook : public CommHook {
   static void write_back(Reducer& r, size_t k, const std::vector<at::Tensor>& summed) {
     const GradBucket& b = r.buckets()[k];
     for (size_t j = 0; j < b.params.size(); ++j) {
-      at::Tensor& p = const_cast<at::Tensor&>(r.params()[b.params[j]]);
+      const at::Tensor& p = r.params()[b.params[j]];  // its gradient is mutable through a const handle
       if (p.grad().defined()) {
         p.mutable_grad().copy_(summed[j]);
       } else {

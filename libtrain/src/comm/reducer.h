@@ -1,8 +1,8 @@
 // The one gradient reducer: buckets the trainable parameters (last layer first, DDP's size caps),
 // hooks their gradient accumulators, and hands each bucket, once all its gradients are done and
-// in bucket order on every rank, to the communication hook that averages it (comm_hook.h). Eager
-// DDP, the shared-memory sum and the captured CUDA-graph step all run through it; only the hooks
-// differ. Models: c10d's Reducer with its GradBucket/CommHook, Flashlight's add()/finalize().
+// in bucket order on every rank, to the communication hook that averages it (CommHook, below).
+// Eager DDP, the shared-memory sum and the captured CUDA-graph step all run through it; only the
+// hooks differ. Models: c10d's Reducer with its GradBucket/CommHook, Flashlight's add()/finalize().
 #pragma once
 
 #include <ATen/core/Tensor.h>

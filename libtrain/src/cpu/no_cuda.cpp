@@ -3,7 +3,6 @@
 #include "device/train_device.h"
 #include "process_group_impl.h"
 #include "step/train_step.h"
-#include "adadelta_kernel.h"
 #include "train/error.h"
 
 namespace train::detail {
@@ -19,16 +18,6 @@ std::unique_ptr<TrainStep> make_cuda_graph_step(const StepParts&, int64_t, int) 
 }
 
 }  // namespace train::detail
-
-namespace train::optim {
-
-// No CUDA: the fused update never applies; the foreach and per-parameter paths run.
-bool Adadelta::kernel_update(size_t, const std::vector<torch::Tensor>&, const AdadeltaOptions&, bool,
-                             const KernelLaunch*) {
-  return false;
-}
-
-}  // namespace train::optim
 
 namespace train::detail {
 

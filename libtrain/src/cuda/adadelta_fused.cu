@@ -1,7 +1,7 @@
 // The fused Adadelta kernel (adadelta_fused.h). Blocks walk fixed-size chunks of a batch of up to
 // kMaxTensors tensors; a block finds its tensor from the chunk prefix sums passed by value.
 #include "adadelta_fused.h"
-#include "adadelta_math.cuh"
+#include "adadelta_fused_math.cuh"
 
 #include <cuda_runtime.h>
 

@@ -4,11 +4,8 @@
 // all-reduce costs, and a grouped call pays it per tensor).
 #include "cuda/graph_comm.h"
 
-#include "adadelta_kernel.h"
-
 #include "cuda/peer_reduce.h"
 #include "process_group_impl.h"
-#include "train/adadelta.h"
 #include "train/log.h"
 
 #include <ATen/ops/cat.h>
@@ -78,8 +75,8 @@ struct GraphCommState {
   int world = 1;
   std::vector<Bucket> buckets;
   std::unique_ptr<PeerReduce> peer;      // buckets with a peer_slot go through it
-  optim::Adadelta* adadelta = nullptr;   // set: try updating each bucket after its average
-  bool updated_in_buckets = false;       // this capture updated every bucket on the side stream
+  std::shared_ptr<BucketEpilogue> epilogue;  // set: try it on each bucket after its average
+  bool updated_in_buckets = false;           // this capture ran the epilogue on every bucket
   std::optional<c10::cuda::CUDAStream> capture_stream, side_stream;
   std::vector<cudaEvent_t> forks;
   cudaEvent_t join = nullptr;
@@ -122,7 +119,7 @@ struct GraphCommState {
     const GradBucket& b = reducer->buckets()[k];
     int64_t offset = 0;
     for (size_t j = 0; j < b.params.size(); ++j) {
-      at::Tensor& q = const_cast<at::Tensor&>(reducer->params()[b.params[j]]);
+      const at::Tensor& q = reducer->params()[b.params[j]];
       if (keep) kept.push_back(grads[j]);
       q.mutable_grad() =
           buckets[k].flat.narrow(0, offset, grads[j].numel()).as_strided(grads[j].sizes(), grads[j].strides());
@@ -136,12 +133,12 @@ struct GraphCommState {
     return out;
   }
 
-  // The optimizer's epilogue: the bucket's fused update right after its average, on the side
-  // stream. The first bucket decides; a later one can't fall back, earlier buckets being updated.
+  // The bucket's epilogue right after its average, on the side stream. The first bucket
+  // decides; a later one can't fall back, earlier buckets' parameters being updated.
   void update_bucket(size_t k) {
     if (!updated_in_buckets) return;
-    if (adadelta->update_bucket(params_of(k))) return;
-    TORCH_CHECK(k == 0, "the fused Adadelta update of gradient bucket ", k, " could not run");
+    if (epilogue->run(params_of(k))) return;
+    TORCH_CHECK(k == 0, "the epilogue (the optimizer's update) of gradient bucket ", k, " could not run");
     updated_in_buckets = false;
   }
 
@@ -216,9 +213,9 @@ class NcclGraphHook : public CommHook {
 
 // The GPUs' one-shot peer all-reduce inside the graph: one kernel reads the bucket's gradients,
 // exchanges them through the other GPUs' mapped memory and writes the average into the gradient
-// itself (one tensor) or the flat buffer the gradients then view. A small bucket's fused update
-// rides along in the same kernel (one launch less where nothing hides it); a large one's takes
-// the whole GPU in its own kernel instead of holding up the later buckets' averages.
+// itself (one tensor) or the flat buffer the gradients then view. A small bucket's epilogue rides
+// along in the same kernel where it has a form for it (one launch less where nothing hides it); a
+// large one's takes the whole GPU in its own kernel instead of holding up the later buckets' averages.
 class PeerGraphHook : public CommHook {
  public:
   explicit PeerGraphHook(std::shared_ptr<GraphCommState> s) : s_(std::move(s)) {}
@@ -234,12 +231,9 @@ class PeerGraphHook : public CommHook {
     int64_t numel = 0;
     for (const PeerInput& in : inputs) numel += in.numel;
     if (s.updated_in_buckets && inputs.size() == grads.size() && numel * 4 <= GraphCommState::kFlatBucketBytes) {
-      const bool updated = details::AdadeltaKernel::update_bucket(
-          *s.adadelta, s.params_of(k), [&](const AdadeltaFusedTensor* t, int n, const AdadeltaFusedOptions& o) {
-            TORCH_CHECK(static_cast<size_t>(n) == inputs.size(), "the fused update covers ", n, " of ", inputs.size(),
-                        " gradients of a bucket");
-            s.peer->average(b.peer_slot, b.peer_offset, inputs, out, s.side_stream->stream(), t, &o);
-          });
+      const bool updated = s.epilogue->run_fused(s.params_of(k), [&](const PeerFusedEpilogue& fused) {
+        s.peer->average(b.peer_slot, b.peer_offset, inputs, out, s.side_stream->stream(), &fused);
+      });
       if (updated) return;
     }
     s.peer->average(b.peer_slot, b.peer_offset, inputs, out, s.side_stream->stream());
@@ -313,7 +307,7 @@ void setup_peer(GraphCommState& s, ProcessGroup& pg, const std::string& peer_fla
 GraphComm::GraphComm(std::shared_ptr<GraphCommState> state) : state_(std::move(state)) {}
 GraphComm::~GraphComm() = default;
 
-std::unique_ptr<GraphComm> GraphComm::create(Reducer& reducer, ProcessGroup& pg, torch::optim::Optimizer& optimizer,
+std::unique_ptr<GraphComm> GraphComm::create(Reducer& reducer, ProcessGroup& pg, std::shared_ptr<BucketEpilogue> epilogue,
                                              bool peer, const std::string& peer_flag) {
   auto s = std::make_shared<GraphCommState>();
   s->reducer = &reducer;
@@ -335,7 +329,7 @@ std::unique_ptr<GraphComm> GraphComm::create(Reducer& reducer, ProcessGroup& pg,
               " (slower). Hint: --backend nccl averages inside the graph with NCCL.");
     return nullptr;
   }
-  s->adadelta = dynamic_cast<optim::Adadelta*>(&optimizer);
+  s->epilogue = std::move(epilogue);
   s->side_stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, reducer.params().front().device().index());
   s->forks.resize(s->buckets.size(), nullptr);
   for (cudaEvent_t& e : s->forks) C10_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -363,7 +357,7 @@ std::optional<Reducer::Hooks> GraphComm::eager_hooks() const {
 void GraphComm::begin(const c10::cuda::CUDAStream& capture_stream) {
   state_->capture_stream = capture_stream;
   state_->kept.clear();
-  state_->updated_in_buckets = state_->adadelta != nullptr;
+  state_->updated_in_buckets = state_->epilogue != nullptr;
 }
 
 void GraphComm::join() {

@@ -1,10 +1,11 @@
 // The captured step's gradient averaging, as the reducer's hooks (comm/reducer.h): inside the
 // CUDA graph, each complete bucket forks a side stream off the capture stream and is averaged
-// there by NCCL (ncclAllReduce avg) or by the GPUs' one-shot peer all-reduce; with the fused
-// Adadelta each bucket's update follows its average on the side stream (the optimizer's
-// epilogue). CUDA builds only.
+// there by NCCL (ncclAllReduce avg) or by the GPUs' one-shot peer all-reduce, then the bucket's
+// epilogue where one was given (comm/bucket_epilogue.h: the optimizer's update of the bucket,
+// which the step wires). CUDA builds only.
 #pragma once
 
+#include "comm/bucket_epilogue.h"
 #include "comm/reducer.h"
 
 #include <c10/cuda/CUDAStream.h>
@@ -12,10 +13,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-
-namespace torch::optim {
-class Optimizer;
-}  // namespace torch::optim
 
 namespace train {
 class ProcessGroup;
@@ -26,13 +23,14 @@ namespace train::detail {
 struct GraphCommState;
 
 /// What the captured step averages with: the hooks for each bucket, the side stream they run
-/// on, and whether they updated the parameters too.
+/// on, and whether their epilogues updated the parameters too.
 class GraphComm {
  public:
-  /// `peer` asks for the GPUs' peer all-reduce (the communication plan's choice). Null, with the
+  /// `peer` asks for the GPUs' peer all-reduce (the communication plan's choice); `epilogue`
+  /// (may be null) runs on each bucket after its average. Null, with the
   /// reason logged, where neither NCCL's communicator and calls nor the peer all-reduce for
   /// every bucket can be had. Collective (the peer set-up): every rank calls it at the same point.
-  static std::unique_ptr<GraphComm> create(Reducer& reducer, ProcessGroup& pg, torch::optim::Optimizer& optimizer,
+  static std::unique_ptr<GraphComm> create(Reducer& reducer, ProcessGroup& pg, std::shared_ptr<BucketEpilogue> epilogue,
                                            bool peer, const std::string& peer_flag);
   ~GraphComm();
 
@@ -47,7 +45,7 @@ class GraphComm {
   void begin(const c10::cuda::CUDAStream& capture_stream);
   /// After Reducer::finish(): the side stream joins the capture stream.
   void join();
-  /// This capture updated every bucket's parameters on the side stream: no optimizer step.
+  /// This capture ran the epilogue on every bucket (the optimizer's update): no optimizer step.
   bool updated_in_buckets() const;
 
  private:

@@ -3,6 +3,7 @@
 // before each replay; everything else (activations, gradients, the reducer's buckets, the loss)
 // lives in the graph's private memory pool. CUDA builds only.
 #include "comm/reducer.h"
+#include "cuda/adadelta_epilogue.h"
 #include "cuda/graph_comm.h"
 #include "step/train_step.h"
 #include "train/adadelta.h"
@@ -262,8 +263,10 @@ class CudaGraphStep : public TrainStep {
     if (parts_.graph_average != GraphAverage::in_graph) return false;
     if (!comm_tried_) {
       comm_tried_ = true;
-      comm_ = GraphComm::create(*parts_.reducer, *parts_.process_group, *parts_.optimizer, parts_.peer,
-                                choice_name(parts_.peer_flag));
+      // The optimizer's epilogue on each bucket (the fused Adadelta's update), wired here: the
+      // communication knows no optimizer.
+      comm_ = GraphComm::create(*parts_.reducer, *parts_.process_group, bucket_epilogue_of(*parts_.optimizer),
+                                parts_.peer, choice_name(parts_.peer_flag));
     }
     return comm_ != nullptr;
   }

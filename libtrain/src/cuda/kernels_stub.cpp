@@ -1,7 +1,8 @@
 // A CUDA build without a CUDA compiler: libtrain's own kernels (adadelta_fused.cu,
-// peer_allreduce.cu) aren't compiled, and these say so. The fused Adadelta falls back to torch's
+// peer_allreduce.cu, adadelta_peer.cu) aren't compiled, and these say so. The fused Adadelta falls back to torch's
 // foreach ops; the GPUs average through NCCL instead of each other's memory.
 #include "cuda/adadelta_fused.h"
+#include "cuda/adadelta_peer.h"
 #include "cuda/peer_allreduce.h"
 
 namespace train::detail {
@@ -11,5 +12,6 @@ int adadelta_fused_launch(const AdadeltaFusedTensor*, int, const AdadeltaFusedOp
 bool peer_allreduce_available() { return false; }
 size_t peer_buffer_bytes(int, size_t) { return 0; }
 int peer_allreduce_launch(const PeerMaps&, const PeerCall&, void*) { return -1; }
+int adadelta_peer_launch(const PeerMaps&, const PeerCall&, const void*, void*) { return -1; }
 
 }  // namespace train::detail

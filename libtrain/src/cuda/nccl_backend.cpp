@@ -2,7 +2,6 @@
 // ProcessGroupNCCL bound to this rank's GPU, and its communicator for the captured step's own
 // NCCL calls, and torch's NCCL flight recorder for the roll-call (rollcall.h). CUDA builds only.
 #include "process_group_impl.h"
-#include "rollcall.h"
 
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>

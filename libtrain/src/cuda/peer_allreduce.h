@@ -4,11 +4,10 @@
 // other rank that the chunk is there, waits for theirs, and sums every rank's chunk in rank
 // order (so every rank gets the same bits). For the small messages of a small model's step this
 // is a few microseconds where NCCL's protocol costs ten or more. Captured in CUDA graphs like any
-// kernel: the epoch that pairs the ranks' calls lives in device memory.
+// kernel: the epoch that pairs the ranks' calls lives in device memory. A caller may fuse its own
+// element-wise work on the averages into the same kernel (PeerFusedEpilogue, peer_allreduce.cuh).
 // Plain C++ interface: no torch or CUDA headers.
 #pragma once
-
-#include "adadelta_fused.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -39,6 +38,17 @@ struct PeerInput {
   int64_t numel = 0;
 };
 
+struct PeerCall;
+
+/// Work fused into the kernel on each element's average as it is written (a caller's epilogue,
+/// peer_allreduce.cuh says what one provides): the caller compiled the kernel with it, and the
+/// launch is its. The average is the same as without.
+struct PeerFusedEpilogue {
+  /// Queues `call` with the epilogue whose arguments are `args`; returns the CUDA error code.
+  int (*launch)(const PeerMaps& maps, const PeerCall& call, const void* args, void* stream) = nullptr;
+  const void* args = nullptr;
+};
+
 struct PeerCall {
   int slot = 0;             ///< this message's flags: the same on every rank, one per message
   size_t offset = 0;        ///< floats into each data half where the message starts (a multiple of 64)
@@ -46,10 +56,8 @@ struct PeerCall {
   int input_count = 0;      ///< concatenated in order into the message
   float* out = nullptr;     ///< the average, one dense message (may be an input's own memory)
   uint64_t timeout_ns = 0;  ///< how long a block waits for the other ranks before it aborts the kernel
-  /// Optional, one per input: the Adadelta update of the parameter behind each input, applied
-  /// with the average as its gradient (the `grad` fields are not read), in the same kernel.
-  const AdadeltaFusedTensor* update = nullptr;
-  AdadeltaFusedOptions update_options;
+  /// Optional: an epilogue in the same kernel (launched through it instead of the plain kernel).
+  const PeerFusedEpilogue* fused = nullptr;
 };
 
 /// Whether this build compiled the kernel.

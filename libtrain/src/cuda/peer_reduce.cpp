@@ -152,7 +152,7 @@ std::string PeerReduce::check(const std::string& where) {
 }
 
 void PeerReduce::average(int slot, size_t offset, const std::vector<PeerInput>& inputs, float* out, void* stream,
-                         const AdadeltaFusedTensor* update, const AdadeltaFusedOptions* options) const {
+                         const PeerFusedEpilogue* fused) const {
   PeerCall call;
   call.slot = slot;
   call.offset = offset;
@@ -160,10 +160,7 @@ void PeerReduce::average(int slot, size_t offset, const std::vector<PeerInput>& 
   call.input_count = static_cast<int>(inputs.size());
   call.out = out;
   call.timeout_ns = timeout_ns_;
-  if (update != nullptr && options != nullptr) {
-    call.update = update;
-    call.update_options = *options;
-  }
+  call.fused = fused;
   const int e = peer_allreduce_launch(maps_, call, stream);
   if (e != 0) (void)cudaGetLastError();
   // A c10::Error: inside a capture, the step falls back to eager on every rank.

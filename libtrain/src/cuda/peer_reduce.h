@@ -28,10 +28,9 @@ class PeerReduce {
   PeerReduce& operator=(const PeerReduce&) = delete;
 
   /// Queues the average of the inputs (concatenated) into `out` on `stream` (a cudaStream_t),
-  /// and with `update` (one per input) the Adadelta update of the inputs' parameters with that
-  /// average as their gradient. Throws (c10::Error) if the launch fails.
+  /// with `fused`, the caller's epilogue, in the same kernel. Throws (c10::Error) if the launch fails.
   void average(int slot, size_t offset, const std::vector<PeerInput>& inputs, float* out, void* stream,
-               const AdadeltaFusedTensor* update = nullptr, const AdadeltaFusedOptions* options = nullptr) const;
+               const PeerFusedEpilogue* fused = nullptr) const;
 
   int world() const { return maps_.world; }
 

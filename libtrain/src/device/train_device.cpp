@@ -3,7 +3,7 @@
 #include "device/train_device.h"
 
 #include "train/error.h"
-#include "train/launcher/device.h"
+#include "train/device.h"
 
 #include <torch/cuda.h>
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "train/launcher/env.h"
+#include "train/env.h"
 
 namespace train {
 

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "train/catalog.h"
-#include "train/launcher/device.h"
-#include "train/launcher/env.h"
+#include "train/device.h"
+#include "train/env.h"
 
 namespace train {
 

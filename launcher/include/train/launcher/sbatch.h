@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "train/launcher/env.h"
+#include "train/env.h"
 
 namespace train {
 
@@ -55,7 +55,7 @@ struct SbatchOptions {
   /// (ROOT/<job name>-<job id>; a sweep's task: ROOT/<job name>-<array id>/task-N), where a
   /// requeued run or the next chunk goes on; relative to the submit dir, so on the shared file system
   std::string tensorboard;
-  // issue 24: the nodes' health check and the network interface, passed on to train (see
+  // The nodes' health check and the network interface, passed on to train (see
   // check_health_options). A flag given here must not be among train_args as well.
   bool health_check = false;                        ///< --health-check: train measures the nodes first
   std::optional<std::string> health_min_fraction;   ///< --health-min-fraction F, as typed
@@ -112,7 +112,7 @@ std::int64_t parse_memory_mb(const std::string& option, const std::string& value
 /// Longest network interface name Linux takes (IFNAMSIZ - 1).
 constexpr std::size_t kMaxInterfaceName = 15;
 
-/// Checks the health-check and interface options of a request (issue 24) as train checks its own
+/// Checks the health-check and interface options of a request as train checks its own
 /// flags: --health-warn-only and --exclude-bad-nodes need --health-check (here or among train's
 /// arguments) and exclude each other; --health-min-fraction is a number in (0, 1]; --interface is an
 /// interface name's syntax (1-15 characters, no '/', whitespace or quotes; whether the compute nodes

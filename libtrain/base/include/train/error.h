@@ -34,4 +34,8 @@ class TimeoutError : public CommError { using CommError::CommError; };
 /// A checkpoint could not be written, or a checkpoint file is corrupt.
 class CheckpointError : public Error { using Error::Error; };
 
+/// The exit status of `train` and `trainctl` for a command line that doesn't parse or a
+/// configuration that is wrong (a ConfigError), as getopt-based tools use.
+inline constexpr int kExitUsage = 2;
+
 }  // namespace train

@@ -7,7 +7,7 @@
 #include "train/augment.h"
 #include "train/cli.h"
 #include "train/config.h"
-#include "train/launcher/env.h"
+#include "train/env.h"
 
 #include <cstdint>
 #include <optional>

@@ -6,8 +6,8 @@
 
 #include "env_vars.h"
 #include "train/error.h"
-#include "train/launcher/env.h"
-#include "train/launcher/hostlist.h"
+#include "train/env.h"
+#include "train/hostlist.h"
 
 namespace train {
 using namespace detail;

@@ -1,7 +1,7 @@
-// Tests for launcher/src/env.cpp and env_slurm.cpp: resolution of the distributed layout from fake
+// Tests for libtrain/base/src/env.cpp and env_slurm.cpp: resolution of the distributed layout from fake
 // environments (SLURM batch and step variables, torchrun variables, none), the consistency checks and
 // their messages, and the derived MASTER_PORT.
-#include "train/launcher/env.h"
+#include "train/env.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

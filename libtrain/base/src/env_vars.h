@@ -7,7 +7,7 @@
 #include <initializer_list>
 #include <string>
 
-#include "train/launcher/env.h"
+#include "train/env.h"
 
 namespace train::detail {
 

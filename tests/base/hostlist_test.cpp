@@ -1,7 +1,7 @@
-// Tests for launcher/src/hostlist.cpp: a table of SLURM hostlist expressions (every case in
+// Tests for libtrain/base/src/hostlist.cpp: a table of SLURM hostlist expressions (every case in
 // docs and REFERENCE), invalid ones, compression round trips, and a comparison with the real
 // `scontrol show hostnames` when SLURM's client is installed.
-#include "train/launcher/hostlist.h"
+#include "train/hostlist.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
-// Tests for launcher/src/device.cpp: GPU counting from CUDA_VISIBLE_DEVICES and a fake
+// Tests for libtrain/base/src/device.cpp: GPU counting from CUDA_VISIBLE_DEVICES and a fake
 // /proc/driver/nvidia/gpus, and the backend/device choice with its errors.
-#include "train/launcher/device.h"
+#include "train/device.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

@@ -1,6 +1,6 @@
 // Backend and device choice without CUDA: counts visible GPUs from CUDA_VISIBLE_DEVICES and the
 // NVIDIA driver's /proc entries, then maps local ranks onto them.
-#include "train/launcher/device.h"
+#include "train/device.h"
 
 #include <dirent.h>
 

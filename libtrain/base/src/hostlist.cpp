@@ -1,6 +1,6 @@
 // SLURM hostlist expressions: a strict parser (items, bracket groups, zero-padded ranges), the
 // expansion in scontrol's order, and the compression back to an expression.
-#include "train/launcher/hostlist.h"
+#include "train/hostlist.h"
 
 #include <cctype>
 #include <cstdint>
