@@ -9,6 +9,7 @@ add_library(train STATIC
   ${_train_src}/fused_optim.cpp
   ${_train_src}/augment.cpp
   ${_train_src}/checkpoint.cpp
+  ${_train_src}/checkpoint_session.cpp
   ${_train_src}/cli.cpp
   ${_train_src}/comm/comm_plan.cpp
   ${_train_src}/comm/eager_hooks.cpp
@@ -25,6 +26,7 @@ add_library(train STATIC
   ${_train_src}/health_verdict.cpp
   ${_train_src}/rank_record.cpp
   ${_train_src}/rollcall.cpp
+  ${_train_src}/run_log.cpp
   ${_train_src}/straggler.cpp
   ${_train_src}/nonfinite.cpp
   ${_train_src}/user_code.cpp
@@ -32,12 +34,15 @@ add_library(train STATIC
   ${_train_src}/profile.cpp
   ${_train_src}/process_group.cpp
   ${_train_src}/sampler.cpp
+  ${_train_src}/schedule.cpp
   ${_train_src}/step/eager_step.cpp
   ${_train_src}/snapshot.cpp
   ${_train_src}/step_choice.cpp
+  ${_train_src}/stop_agreement.cpp
   ${_train_src}/parts.cpp
   ${_train_src}/trainer.cpp
   ${_train_src}/trainer_end.cpp
+  ${_train_src}/trainer_loop.cpp
   ${_train_src}/training_state.cpp)
 add_library(train::train ALIAS train)
 target_include_directories(train PUBLIC

@@ -1,6 +1,6 @@
 // --profile: a torch-profiler trace (CPU operators; CUDA kernels, also those a CUDA graph
 // replays) of a range of training steps, one Chrome/Perfetto JSON file per rank. Kept apart
-// from trainer.cpp: the profiler's headers are heavy.
+// from the loop (trainer_loop.cpp): the profiler's headers are heavy.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,227 @@
+// The run log (run_log.h): progress lines, metrics records, the epoch line, the straggler report
+// and the run record.
+#include "run_log.h"
+
+#include "device/train_device.h"
+#include "rollcall.h"
+#include "train/log.h"
+#include "train/process_group.h"
+#include "train/run_record.h"
+#include "train/text.h"
+#include "train/trainer.h"
+
+#include <ATen/ops/zeros.h>
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <filesystem>
+#include <set>
+
+namespace train::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string fmt(const char* f, double v) { return text::format(f, v); }
+
+std::string absolute(const std::string& path) {
+  if (path.empty()) return path;
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::absolute(path, ec);
+  return ec ? path : p.lexically_normal().string();
+}
+
+}  // namespace
+
+// ---- the run record
+
+template <class Edit>
+void RunRecordWriter::update(const Edit& edit) {
+  if (path_.empty() || rank_ != 0) return;
+  std::string err;
+  try {
+    err = RunRecord::update(path_, [&](RunRecord& r) { edit(r); });
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  if (err.empty() || warned_) return;
+  warned_ = true;
+  log::warn("run record " + path_ + ": not written (" + err.substr(0, 300) +
+            "); training goes on. Hint: trainctl status reads this file; check that its folder is writable "
+            "(TRAIN_RUN_RECORD, or .train/runs/ in the job's submit folder).");
+}
+
+void RunRecordWriter::start(const TrainConfig& config, const DistEnv& env) {
+  std::vector<std::string> nodes = env.nodes;
+  if (nodes.empty() && env.num_nodes <= 1 && !env.host.empty()) nodes = {env.host};
+  update([&](RunRecord& r) {
+    r.state = "running";
+    if (r.job_id.empty()) r.job_id = env.job_id;
+    r.checkpoint_dir = absolute(config.checkpoint.dir);
+    r.tensorboard_dir = absolute(config.logging.tensorboard);
+    r.metrics_file = absolute(config.logging.metrics);
+    r.world_size = env.world_size;
+    r.nodes = nodes;
+  });
+}
+
+void RunRecordWriter::checkpoint(const std::string& path, int64_t step, int epoch) {
+  update([&](RunRecord& r) {
+    r.last_checkpoint = absolute(path);
+    r.step = step;
+    r.epoch = epoch;
+  });
+}
+
+void RunRecordWriter::end(const std::string& state, std::optional<int64_t> step, std::optional<int> epoch) {
+  update([&](RunRecord& r) {
+    r.state = state;
+    if (step) r.step = *step;
+    if (epoch) r.epoch = *epoch;
+  });
+}
+
+std::string record_state(const TrainResult& result) {
+  if (result.nonfinite) return "nonfinite";
+  if (result.cancelled) return "cancelled";
+  if (result.preempted) return "preempted";
+  return "done";
+}
+
+// ---- progress lines and metrics
+
+struct RunLog::PendingLine {
+  std::unique_ptr<PendingValue> loss;
+  int epoch = 0;
+  int64_t step = 0, b = 0, batches = 0, seen = 0;
+  double ips = 0, lr = 0, step_seconds = 0;
+};
+
+RunLog::RunLog(const LoggingConfig& config, const DistEnv& env, const TrainDevice& device)
+    : config_(config), rank_(env.rank), world_size_(env.world_size), dev_(device),
+      record_(RunRecord::path_from_env(), env.rank) {}
+
+RunLog::~RunLog() = default;
+
+void RunLog::open(const TrainSpec& spec, int64_t start_step) {
+  spec_ = &spec;
+  if (rank_ != 0) return;
+  if (!config_.metrics.empty()) sinks_.push_back(make_jsonl_sink(config_.metrics));
+  if (!config_.tensorboard.empty()) sinks_.push_back(make_tensorboard_sink(config_.tensorboard));
+  sinks_.insert(sinks_.end(), spec.metrics_sinks.begin(), spec.metrics_sinks.end());
+  for (const auto& sink : sinks_) sink->open(start_step);  // a resumed run's records go on from here
+}
+
+void RunLog::write_metrics(MetricsRecord record) {
+  record.time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  for (const auto& sink : sinks_) sink->write(record);
+}
+
+void RunLog::start_epoch(int64_t step, const RollCallRecord* where) {
+  since_line_.time = Clock::now();
+  since_line_.step = step;
+  since_line_.images = 0;
+  stragglers_.wait_ns = where ? where->wait_ns.load(std::memory_order_relaxed) : 0;
+  stragglers_.step = step;
+}
+
+bool RunLog::step_done(int64_t b, int64_t images, bool last) {
+  since_line_.images += static_cast<double>(images);
+  return b % config_.log_interval == 0 || last;
+}
+
+void RunLog::progress(int epoch, int64_t step, int64_t b, int64_t batches, int64_t start, const at::Tensor& loss,
+                      double lr) {
+  const auto now = Clock::now();
+  const double dt = std::chrono::duration<double>(now - since_line_.time).count();
+  auto line = std::make_unique<PendingLine>();
+  line->epoch = epoch;
+  line->step = step;
+  line->b = b;
+  line->batches = batches;
+  line->seen = std::min<int64_t>(start * world_size_, spec_->train_data->size());
+  line->ips = dt > 0 ? since_line_.images / dt : 0.0;
+  line->lr = lr;
+  line->step_seconds = dt / static_cast<double>(std::max<int64_t>(1, step - since_line_.step));
+  since_line_.step = step;
+  since_line_.time = now;
+  since_line_.images = 0;
+  // The previous line's loss arrived long ago; this one's travels while the device works on.
+  flush();
+  line->loss = dev_.read_later(loss);
+  pending_ = std::move(line);
+  if (dev_.reads_at_once()) flush();
+}
+
+void RunLog::flush() {
+  if (!pending_) return;
+  std::unique_ptr<PendingLine> line = std::move(pending_);
+  print_line(*line, line->loss->get());
+}
+
+void RunLog::print_line(const PendingLine& line, double l) {
+  const int64_t total = spec_->train_data->size();
+  log::info("Train Epoch: " + std::to_string(line.epoch) + " [" + std::to_string(line.seen) + "/" + std::to_string(total) +
+            " (" + fmt("%.0f", 100.0 * static_cast<double>(line.b) / static_cast<double>(line.batches)) + "%)]\tLoss: " +
+            fmt("%.6f", l) + "\t" + fmt("%.0f", line.ips * spec_->units_per_sample) + " " + spec_->unit + "/s");
+  MetricsRecord r{"train", line.epoch, line.step,
+                  {{"loss", l}, {"lr", line.lr}, {"images_per_sec", line.ips}, {"step_seconds", line.step_seconds}}};
+  if (dev_.gpu()) r.values.emplace_back("peak_gpu_mb", dev_.peak_memory_mb());
+  write_metrics(std::move(r));
+}
+
+// ---- the epoch's end
+
+// Every rank fills its own slot; rank 0 names a rank slow again and again.
+std::string RunLog::stragglers(ProcessGroup* pg, const RollCallRecord* where, int64_t step, double epoch_seconds,
+                               const at::Device& device) {
+  const int64_t steps = step - stragglers_.step;
+  if (!pg || world_size_ < 2 || !where) return "";
+  const double waited =
+      static_cast<double>(where->wait_ns.load(std::memory_order_relaxed) - stragglers_.wait_ns) / 1e9;
+  at::Tensor times = at::zeros({world_size_}, at::TensorOptions().dtype(at::kDouble).device(device));
+  times[rank_] = steps > 0 ? std::max(0.0, epoch_seconds - waited) / static_cast<double>(steps) : 0.0;
+  pg->allreduce_sum(times);
+  if (rank_ != 0) return "";
+  const at::Tensor host = times.cpu();
+  std::vector<double> per_rank(host.data_ptr<double>(), host.data_ptr<double>() + world_size_);
+  std::string warning;
+  const std::string line = stragglers_.report.report(per_rank, &warning);
+  if (!warning.empty()) log::warn(warning);
+  return line;
+}
+
+void RunLog::epoch_speed(double images, double seconds) {
+  if (seconds > 0) epoch_ips_.push_back(images / seconds);
+}
+
+void RunLog::epoch_line(const Progress& p, const EvalResult& ev, double epoch_seconds, double eval_seconds,
+                        const std::string& stragglers_text, std::optional<int64_t> skipped) {
+  log::info("Test set: Average loss: " + fmt("%.4f", ev.loss) + ", Accuracy: " +
+            std::to_string(static_cast<int64_t>(std::llround(ev.accuracy() * static_cast<double>(ev.count)))) + "/" +
+            std::to_string(ev.count) + " (" + fmt("%.2f", 100.0 * ev.accuracy()) + "%), epoch time " +
+            fmt("%.1f", epoch_seconds) + " s, evaluation " + fmt("%.2f", eval_seconds) + " s" +
+            (stragglers_text.empty() ? "" : "; " + stragglers_text));
+  MetricsRecord line{"epoch", p.epoch, p.step,
+                     {{"train_loss", p.last_train_loss}, {"test_loss", ev.loss}, {"test_accuracy", ev.accuracy()},
+                      {"images_per_sec", p.train_seconds > 0 ? p.images_total / p.train_seconds : 0.0},
+                      {"epoch_images_per_sec", epoch_ips_.empty() ? 0.0 : epoch_ips_.back()},
+                      {"epoch_seconds", epoch_seconds}, {"eval_seconds", eval_seconds}}};
+  if (dev_.gpu()) line.values.emplace_back("peak_gpu_mb", dev_.peak_memory_mb());
+  if (skipped) line.values.emplace_back("skipped_steps", static_cast<double>(*skipped));
+  for (const auto& [name, value] : ev.metrics) {
+    if (name != "accuracy") line.values.emplace_back(name, value);  // accuracy is test_accuracy
+  }
+  write_metrics(std::move(line));
+}
+
+// Steady state: the epochs after the first, which carries start-up (cuDNN tuning, capture).
+double RunLog::steady_images_per_sec() const {
+  if (epoch_ips_.empty()) return 0;
+  double sum = 0;
+  for (size_t i = epoch_ips_.size() > 1 ? 1 : 0; i < epoch_ips_.size(); ++i) sum += epoch_ips_[i];
+  return sum / static_cast<double>(epoch_ips_.size() > 1 ? epoch_ips_.size() - 1 : 1);
+}
+
+}  // namespace train::detail

@@ -1,0 +1,114 @@
+// The run log: what a run tells the people and programs watching it. Progress lines (their loss
+// read from the device without a sync), the metrics sinks (--metrics, --tensorboard, the spec's),
+// the epoch line with the straggler report, and the run record (train/run_record.h). Rank 0
+// writes; the straggler report's gathering involves every rank. Private.
+#pragma once
+
+#include "straggler.h"
+#include "train/config.h"
+#include "train/metrics.h"
+#include "train/training_state.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace train {
+class ProcessGroup;
+struct DistEnv;
+struct EvalResult;
+struct TrainSpec;
+}  // namespace train
+
+namespace train::detail {
+
+class PendingValue;
+class TrainDevice;
+struct RollCallRecord;
+
+/// Rank 0's run record (train/run_record.h) at RunRecord::path_from_env(): written at the start
+/// of training, after each durable checkpoint and at the end. A write that fails warns once and
+/// never stops training.
+class RunRecordWriter {
+ public:
+  /// `path` "" (no record) or the record's file; only rank 0 writes.
+  RunRecordWriter(std::string path, int rank) : path_(std::move(path)), rank_(rank) {}
+  /// Training starts: state "running", the run's folders (absolute), its world size and nodes.
+  void start(const TrainConfig& config, const DistEnv& env);
+  /// A checkpoint became durable.
+  void checkpoint(const std::string& path, int64_t step, int epoch);
+  /// The run ended: "done", "preempted", "cancelled", "nonfinite" or "failed".
+  void end(const std::string& state, std::optional<int64_t> step = std::nullopt, std::optional<int> epoch = std::nullopt);
+
+ private:
+  template <class Edit>
+  void update(const Edit& edit);
+
+  std::string path_;
+  int rank_;
+  bool warned_ = false;
+};
+
+/// The run's end state for the record: "done", "preempted", "cancelled" or "nonfinite".
+std::string record_state(const TrainResult& result);
+
+class RunLog {
+ public:
+  /// `device`: where the losses are read from (it outlives the log).
+  RunLog(const LoggingConfig& config, const DistEnv& env, const TrainDevice& device);
+  ~RunLog();
+
+  /// Rank 0, before the first step: the sinks (--metrics, --tensorboard, the spec's) opened at
+  /// `start_step` (a resumed run's records go on from there). `spec` outlives the log's use.
+  void open(const TrainSpec& spec, int64_t start_step);
+  /// One record to every sink (rank 0; the others have none), stamped with the time.
+  void write_metrics(MetricsRecord record);
+  RunRecordWriter& record() { return record_; }
+
+  /// An epoch's steps begin at optimizer step `step`; `where`: this rank's roll-call record (null
+  /// for one rank), whose time in collectives the straggler report leaves out.
+  void start_epoch(int64_t step, const RollCallRecord* where);
+  /// A step of `images` samples over every rank ended: whether a progress line is due (every
+  /// --log-interval batches, and the epoch's last).
+  bool step_done(int64_t b, int64_t images, bool last);
+  /// The progress line of optimizer step `step` (batch `b` of `batches`, first sample `start` on
+  /// this rank), run at `lr`. Its loss is read when the next line comes (or at once on the CPU).
+  void progress(int epoch, int64_t step, int64_t b, int64_t batches, int64_t start, const at::Tensor& loss, double lr);
+  /// Prints the line still waiting for its loss.
+  void flush();
+
+  /// Every rank at an epoch's end: each rank's seconds per step outside collectives, gathered by one
+  /// small all-reduce over `pg` on `device`; rank 0 gets the text for the epoch line ("" otherwise).
+  std::string stragglers(ProcessGroup* pg, const RollCallRecord* where, int64_t step, double epoch_seconds,
+                         const at::Device& device);
+  /// The epoch trained `images` samples over every rank in `seconds`.
+  void epoch_speed(double images, double seconds);
+  /// The epoch line ("Test set: ...") and its metrics record. `skipped`: --nonfinite skip's count.
+  void epoch_line(const Progress& p, const EvalResult& eval, double epoch_seconds, double eval_seconds,
+                  const std::string& stragglers_text, std::optional<int64_t> skipped);
+  /// Samples per second over the epochs after the first (the first, when there is one), or 0.
+  double steady_images_per_sec() const;
+
+ private:
+  struct PendingLine;
+  void print_line(const PendingLine& line, double loss);
+
+  LoggingConfig config_;
+  int rank_, world_size_;
+  const TrainDevice& dev_;
+  const TrainSpec* spec_ = nullptr;
+  std::vector<std::shared_ptr<MetricsSink>> sinks_;
+  std::unique_ptr<PendingLine> pending_;  // a line waiting for its loss to arrive from the device
+  // Since the last progress line (or the epoch's start): when, its step, the samples trained.
+  struct { std::chrono::steady_clock::time_point time; int64_t step = 0; double images = 0; } since_line_;
+  struct { StragglerReport report; int64_t wait_ns = 0, step = 0; } stragglers_;  // at the epoch's start
+  std::vector<double> epoch_ips_;  // samples/s of each epoch this process trained
+  RunRecordWriter record_;
+};
+
+}  // namespace train::detail

@@ -1,0 +1,116 @@
+// The stop agreement (stop_agreement.h): one collective of flags summed over the ranks every few
+// steps, without host syncs on a GPU, and what each agreed stop means.
+#include "stop_agreement.h"
+
+#include "fault_injection.h"
+#include "nonfinite.h"
+#include "rollcall.h"
+#include "train/slurm_time.h"
+#include "train/process_group.h"
+#include "train/text.h"
+
+#include <csignal>
+#include <ctime>
+#include <optional>
+
+namespace train::detail {
+namespace {
+
+PreemptionOptions preemption_options(const CheckpointConfig& c) {
+  PreemptionOptions o;
+  o.requeue_signals = parse_signal_list(c.preempt_signals);
+  o.stop_signals = {SIGTERM, SIGINT};
+  o.time_margin_sec = c.time_margin_sec;
+  return o;
+}
+
+StopRequest nonfinite_request() { return {StopKind::nonfinite, "a non-finite loss or gradient", 0}; }
+
+}  // namespace
+
+StopAgreement::StopAgreement(const CheckpointConfig& config, const DistEnv& env, const FaultInjection* faults)
+    : preemption_(std::make_unique<Preemption>(preemption_options(config), env)),
+      faults_(faults),
+      may_requeue_(config.requeue && !env.job_id.empty()),
+      time_margin_sec_(config.time_margin_sec) {}
+
+StopAgreement::~StopAgreement() = default;
+
+void StopAgreement::connect(ProcessGroup* pg, const at::Device& device, bool flags_on_device, int64_t check_every) {
+  pg_ = pg;
+  where_ = rollcall_of(pg);
+  device_ = device;
+  on_device_ = flags_on_device;
+  check_every_ = check_every;
+}
+
+void StopAgreement::watch(const TrainConfig& config, torch::nn::Module& model) {
+  const int rank = pg_ ? pg_->rank() : 0;
+  const int world = pg_ ? pg_->size() : 1;
+  nonfinite_ = std::make_unique<NonFiniteWatch>(config, model, device_, rank, world);
+  max_skips_ = config.run.nonfinite_max_skips;
+}
+
+at::Tensor StopAgreement::nonfinite_flag() const {
+  return !nonfinite_ || nonfinite_->skip_mode() ? at::Tensor() : nonfinite_->flag();
+}
+
+bool StopAgreement::due(int64_t step) const {
+  return step % check_every_ == 0 || (nonfinite_ && nonfinite_->gave_up());
+}
+
+// CPU ranks agree through one small all-reduce now. CUDA ranks read the agreement they posted
+// `check_every` steps ago (long done on the device, so the host never waits), then post the next.
+StopRequest StopAgreement::check(int64_t step) {
+  mark_phase(where_, Phase::stop_check);
+  if (faults_ && faults_->skips_collective(step)) return {};
+  if (nonfinite_ && nonfinite_->gave_up()) return nonfinite_request();  // every rank dropped the same steps
+  if (!on_device_) return preemption_->poll(pg_, device_, nonfinite_flag());
+  StopRequest request = preemption_->collect();
+  if (request.kind == StopKind::none) preemption_->post(pg_, device_, nonfinite_flag());
+  return request;
+}
+
+StopRequest StopAgreement::settle(bool at_epoch_end) {
+  if (at_epoch_end && on_device_) preemption_->collect();  // the last posted agreement: the epoch ended first
+  if (!nonfinite_) return {};
+  if ((at_epoch_end && nonfinite_->gave_up()) || nonfinite_->any_rank(pg_)) return nonfinite_request();
+  return {};
+}
+
+StopRequest StopAgreement::final_request(const StopRequest& request) {
+  if (request.kind == StopKind::nonfinite) return request;
+  if (nonfinite_ && nonfinite_->any_rank(pg_)) return nonfinite_request();
+  return request;
+}
+
+std::string StopAgreement::nonfinite_reason(int epoch) {
+  std::string reason = nonfinite_->describe(epoch, pg_);
+  if (nonfinite_->gave_up()) {
+    reason += " " + std::to_string(max_skips_) + " steps in a row were skipped (--nonfinite-max-skips).";
+  }
+  return reason;
+}
+
+std::string StopAgreement::deadline_line() const {
+  if (preemption_->job_end_time() > 0) {
+    return "SLURM job ends " + describe_end_time(preemption_->job_end_time(), std::time(nullptr)) +
+           "; checkpointing " + text::format("%.0f", time_margin_sec_) + " s before it";
+  }
+  if (preemption_->job_has_no_time_limit()) {
+    return "SLURM job has no time limit: no checkpoint before a deadline (signals and --checkpoint-every still apply)";
+  }
+  return "";
+}
+
+bool StopAgreement::requeue_job() const { return may_requeue_ && preemption_->requeue_job(); }
+
+void StopAgreement::start_rollcall(const DistributedConfig& config, const std::string& dump_dir) {
+  if (!pg_ || pg_->size() < 2) return;
+  rollcall_ = std::make_unique<RollCall>(
+      *pg_, RollCallOptions{config.stall_timeout_sec.value_or(0), config.timeout_sec, dump_dir});
+}
+
+void StopAgreement::stop_rollcall() { rollcall_.reset(); }
+
+}  // namespace train::detail

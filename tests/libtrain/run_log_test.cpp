@@ -1,0 +1,173 @@
+// The run log (libtrain/src/run_log.h) of one process: the run record's fields at the start, after
+// a checkpoint and at the end; a record that can't be written never stops training; progress lines
+// and epoch lines reach the metrics sinks with their values. Runs on any CPU, no process group.
+#include "run_log.h"
+
+#include "device/train_device.h"
+#include "test_util.h"
+#include "train/run_record.h"
+#include "train/trainer.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+
+namespace {
+
+using train::MetricsRecord;
+using train::RunRecord;
+using train::detail::RunLog;
+
+// Sets TRAIN_RUN_RECORD while it lives.
+class RecordAt {
+ public:
+  explicit RecordAt(const std::string& path) { ::setenv("TRAIN_RUN_RECORD", path.c_str(), 1); }
+  ~RecordAt() { ::unsetenv("TRAIN_RUN_RECORD"); }
+};
+
+class Collect : public train::MetricsSink {
+ public:
+  void open(int64_t start_step) override { opened_at = start_step; }
+  void write(const MetricsRecord& record) override { records.push_back(record); }
+  int64_t opened_at = -1;
+  std::vector<MetricsRecord> records;
+};
+
+std::map<std::string, double> values(const MetricsRecord& r) { return {r.values.begin(), r.values.end()}; }
+
+std::unique_ptr<train::detail::TrainDevice> cpu() {
+  return train::detail::TrainDevice::create(at::kCPU, train::TrainConfig{});
+}
+
+TEST(RunLog, KeepsTheRunRecordUpToDate) {
+  train::test::TempDir dir("run_log_record");
+  const std::string path = dir.file("record.json");
+  RecordAt at(path);
+  train::TrainConfig config;
+  config.checkpoint.dir = "ckpts";  // relative: the record holds absolute paths
+  config.logging.tensorboard = dir.file("tb");
+  train::DistEnv env;
+  env.world_size = 1;
+  env.host = "node7";
+  env.job_id = "4242";
+  const auto dev = cpu();
+  RunLog log(config.logging, env, *dev);
+  log.record().start(config, env);
+  auto r = RunRecord::load(path);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->state, "running");
+  EXPECT_EQ(r->job_id, "4242");
+  EXPECT_EQ(r->checkpoint_dir, (std::filesystem::current_path() / "ckpts").string());
+  EXPECT_EQ(r->tensorboard_dir, dir.file("tb"));
+  EXPECT_EQ(r->metrics_file, "");
+  EXPECT_EQ(r->world_size, 1);
+  EXPECT_EQ(r->nodes, std::vector<std::string>{"node7"});
+
+  log.record().checkpoint(dir.file("ckpts/ckpt-30.pt"), 30, 2);
+  r = RunRecord::load(path);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->last_checkpoint, dir.file("ckpts/ckpt-30.pt"));
+  EXPECT_EQ(r->step, 30);
+  EXPECT_EQ(r->epoch, 2);
+  EXPECT_EQ(r->state, "running");
+
+  log.record().end("preempted", 34, 2);
+  r = RunRecord::load(path);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->state, "preempted");
+  EXPECT_EQ(r->step, 34);
+  EXPECT_EQ(r->last_checkpoint, dir.file("ckpts/ckpt-30.pt"));  // kept
+}
+
+TEST(RunLog, OnlyRankZeroWritesTheRecord) {
+  train::test::TempDir dir("run_log_rank");
+  const std::string path = dir.file("record.json");
+  RecordAt at(path);
+  train::DistEnv env;
+  env.rank = 1;
+  env.world_size = 2;
+  const auto dev = cpu();
+  RunLog log(train::LoggingConfig{}, env, *dev);
+  log.record().start(train::TrainConfig{}, env);
+  log.record().end("done");
+  EXPECT_FALSE(RunRecord::load(path).has_value());
+}
+
+TEST(RunLog, ARecordThatCannotBeWrittenNeverStopsTraining) {
+  train::test::TempDir dir("run_log_unwritable");
+  train::test::write_file(dir.file("a_file"), {'x'});
+  RecordAt at(dir.file("a_file/record.json"));  // a folder that is a file
+  const auto dev = cpu();
+  RunLog log(train::LoggingConfig{}, train::DistEnv{}, *dev);
+  EXPECT_NO_THROW(log.record().start(train::TrainConfig{}, train::DistEnv{}));
+  EXPECT_NO_THROW(log.record().checkpoint("x", 1, 1));
+  EXPECT_NO_THROW(log.record().end("done"));
+}
+
+TEST(RunLog, EndStatesNameHowTheRunEnded) {
+  train::TrainResult r;
+  EXPECT_EQ(train::detail::record_state(r), "done");
+  r.preempted = true;
+  EXPECT_EQ(train::detail::record_state(r), "preempted");
+  r.preempted = false;
+  r.cancelled = true;
+  EXPECT_EQ(train::detail::record_state(r), "cancelled");
+  r.nonfinite = true;
+  EXPECT_EQ(train::detail::record_state(r), "nonfinite");
+}
+
+TEST(RunLog, ProgressAndEpochLinesReachTheSinks) {
+  auto sink = std::make_shared<Collect>();
+  train::TrainSpec spec;
+  spec.train_data = std::make_shared<train::InMemoryDataset>(torch::zeros({100, 2}), torch::zeros({100}, torch::kLong));
+  spec.metrics_sinks = {sink};
+  train::LoggingConfig config;
+  config.log_interval = 2;
+  const auto dev = cpu();
+  RunLog log(config, train::DistEnv{}, *dev);
+  log.open(spec, /*start_step=*/12);
+  EXPECT_EQ(sink->opened_at, 12);
+  log.start_epoch(12, nullptr);
+  EXPECT_TRUE(log.step_done(/*b=*/0, 10, /*last=*/false));  // every log_interval batches
+  log.progress(2, 13, 0, 10, 0, torch::tensor(0.75), /*lr=*/0.01);
+  EXPECT_FALSE(log.step_done(1, 10, false));
+  EXPECT_TRUE(log.step_done(3, 10, /*last=*/true));  // and the epoch's last
+  log.flush();
+  ASSERT_EQ(sink->records.size(), 1u);  // the CPU reads the loss at once
+  const MetricsRecord& line = sink->records[0];
+  EXPECT_EQ(line.event, "train");
+  EXPECT_EQ(line.epoch, 2);
+  EXPECT_EQ(line.step, 13);
+  EXPECT_DOUBLE_EQ(values(line).at("loss"), 0.75);
+  EXPECT_DOUBLE_EQ(values(line).at("lr"), 0.01);
+  EXPECT_GT(line.time, 0);
+
+  log.epoch_speed(100, 1.0);
+  log.epoch_speed(300, 1.0);
+  log.epoch_speed(500, 1.0);
+  EXPECT_DOUBLE_EQ(log.steady_images_per_sec(), 400.0);  // the epochs after the first
+  train::Progress p;
+  p.epoch = 2;
+  p.step = 20;
+  p.last_train_loss = 0.5;
+  train::EvalResult ev;
+  ev.loss = 0.25;
+  ev.count = 10;
+  ev.metrics = {{"accuracy", 0.9}, {"top5", 1.0}};
+  log.epoch_line(p, ev, 2.0, 0.5, "", /*skipped=*/int64_t{3});
+  ASSERT_EQ(sink->records.size(), 2u);
+  const auto epoch = values(sink->records[1]);
+  EXPECT_EQ(sink->records[1].event, "epoch");
+  EXPECT_DOUBLE_EQ(epoch.at("train_loss"), 0.5);
+  EXPECT_DOUBLE_EQ(epoch.at("test_loss"), 0.25);
+  EXPECT_DOUBLE_EQ(epoch.at("test_accuracy"), 0.9);
+  EXPECT_DOUBLE_EQ(epoch.at("epoch_images_per_sec"), 500.0);
+  EXPECT_DOUBLE_EQ(epoch.at("skipped_steps"), 3.0);
+  EXPECT_DOUBLE_EQ(epoch.at("top5"), 1.0);
+  EXPECT_EQ(epoch.count("accuracy"), 0u);
+}
+
+}  // namespace
