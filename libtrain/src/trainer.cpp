@@ -86,7 +86,7 @@ TrainResult Trainer::fit(const TrainSpec& spec) {
   }
 }
 
-// Checks the spec, moves the data to the device, installs the signal handlers.
+// Checks the spec, moves the data to the device, starts the run record, installs the signal handlers.
 void Trainer::Run::setup(const TrainSpec& s) {
   spec = &s;
   if (!s.model || !s.train_data || !s.optimizer || !s.loss) {
@@ -112,6 +112,7 @@ void Trainer::Run::setup(const TrainSpec& s) {
   s.train_data->to(device());
   if (s.eval_data) s.eval_data->to(device());
   log::configure(env.rank, env.world_size, env.host, c.logging.log_all_ranks);
+  run_log->record().start(c, env);  // the run's folders, for trainctl, from here on
   faults = detail::FaultInjection::from_env(env.rank);
   stops = std::make_unique<detail::StopAgreement>(c.checkpoint, env, &faults);
   result.world_size = env.world_size;

@@ -16,7 +16,6 @@ using detail::seconds_since;
 
 void Trainer::Run::train() {
   run_log->open(*spec, prog().step);
-  run_log->record().start(c, env);
   if (!c.logging.profile.empty()) {
     profiler = std::make_unique<detail::StepProfiler>(c.logging.profile, detail::parse_profile_steps(c.logging.profile_steps),
                                                       env.rank, dev->gpu());
