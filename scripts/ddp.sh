@@ -43,6 +43,9 @@ cd "$SLURM_SUBMIT_DIR"
 mkdir -p logs
 # The batch shell gets USR2 only from `scancel --signal=USR2 --full`; the tasks checkpoint on their own.
 trap 'say "batch shell got SIGUSR2; the train tasks handle it"' USR2
+# The signal's lead, for train's checkpoint time budget: a checkpoint that takes longer is named at
+# the start, with the line to change (an sbatch --signal given on the command line wins over it).
+export TRAIN_SIGNAL_LEAD=120
 # scancel (and the time limit) send SIGTERM to this shell too: with a trap it waits for the tasks,
 # which checkpoint and stop, and says how they ended instead of dying first.
 trap 'say "batch shell got SIGTERM (scancel or the time limit); the train tasks checkpoint and stop"; got_term=1' TERM

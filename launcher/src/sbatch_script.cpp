@@ -128,6 +128,9 @@ struct ScriptWriter {
       line("# The batch shell gets " + plan.signal->name + " only from `scancel --signal=" + plan.signal->name +
            " --full`; the tasks checkpoint on their own.");
       line("trap 'say \"batch shell got SIG" + plan.signal->name + "; the train tasks handle it\"' " + plan.signal->name);
+      line("# The signal's lead, for train's checkpoint time budget: a checkpoint that takes longer is named at");
+      line("# the start, with the line to change (an sbatch --signal given on the command line wins over it).");
+      line("export TRAIN_SIGNAL_LEAD=" + std::to_string(plan.signal->lead_seconds));
     }
     line("# scancel (and the time limit) send SIGTERM to this shell too: with a trap it waits for the tasks,");
     line("# which checkpoint and stop, and says how they ended instead of dying first.");

@@ -6,11 +6,13 @@
 #include "train/log.h"
 #include "train/process_group.h"
 #include "train/text.h"
-#include "train/trainer.h"
+#include "train/train_spec.h"
 
 #include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 
 namespace train::detail {
@@ -96,6 +98,7 @@ void CheckpointSession::collect(bool wait) {
             std::to_string(p.epoch) + ", batch " + std::to_string(p.batches_done) + "; written in the background in " +
             text::format("%.3f", seconds) + " s)");
   if (on_saved_) on_saved_(path, p, seconds);
+  check_measured_budget(p.step, seconds);
 }
 
 // With --resume auto, rank 0 picks the newest valid checkpoint and tells the others its step, so
@@ -120,12 +123,125 @@ std::unique_ptr<torch::serialize::InputArchive> CheckpointSession::find_resume(s
     at::Tensor t = at::tensor({chosen}, at::kLong).to(device_);
     pg_->broadcast(t, 0);
     chosen = t.cpu().item<int64_t>();
-    if (rank_ != 0 && chosen >= 0) {
-      path = dir_->path_for(chosen);
-      archive = CheckpointDir::load_file(path, device_);
-    }
+  }
+  // A snapshot in a node's memory newer than the checkpoint wins (every rank takes part).
+  if (auto newer = newer_snapshot(chosen, path)) return newer;
+  if (pg_ && rank_ != 0 && chosen >= 0) {
+    path = dir_->path_for(chosen);
+    archive = CheckpointDir::load_file(path, device_);
   }
   return archive;
+}
+
+std::unique_ptr<torch::serialize::InputArchive> CheckpointSession::newer_snapshot(int64_t checkpoint_step,
+                                                                                  std::string& path) const {
+  if (!snapshots_.store) return nullptr;
+  const auto t0 = Clock::now();
+  SharedSnapshot snap = share_newest_snapshot(pg_, device_, snapshots_.store.get(), checkpoint_step);
+  if (snap.step < 0) return nullptr;
+  auto archive = std::make_unique<torch::serialize::InputArchive>();
+  try {
+    archive->load_from(snap.bytes.data(), snap.bytes.size(), device_);
+  } catch (const std::exception& e) {
+    throw CheckpointError("the snapshot of step " + std::to_string(snap.step) + " (rank " + std::to_string(snap.holder) +
+                              "'s node): checksum verified but the archive does not parse (" +
+                              std::string(e.what()).substr(0, 200) + ").",
+                          "this is a bug; remove " + snapshots_.store->dir() + " to resume from the checkpoint instead.");
+  }
+  path = "the snapshot of step " + std::to_string(snap.step) + " in rank " + std::to_string(snap.holder) +
+         "'s node's memory (the newest checkpoint: " + (checkpoint_step >= 0 ? "step " + std::to_string(checkpoint_step) : "none") +
+         "; shared in " + text::format("%.3f", seconds_since(t0)) + " s)";
+  return archive;
+}
+
+void CheckpointSession::enable_snapshots(const DistEnv& env, std::optional<int64_t> every) {
+  if (!dir_ || resume_ != ResumeMode::automatic || (every && *every == 0)) return;
+  const std::string where = snapshot_dir(env.job_id, env.host, dir_->dir());
+  if (where.empty()) return;
+  try {
+    snapshots_.store = std::make_unique<SnapshotStore>(where, /*keep=*/2);
+  } catch (const Error& e) {
+    log::warn(std::string("no snapshots in memory: ") + e.what());
+    return;
+  }
+  snapshots_.writer = env.local_rank == 0;
+  snapshots_.every = every;
+  log::info("snapshots in memory: " + snapshots_.store->dir() + " on each node, " +
+            (every ? "every " + std::to_string(*every) + " steps" : std::string("auto (at most 0.5% of the training time)")));
+}
+
+void CheckpointSession::start_snapshots(int64_t step) {
+  snapshots_.clock = SnapshotClock(snapshots_.every, step);
+  snapshots_.last_end = Clock::now();
+  snapshots_.last_step = step;
+}
+
+void CheckpointSession::snapshot(TrainingState& state, const Progress& progress, const at::Tensor& loss_sum) {
+  const auto t0 = Clock::now();
+  const int64_t step = progress.step;
+  Snapshots& s = snapshots_;
+  const double proposal = rank_ == 0 ? static_cast<double>(s.clock.propose(
+                                           s.last_cost, std::chrono::duration<double>(t0 - s.last_end).count(),
+                                           step - s.last_step))
+                                     : 0.0;
+  at::Tensor t = at::zeros({2}, at::TensorOptions().dtype(at::kDouble).device(device_));
+  t.narrow(0, 0, 1).copy_(loss_sum.detach().reshape({1}));
+  t.narrow(0, 1, 1).fill_(proposal);
+  if (pg_) pg_->allreduce_sum(t);
+  const at::Tensor mean = t.narrow(0, 0, 1).reshape({}) / static_cast<double>(pg_ ? pg_->size() : 1);
+  s.clock.advance(step, static_cast<int64_t>(t[1].item<double>()));
+  if (s.writer) {
+    CheckpointBytes bytes = serialize_checkpoint(state, progress, mean, device_);
+    s.store->write_async(bytes.data, step);
+  }
+  s.last_end = Clock::now();
+  s.last_cost = std::chrono::duration<double>(s.last_end - t0).count();
+  s.last_step = step;
+}
+
+void CheckpointSession::drop_snapshots() {
+  if (!snapshots_.store) return;
+  if (snapshots_.writer) {
+    log::info("snapshots: " + std::to_string(snapshots_.store->written()) + " written, " +
+              std::to_string(snapshots_.store->dropped()) + " dropped (a write was running); removed " +
+              snapshots_.store->dir());
+    snapshots_.store->remove_all();
+  }
+  snapshots_.store.reset();
+}
+
+namespace {
+
+// Bytes of the tensors a checkpoint holds, before the optimizer has state: the model's, and twice
+// its parameters for the optimizer (Adam's and Adadelta's two buffers; SGD's one, or none, is less).
+int64_t state_bytes(const TrainingState& state) {
+  int64_t params = 0, buffers = 0;
+  for (const auto& p : state.model->parameters()) params += static_cast<int64_t>(p.nbytes());
+  for (const auto& b : state.model->buffers()) buffers += static_cast<int64_t>(b.nbytes());
+  return params * 3 + buffers;
+}
+
+}  // namespace
+
+void CheckpointSession::check_budget(const TrainingState& state, const CheckpointDeadlines& deadlines) {
+  budget_.deadlines = deadlines;
+  if (rank_ != 0 || !dir_) return;
+  if (!deadlines.signal_lead_sec && !deadlines.time_margin_sec && !deadlines.kill_wait_sec) return;
+  const int64_t bytes = state_bytes(state);
+  const double speed = measure_write_speed(dir_->dir(), std::min<int64_t>(bytes, int64_t{64} << 20));
+  if (!(speed > 0)) return;
+  const double seconds = estimate_checkpoint_seconds(bytes, speed);
+  const std::string how = "estimated: " + text::format("%.0f", static_cast<double>(bytes) / 1e6) + " MB at " +
+                          text::format("%.0f", speed / 1e6) + " MB/s measured on " + dir_->dir();
+  for (const std::string& w : check_checkpoint_budget(seconds, deadlines, how)) log::warn(w);
+}
+
+void CheckpointSession::check_measured_budget(int64_t step, double seconds) {
+  if (budget_.warned) return;
+  const auto warnings = check_checkpoint_budget(seconds, budget_.deadlines,
+                                                "measured: the checkpoint of step " + std::to_string(step));
+  for (const std::string& w : warnings) log::warn(w);
+  budget_.warned = !warnings.empty();
 }
 
 std::string CheckpointSession::resume(TrainingState& state) {

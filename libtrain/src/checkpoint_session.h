@@ -3,13 +3,17 @@
 // which checkpoints are kept, and which one a run resumes from. Private.
 #pragma once
 
+#include "snapshot.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_budget.h"
 #include "train/config.h"
+#include "train/env.h"
 #include "train/training_state.h"
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -86,8 +90,47 @@ class CheckpointSession {
   /// Seconds training waited for checkpoints (rank 0: the state's copy; files are written in the background).
   double waited_seconds() const { return waited_seconds_; }
 
+  /// In-memory snapshots (snapshot.h), before resume(): on with a folder, --resume auto, a SLURM
+  /// job (or TRAIN_SNAPSHOT_DIR) and --snapshot-every not 0. The node's local rank 0 writes them.
+  /// Every rank must call it with the same configuration.
+  void enable_snapshots(const DistEnv& env, std::optional<int64_t> every);
+  /// After resume(): the snapshots' clock starts at optimizer step `step`.
+  void start_snapshots(int64_t step);
+  /// Whether the ranks take a snapshot after optimizer step `step` (the same answer on every rank).
+  bool snapshot_due(int64_t step) const { return snapshots_.store && snapshots_.clock.due(step); }
+  /// Every rank, at a step snapshot_due() named, with the state at `progress`: one all-reduce gives
+  /// the ranks' mean loss sum and
+  /// rank 0's choice of the next snapshot's step; the node's writer then serializes `state` and
+  /// hands the bytes to the background write (dropped, never waited for, while one still runs).
+  void snapshot(TrainingState& state, const Progress& progress, const at::Tensor& loss_sum);
+  /// At the run's end (done, stopped): this node's snapshots of the run are removed.
+  void drop_snapshots();
+
+  /// Rank 0 at the start: warns for each deadline (`deadlines`) shorter than a checkpoint of
+  /// `state` would take, estimated from its size and the folder's measured write speed. Each
+  /// durable checkpoint checks its measured time against them again (once warned, silent).
+  void check_budget(const TrainingState& state, const CheckpointDeadlines& deadlines);
+
  private:
   std::unique_ptr<torch::serialize::InputArchive> find_resume(std::string& path) const;
+  std::unique_ptr<torch::serialize::InputArchive> newer_snapshot(int64_t checkpoint_step, std::string& path) const;
+  void check_measured_budget(int64_t step, double seconds);
+
+  // Snapshots in this node's memory: the store (null: off), whether this rank writes them, when.
+  struct Snapshots {
+    std::unique_ptr<SnapshotStore> store;
+    bool writer = false;
+    std::optional<int64_t> every;          // --snapshot-every (unset: auto)
+    SnapshotClock clock{std::nullopt, 0};
+    double last_cost = 0;                  // rank 0: the last snapshot's seconds on the training thread
+    std::chrono::steady_clock::time_point last_end{};
+    int64_t last_step = 0;
+  };
+  // The checkpoint time budget: the deadlines a checkpoint must fit, and whether a measured one warned.
+  struct Budget {
+    CheckpointDeadlines deadlines;
+    bool warned = false;
+  };
   void apply(torch::serialize::InputArchive& archive, const std::string& path, TrainingState& state) const;
 
   std::unique_ptr<CheckpointDir> dir_;
@@ -101,6 +144,8 @@ class CheckpointSession {
   std::future<std::pair<std::string, double>> writing_;  // path, seconds writing
   Progress writing_progress_;
   double waited_seconds_ = 0;
+  Snapshots snapshots_;
+  Budget budget_;
 };
 
 }  // namespace train::detail

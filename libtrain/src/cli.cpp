@@ -14,6 +14,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdlib>
 #include <algorithm>
 #include <cmath>
 #include <iostream>
@@ -199,6 +200,21 @@ void add_checkpoint_flags(CLI::App& app, CheckpointConfig& k) {
   app.add_option("--checkpoint-dir", k.dir, "write checkpoints here (shared by all nodes); enables resume");
   add_optional(app, "--checkpoint-every", k.every, "also checkpoint every N steps (0: only at epoch ends)", true)
       ->check(non_negative("0 (epoch ends only) or a positive number of steps", "e.g. --checkpoint-every 500"));
+  app.add_option_function<std::string>("--snapshot-every", [&k](const std::string& v) {
+    if (v == "auto") {
+      k.snapshot_every.reset();
+      return;
+    }
+    char* end = nullptr;
+    const long long n = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || n < 0) {
+      throw CLI::ValidationError("--snapshot-every", "expected auto, 0 (off) or a positive number of steps, found '" + v +
+                                                         "'. Hint: e.g. --snapshot-every 50, or leave it out for auto");
+    }
+    k.snapshot_every = n;
+  }, "under SLURM with --checkpoint-dir: keep the newest state in each node's memory every N steps, "
+     "for a restart inside the allocation (0: off; auto: as often as costs at most 0.5% of the training time)")
+      ->default_str("auto");
   app.add_option("--keep-checkpoints", k.keep, "checkpoints to keep; older ones go once a newer is safe")->capture_default_str()
       ->check(positive("count", "keep 2 or more so a corrupt newest file can fall back"));
   app.add_option_function<std::string>("--resume", [&k](const std::string& v) {

@@ -8,7 +8,7 @@
 #include "train/process_group.h"
 #include "train/run_record.h"
 #include "train/text.h"
-#include "train/trainer.h"
+#include "train/train_spec.h"
 
 #include <ATen/ops/zeros.h>
 

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "train/config.h"
-#include "train/trainer.h"
+#include "train/train_spec.h"
 
 #include <cstdint>
 #include <functional>

@@ -13,6 +13,7 @@
 #include <ATen/ops/zeros.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -37,14 +38,22 @@ std::string snapshot_job_dir(const std::string& job_id) {
   return "/dev/shm/libtrain-" + std::to_string(::getuid()) + "-" + job_id;
 }
 
-std::string snapshot_dir(const std::string& job_id, const std::string& checkpoint_dir) {
+std::string snapshot_dir(const std::string& job_id, const std::string& node, const std::string& checkpoint_dir) {
   const char* forced = std::getenv("TRAIN_SNAPSHOT_DIR");
   const std::string base = forced && *forced ? std::string(forced) : snapshot_job_dir(job_id);
   if (base.empty()) return "";
   const std::string key = absolute(checkpoint_dir);
   Sha256 h;
   h.update(key.data(), key.size());
-  return files::join(base, h.hex().substr(0, 16));
+  return files::join(base, h.hex().substr(0, 16) + "-" + (node.empty() ? std::string("node") : node));
+}
+
+int64_t SnapshotClock::propose(double last_cost_seconds, double train_seconds, int64_t steps) const {
+  if (every_) return *every_;
+  if (!(last_cost_seconds > 0) || steps < 1 || !(train_seconds > 0)) return kFirst;
+  const double step_seconds = train_seconds / static_cast<double>(steps);
+  const double interval = std::ceil(last_cost_seconds / (kBudget * step_seconds));
+  return static_cast<int64_t>(std::min(static_cast<double>(kMaxInterval), std::max(1.0, interval)));
 }
 
 SnapshotStore::SnapshotStore(std::string dir, int keep) : dir_(std::move(dir), keep) {}
@@ -55,7 +64,7 @@ bool SnapshotStore::busy() const {
   return writing_.valid() && writing_.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
 }
 
-bool SnapshotStore::write_async(std::string bytes, int64_t step) {
+bool SnapshotStore::write_async(std::shared_ptr<const std::string> bytes, int64_t step) {
   if (busy()) {
     ++dropped_;
     return false;
@@ -65,7 +74,7 @@ bool SnapshotStore::write_async(std::string bytes, int64_t step) {
   writing_ = std::async(std::launch::async, [this, bytes = std::move(bytes), step]() -> std::string {
     const auto t0 = std::chrono::steady_clock::now();
     try {
-      dir_.write(bytes, step);
+      dir_.write(*bytes, step);
     } catch (const std::exception& e) {
       return e.what();
     }

@@ -11,7 +11,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <algorithm>
 #include <future>
+#include <optional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,12 +22,12 @@ namespace train {
 class ProcessGroup;
 namespace detail {
 
-/// Where this run's snapshots live on this node: $TRAIN_SNAPSHOT_DIR when set, else
-/// /dev/shm/libtrain-<uid>-<job_id>/<key>, key = 16 hex digits of the SHA-256 of the checkpoint
-/// folder's absolute path, so another run (another job, or another --checkpoint-dir in the same
-/// job) never reads them. "" when there is no job (snapshots need a job to end with) and no
-/// TRAIN_SNAPSHOT_DIR.
-std::string snapshot_dir(const std::string& job_id, const std::string& checkpoint_dir);
+/// Where this run's snapshots live on node `node`: under $TRAIN_SNAPSHOT_DIR when set, else under
+/// /dev/shm/libtrain-<uid>-<job_id>, the folder <key>-<node>, key = 16 hex digits of the SHA-256 of
+/// the checkpoint folder's absolute path, so another run (another job, or another --checkpoint-dir
+/// in the same job) never reads them; the node's name keeps nodes apart where they share a host.
+/// "" when there is no job (snapshots need a job to end with) and no TRAIN_SNAPSHOT_DIR.
+std::string snapshot_dir(const std::string& job_id, const std::string& node, const std::string& checkpoint_dir);
 
 /// The folder of one job's snapshots on this node (what to remove when the job ends), "" for none.
 std::string snapshot_job_dir(const std::string& job_id);
@@ -44,7 +47,7 @@ class SnapshotStore {
   bool busy() const;
   /// Hands `bytes` (CheckpointDir::serialize's output) to a background write. Returns false, and
   /// drops them, when the previous write still runs.
-  bool write_async(std::string bytes, int64_t step);
+  bool write_async(std::shared_ptr<const std::string> bytes, int64_t step);
   /// Waits for the write in flight. Returns "" or its error (a failed snapshot never stops training).
   std::string wait();
 
@@ -70,6 +73,33 @@ class SnapshotStore {
   std::future<std::string> writing_;
   std::atomic<int64_t> written_{0}, dropped_{0};
   std::atomic<double> last_seconds_{0};
+};
+
+/// When snapshots are taken: every N steps, or (auto) as often as costs at most kBudget of the
+/// training time, from the last snapshot's measured cost and the steps' measured time. Every rank
+/// keeps one and moves it with the same numbers (rank 0's proposal travels in an all-reduce), so
+/// every rank takes the same steps.
+class SnapshotClock {
+ public:
+  static constexpr double kBudget = 0.005;  ///< auto: a snapshot's cost over the time between two
+  static constexpr int64_t kFirst = 5;      ///< auto: the first snapshot this many steps after the start
+  static constexpr int64_t kMaxInterval = 10000000;
+
+  /// @param every --snapshot-every (unset: auto; must not be 0). @param start the step the run starts at.
+  SnapshotClock(std::optional<int64_t> every, int64_t start)
+      : every_(every), next_(start + (every ? *every : kFirst)) {}
+  /// Whether a snapshot is due after optimizer step `step`.
+  bool due(int64_t step) const { return step >= next_; }
+  /// The interval after a snapshot: fixed, or auto from the last snapshot's cost (0: none yet) and
+  /// `train_seconds` spent on `steps` steps since the snapshot before.
+  int64_t propose(double last_cost_seconds, double train_seconds, int64_t steps) const;
+  /// The next snapshot comes `interval` steps after `step`.
+  void advance(int64_t step, int64_t interval) { next_ = step + std::max<int64_t>(1, interval); }
+  int64_t next() const { return next_; }
+
+ private:
+  std::optional<int64_t> every_;
+  int64_t next_;
 };
 
 /// A snapshot chosen for every rank by share_newest_snapshot.

@@ -92,6 +92,8 @@ std::string StopAgreement::nonfinite_reason(int epoch) {
   return reason;
 }
 
+bool StopAgreement::has_deadline() const { return preemption_->job_end_time() > 0; }
+
 std::string StopAgreement::deadline_line() const {
   if (preemption_->job_end_time() > 0) {
     return "SLURM job ends " + describe_end_time(preemption_->job_end_time(), std::time(nullptr)) +

@@ -65,6 +65,8 @@ class StopAgreement {
   std::string nonfinite_reason(int epoch);
   /// "SLURM job ends ...; checkpointing 60 s before it", or "" outside SLURM.
   std::string deadline_line() const;
+  /// Rank 0: whether the SLURM job has a known end time (then --time-margin is a deadline).
+  bool has_deadline() const;
   /// Rank 0 after the stop's checkpoint: `scontrol requeue` where allowed; whether it was.
   bool requeue_job() const;
 

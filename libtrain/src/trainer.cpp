@@ -200,7 +200,9 @@ void Trainer::Run::connect() {
 
 // Resume before DDP is built: its broadcast then spreads rank 0's restored weights.
 void Trainer::Run::resume() {
+  checkpoints->enable_snapshots(env, c.checkpoint.snapshot_every);
   const std::string path = checkpoints->resume(state);
+  checkpoints->start_snapshots(prog().step);
   if (path.empty()) return;
   schedule->resume(prog().lr);
   result.checkpoint_path = path;

@@ -42,6 +42,13 @@ void Trainer::Run::write_checkpoint(Progress p, const at::Tensor& loss_sum) {
   checkpoints->write(state, p, loss_sum);
 }
 
+// Every rank: a snapshot in the node's memory at the current step; the rate it saves is the schedule's.
+void Trainer::Run::take_snapshot() {
+  Progress p = prog();
+  p.lr = schedule->lr();
+  checkpoints->snapshot(state, p, state.loss_sum);
+}
+
 // Rank 0, on the training thread, once a checkpoint is durable.
 void Trainer::Run::checkpoint_saved(const std::string& path, const Progress& p) {
   result.checkpoint_path = path;
@@ -114,6 +121,7 @@ void Trainer::Run::stop_nonfinite() {
 
 TrainResult Trainer::Run::finish() {
   checkpoints->collect(/*wait=*/true);
+  checkpoints->drop_snapshots();  // the run ended (done or stopped): nothing resumes from them
   const bool stopped = result.preempted || result.cancelled || result.nonfinite;
   result.skipped_steps = stops->nonfinite().skipped();
   result.checkpoint_seconds = checkpoints->waited_seconds();

@@ -3,7 +3,9 @@
 // concern does lives in its part (schedule.h, stop_agreement.h, checkpoint_session.h, run_log.h).
 #include "trainer_run.h"
 
+#include "train/checkpoint_budget.h"
 #include "train/sampler.h"
+#include "train/subprocess.h"
 
 #include <ATen/ops/from_blob.h>
 
@@ -25,6 +27,7 @@ void Trainer::Run::train() {
             std::to_string(batch) + " per rank x " + std::to_string(env.world_size) + " ranks, lr " +
             detail::fmt("%g", schedule->lr()) + ", device " + device().str() + ", " + std::to_string(threads) + " threads");
   if (const std::string deadline = stops->deadline_line(); !deadline.empty()) log::info(deadline);
+  checkpoints->check_budget(state, checkpoint_deadlines());
   stops->start_rollcall(c.distributed, c.checkpoint.dir.empty() ? "." : c.checkpoint.dir);
   for (; prog().epoch <= epochs; ++prog().epoch) {
     if (!train_epoch()) break;
@@ -121,18 +124,33 @@ bool Trainer::Run::after_step(detail::EpochTimer& timer) {
       return false;
     }
   }
-  if (!checkpoints->due(prog().step)) return true;
-  // The agreement may not have seen the latest steps: no checkpoint of non-finite weights.
+  const bool checkpoint = checkpoints->due(prog().step), snapshot = checkpoints->snapshot_due(prog().step);
+  if (!checkpoint && !snapshot) return true;
+  // The agreement may not have seen the latest steps: no checkpoint or snapshot of non-finite weights.
   if (const StopRequest r = stops->settle(/*at_epoch_end=*/false); r.kind != StopKind::none) {
     end_run(r, timer);
     return false;
   }
-  timer.pause();  // the epoch's training time leaves out the checkpoint's (the done line reports it)
-  const at::Tensor loss_sum = checkpoints->shared_loss_sum(state.loss_sum);  // every rank takes part
   detail::mark_phase(where, detail::Phase::checkpoint);
-  if (env.rank == 0) write_checkpoint(prog(), loss_sum);
-  timer.resume();
+  if (checkpoint) {
+    timer.pause();  // the epoch's training time leaves out the checkpoint's (the done line reports it)
+    const at::Tensor loss_sum = checkpoints->shared_loss_sum(state.loss_sum);  // every rank takes part
+    if (env.rank == 0) write_checkpoint(prog(), loss_sum);
+    timer.resume();
+  }
+  // A snapshot's time counts as training time: its cost shows in the images/s (every rank takes part).
+  if (snapshot) take_snapshot();
   return true;
+}
+
+// The deadlines a checkpoint must fit in (rank 0): the job script's signal lead, --time-margin
+// when the job has a time limit, and SLURM's KillWait.
+CheckpointDeadlines Trainer::Run::checkpoint_deadlines() const {
+  if (env.rank != 0 || !checkpoints->enabled()) return {};
+  std::optional<double> kill_wait;
+  if (!env.job_id.empty()) kill_wait = parse_kill_wait(run_command({"scontrol", "show", "config"}, "", 10).out);
+  return deadlines_from_env(stops->has_deadline() ? std::optional<double>(c.checkpoint.time_margin_sec) : std::nullopt,
+                            kill_wait);
 }
 
 // The epoch's mean loss over ranks, evaluation, the epoch line, and the schedule's next rate.

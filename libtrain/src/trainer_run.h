@@ -97,10 +97,12 @@ struct Trainer::Run {
   bool train_epoch();
   at::Tensor run_step(const at::Tensor& order, int64_t start, int64_t len);
   bool after_step(detail::EpochTimer& timer);
+  CheckpointDeadlines checkpoint_deadlines() const;
   void end_epoch(double epoch_seconds);
   EvalResult evaluate(bool one_batch);
   // Checkpoints, stops and the end (trainer_end.cpp).
   void write_checkpoint(Progress p, const at::Tensor& loss_sum);
+  void take_snapshot();
   void checkpoint_saved(const std::string& path, const Progress& p);
   void end_run(const StopRequest& request, detail::EpochTimer& timer);
   void stop(const StopRequest& request);

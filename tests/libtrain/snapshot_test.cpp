@@ -24,19 +24,22 @@ std::string bytes_of(int64_t step) {
   return train::CheckpointDir::serialize(a, step);
 }
 
+std::shared_ptr<const std::string> snap_bytes(int64_t step) { return std::make_shared<const std::string>(bytes_of(step)); }
+
 TEST(Snapshot, EachRunOfEachJobHasItsOwnFolder) {
   ::unsetenv("TRAIN_SNAPSHOT_DIR");
-  const std::string a = train::detail::snapshot_dir("41", "/scratch/ck-a");
-  const std::string b = train::detail::snapshot_dir("41", "/scratch/ck-b");
-  const std::string c = train::detail::snapshot_dir("42", "/scratch/ck-a");
+  const std::string a = train::detail::snapshot_dir("41", "node1", "/scratch/ck-a");
+  const std::string b = train::detail::snapshot_dir("41", "node1", "/scratch/ck-b");
+  const std::string c = train::detail::snapshot_dir("42", "node1", "/scratch/ck-a");
   EXPECT_EQ(a.rfind("/dev/shm/libtrain-", 0), 0u) << a;
   EXPECT_NE(a, b);
   EXPECT_NE(a, c);
-  EXPECT_EQ(a, train::detail::snapshot_dir("41", "/scratch/ck-a"));
+  EXPECT_EQ(a, train::detail::snapshot_dir("41", "node1", "/scratch/ck-a"));
+  EXPECT_NE(a, train::detail::snapshot_dir("41", "node2", "/scratch/ck-a"));  // nodes sharing a host stay apart
   EXPECT_EQ(a.rfind(train::detail::snapshot_job_dir("41") + "/", 0), 0u);
-  EXPECT_EQ(train::detail::snapshot_dir("", "/scratch/ck-a"), "");  // no job: nothing outlives it
+  EXPECT_EQ(train::detail::snapshot_dir("", "node1", "/scratch/ck-a"), "");  // no job: nothing outlives it
   ::setenv("TRAIN_SNAPSHOT_DIR", "/tmp/snaps", 1);
-  EXPECT_EQ(train::detail::snapshot_dir("", "/scratch/ck-a").rfind("/tmp/snaps/", 0), 0u);
+  EXPECT_EQ(train::detail::snapshot_dir("", "node1", "/scratch/ck-a").rfind("/tmp/snaps/", 0), 0u);
   ::unsetenv("TRAIN_SNAPSHOT_DIR");
 }
 
@@ -44,7 +47,7 @@ TEST(Snapshot, WrittenInTheBackgroundAndFoundNewestFirst) {
   train::test::TempDir d("snap");
   SnapshotStore store(d.file("s"), /*keep=*/2);
   for (int64_t step : {10, 20, 30}) {
-    ASSERT_TRUE(store.write_async(bytes_of(step), step));
+    ASSERT_TRUE(store.write_async(snap_bytes(step), step));
     ASSERT_EQ(store.wait(), "");
   }
   EXPECT_EQ(store.written(), 3);
@@ -59,9 +62,9 @@ TEST(Snapshot, WrittenInTheBackgroundAndFoundNewestFirst) {
 TEST(Snapshot, ADamagedNewestSnapshotFallsBackToTheOneBefore) {
   train::test::TempDir d("snap");
   SnapshotStore store(d.file("s"), 2);
-  store.write_async(bytes_of(5), 5);
+  store.write_async(snap_bytes(5), 5);
   store.wait();
-  store.write_async(bytes_of(6), 6);
+  store.write_async(snap_bytes(6), 6);
   store.wait();
   {
     std::fstream f(train::CheckpointDir(d.file("s"), 2).path_for(6), std::ios::in | std::ios::out | std::ios::binary);
@@ -76,7 +79,7 @@ TEST(Snapshot, RemoveAllLeavesNothingOfTheJob) {
   const std::string job = d.file("libtrain-job");
   {
     SnapshotStore store(job + "/run", 2);
-    store.write_async(bytes_of(1), 1);
+    store.write_async(snap_bytes(1), 1);
     store.remove_all();
   }
   EXPECT_FALSE(train::files::exists(job + "/run"));
@@ -86,7 +89,7 @@ TEST(Snapshot, RemoveAllLeavesNothingOfTheJob) {
 TEST(Snapshot, OneProcessTakesItsSnapshotOnlyWhenNewerThanTheCheckpoint) {
   train::test::TempDir d("snap");
   SnapshotStore store(d.file("s"), 2);
-  store.write_async(bytes_of(40), 40);
+  store.write_async(snap_bytes(40), 40);
   store.wait();
   auto newer = train::detail::share_newest_snapshot(nullptr, torch::kCPU, &store, /*newer_than=*/30);
   EXPECT_EQ(newer.step, 40);
@@ -103,8 +106,8 @@ TEST(Snapshot, EveryRankGetsTheNewestSnapshotAnyNodeHolds) {
   train::test::TempDir d("snap");
   std::vector<std::unique_ptr<SnapshotStore>> stores;
   for (int r = 0; r < 3; ++r) stores.push_back(std::make_unique<SnapshotStore>(d.file("node" + std::to_string(r)), 2));
-  stores[1]->write_async(bytes_of(12), 12);
-  stores[2]->write_async(bytes_of(8), 8);
+  stores[1]->write_async(snap_bytes(12), 12);
+  stores[2]->write_async(snap_bytes(8), 8);
   for (auto& s : stores) ASSERT_EQ(s->wait(), "");
   const int port = train::test::free_port();
   std::vector<train::detail::SharedSnapshot> got(3);
@@ -141,6 +144,31 @@ TEST(Snapshot, EveryRankGetsTheNewestSnapshotAnyNodeHolds) {
     ASSERT_EQ(got[r].bytes.size(), expected.size()) << "rank " << r;
     EXPECT_TRUE(std::equal(got[r].bytes.begin(), got[r].bytes.end(), expected.begin())) << "rank " << r;
   }
+}
+
+}  // namespace
+
+namespace {
+
+TEST(SnapshotClock, AFixedIntervalTakesEveryNthStep) {
+  train::detail::SnapshotClock clock(/*every=*/4, /*start=*/10);
+  EXPECT_FALSE(clock.due(13));
+  EXPECT_TRUE(clock.due(14));
+  EXPECT_EQ(clock.propose(/*last_cost=*/5.0, /*train_seconds=*/1.0, /*steps=*/4), 4);  // fixed: cost has no say
+  clock.advance(14, 4);
+  EXPECT_EQ(clock.next(), 18);
+}
+
+TEST(SnapshotClock, AutoKeepsTheCostWithinItsShareOfTheTrainingTime) {
+  using train::detail::SnapshotClock;
+  SnapshotClock clock(std::nullopt, /*start=*/100);
+  EXPECT_EQ(clock.next(), 100 + SnapshotClock::kFirst);
+  EXPECT_EQ(clock.propose(0.0, 1.0, 5), SnapshotClock::kFirst);  // no cost measured yet
+  // 20 ms a snapshot, 0.2 s a step: 0.02 / (0.005 * 0.2) = 20 steps.
+  EXPECT_EQ(clock.propose(0.02, 2.0, 10), 20);
+  // 20 ms a snapshot, 200 us a step (a GPU): 20000 steps, about 4 s of training.
+  EXPECT_EQ(clock.propose(0.02, 0.002, 10), 20000);
+  EXPECT_EQ(clock.propose(1e-9, 100.0, 10), 1);  // never less than every step
 }
 
 }  // namespace

@@ -516,8 +516,11 @@ TEST_F(SlurmTest, KilledRankRestartsInTheAllocationAndFinishesExactly) {
   if (!have_train()) GTEST_SKIP() << "no train program in this build (TRAIN_WITH_TORCH=OFF)";
   test::TempDir dir("slurm-restart", test::job_root());
   mkdir(dir.file("logs").c_str(), 0755);
+  // A checkpoint at step 4 and a snapshot in each node's memory at step 5: the relaunch resumes
+  // from the snapshot, or from the checkpoint where the kill came before the snapshot's write ended.
   const std::vector<std::string> args = {"--epochs", "1", "--limit-train-samples", "1280", "--limit-test-samples",
-                                         "200", "--threads", "1", "--checkpoint-every", "4", "--log-interval", "2"};
+                                         "200", "--threads", "1", "--checkpoint-every", "4", "--snapshot-every", "5",
+                                         "--log-interval", "2"};
   Env env = env_;
   env["TRAIN_FAULT_SIGNAL_AT_STEP"] = "6:KILL:1";
   env["TRAIN_FAULT_LAUNCH"] = "0";
@@ -529,7 +532,9 @@ TEST_F(SlurmTest, KilledRankRestartsInTheAllocationAndFinishesExactly) {
   EXPECT_TRUE(contains(log, "srun: error: node2: task 1: Killed")) << log;
   EXPECT_TRUE(contains(log, "trainctl run: restart 1/3: lost rank on node2 (exit ")) << log;
   EXPECT_TRUE(contains(log, "all nodes kept; relaunching on 2 node(s), 2 task(s), from ")) << log;
-  EXPECT_TRUE(contains(log, "resumed from checkpoints/ddp-" + job.id + "/ckpt-4.pt")) << log;
+  EXPECT_TRUE(contains(log, "resumed from the snapshot of step 5 in rank ") ||
+              contains(log, "resumed from checkpoints/ddp-" + job.id + "/ckpt-4.pt")) << log;
+  EXPECT_TRUE(contains(log, "snapshots in memory: /dev/shm/libtrain-")) << log;
   EXPECT_FALSE(contains(log, ", restart 1: 2 node(s)")) << "no requeue: the same run of the job\n" << log;
   const nlohmann::json done = done_line(log);
   EXPECT_EQ(done.value("event", ""), "done");

@@ -143,6 +143,10 @@ struct CheckpointConfig {
   std::string preempt_signals = "USR2";  ///< --preempt-signal: signals that mean "checkpoint, requeue and resume"
   double time_margin_sec = 60;           ///< --time-margin: checkpoint this long before the SLURM job's end time
   bool requeue = true;                   ///< --no-requeue clears it: under SLURM, `scontrol requeue` after a preemption checkpoint
+  /// --snapshot-every: under SLURM with --checkpoint-dir and --resume auto, each node keeps the
+  /// newest state in its memory every N steps (0: off); unset = auto, as often as costs at most
+  /// 0.5% of the training time.
+  std::optional<int64_t> snapshot_every;
 };
 
 /// What a run writes besides checkpoints: logs, metrics, traces, the final model.
