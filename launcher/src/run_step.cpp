@@ -225,12 +225,53 @@ void settle_state(const std::string& path, const StepReport& r) {
   });
 }
 
+// The last value of `flag` among the program's arguments (`--flag V`, `--flag=V`, or with
+// underscores), as train reads it: its last copy wins. "" when absent.
+std::string flag_value(const std::vector<std::string>& args, const std::string& flag) {
+  std::string under = flag;
+  for (size_t i = 2; i < under.size(); ++i) {
+    if (under[i] == '-') under[i] = '_';
+  }
+  std::string value;
+  for (size_t i = 0; i < args.size(); ++i) {
+    for (const std::string& f : {flag, under}) {
+      if (args[i] == f && i + 1 < args.size()) value = args[i + 1];
+      if (args[i].rfind(f + "=", 0) == 0) value = args[i].substr(f.size() + 1);
+    }
+  }
+  return value;
+}
+
+std::string absolute_path(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  char buf[4096];
+  const char* cwd = ::getcwd(buf, sizeof(buf));
+  return files::join(cwd ? cwd : ".", path);
+}
+
+// The record from the job's start, before train runs: the folders its arguments name, so that
+// `trainctl status` finds them while the first launch starts (train writes the same, and more).
+void start_record(const std::string& path, const std::vector<std::string>& program) {
+  if (path.empty()) return;
+  RunRecord::update(path, [&](RunRecord& rec) {
+    rec.job_id = env_or("SLURM_JOB_ID");
+    if (rec.state.empty()) rec.state = "starting";
+    const std::string ck = flag_value(program, "--checkpoint-dir");
+    if (!ck.empty()) rec.checkpoint_dir = absolute_path(ck);
+    const std::string tb = flag_value(program, "--tensorboard");
+    if (!tb.empty()) rec.tensorboard_dir = absolute_path(tb);
+    const std::string metrics = flag_value(program, "--metrics");
+    if (!metrics.empty()) rec.metrics_file = absolute_path(metrics);
+  });
+}
+
 }  // namespace
 
 int run_step(const RunRequest& request) {
   check_inside_allocation(request);
   install_handlers();
   const std::string record = RunRecord::path_from_env();
+  start_record(record, request.program);
   LaunchShape shape = job_shape([](const std::string& name) { return env_or(name); });
   StepWatch watch(record, request.max_restarts);
   std::optional<PastFailure> previous;

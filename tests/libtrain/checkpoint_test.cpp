@@ -367,7 +367,7 @@ TEST(Checkpoint, SigtermCheckpointsAndStopsWithoutRequeue) {
             std::string::npos) << r.err;
   const std::string called = train::test::read_text(calls);
   EXPECT_NE(called.find("squeue"), std::string::npos) << "the job's end time is asked for";
-  EXPECT_EQ(called.find("scontrol"), std::string::npos) << called;
+  EXPECT_EQ(called.find("scontrol requeue"), std::string::npos) << called;  // (scontrol show config: the checkpoint budget)
   // The checkpoint it wrote resumes to the uninterrupted result.
   auto fin = run_program({"bash", "-c", train_cmd(ck)}, {}, 300);
   ASSERT_EQ(fin.exit_code, 0) << fin.err;

@@ -333,11 +333,15 @@ TEST_F(Workflow, SuiteJobsStayOutOfTheProjectsStatusAndArraysShowAsSqueueDoes) {
 TEST_F(Workflow, StatusLogsFollowAndCancelWithSignalOnARunningJob) {
   test::TempDir dir("workflow-jobs", test::job_root());
   write_text(dir.file("long.sh"), kLongProgram, 0755);
+  // The script runs its program under trainctl run (TRAINCTL_BIN: the program's folder has none),
+  // which starts the run record with the folders the program's arguments name.
+  Env with_trainctl = env_;
+  with_trainctl["TRAINCTL_BIN"] = bin("trainctl");
   const auto submit = run_in(dir.path(),
                              {bin("trainctl"), "sbatch", "--job-name", "wf", "--nodes", "2", "--ntasks-per-node", "1",
                               "--time", "5", "--output", "logs/out%j.log", "--error", "logs/err%j.log",
                               "--per-rank-logs", "--program", dir.file("long.sh"), "--no-preflight", "--submit"},
-                             env_);
+                             with_trainctl);
   ASSERT_EQ(submit->exit_code(), 0) << submit->err();
   const std::string id = test::last_line(submit->out());
   ASSERT_FALSE(id.empty()) << submit->out();
@@ -431,12 +435,15 @@ TEST_F(Workflow, InteractiveRunsTheSetupLinesOnTheAllocation) {
 TEST_F(Workflow, CancelWithSignalStopsASweepCheckpointingTheRunningTask) {
   test::TempDir dir("workflow-sweep-cancel", test::job_root());
   write_text(dir.file("long.sh"), kLongProgram, 0755);
-  // Three tasks one at a time: task 0 runs, tasks 1 and 2 wait for the throttle.
+  // Three tasks one at a time: task 0 runs, tasks 1 and 2 wait for the throttle. Under trainctl run
+  // (TRAINCTL_BIN), which starts the run record with the program's checkpoint folder.
+  Env with_trainctl = env_;
+  with_trainctl["TRAINCTL_BIN"] = bin("trainctl");
   const auto submit = run_in(dir.path(),
                              {bin("trainctl"), "sweep", "--param", "lr=1,2,3", "--throttle", "1", "--output-dir", "runs",
                               "--program", dir.file("long.sh"), "--no-preflight", "--time", "5", "--job-name", "wsc",
                               "--submit"},
-                             env_);
+                             with_trainctl);
   ASSERT_EQ(submit->exit_code(), 0) << submit->err();
   const std::string id = test::last_line(submit->out());
   CancelAtExit guard{id, env_};
