@@ -135,7 +135,7 @@ std::unique_ptr<torch::serialize::InputArchive> CheckpointSession::find_resume(s
 
 std::unique_ptr<torch::serialize::InputArchive> CheckpointSession::newer_snapshot(int64_t checkpoint_step,
                                                                                   std::string& path) const {
-  if (!snapshots_.store) return nullptr;
+  if (!snapshots_.active) return nullptr;
   const auto t0 = Clock::now();
   SharedSnapshot snap = share_newest_snapshot(pg_, device_, snapshots_.store.get(), checkpoint_step);
   if (snap.step < 0) return nullptr;
@@ -146,7 +146,8 @@ std::unique_ptr<torch::serialize::InputArchive> CheckpointSession::newer_snapsho
     throw CheckpointError("the snapshot of step " + std::to_string(snap.step) + " (rank " + std::to_string(snap.holder) +
                               "'s node): checksum verified but the archive does not parse (" +
                               std::string(e.what()).substr(0, 200) + ").",
-                          "this is a bug; remove " + snapshots_.store->dir() + " to resume from the checkpoint instead.");
+                          "this is a bug; remove the run's folder under /dev/shm (or TRAIN_SNAPSHOT_DIR) to resume "
+                          "from the checkpoint instead.");
   }
   path = "the snapshot of step " + std::to_string(snap.step) + " in rank " + std::to_string(snap.holder) +
          "'s node's memory (the newest checkpoint: " + (checkpoint_step >= 0 ? "step " + std::to_string(checkpoint_step) : "none") +
@@ -158,14 +159,15 @@ void CheckpointSession::enable_snapshots(const DistEnv& env, std::optional<int64
   if (!dir_ || resume_ != ResumeMode::automatic || (every && *every == 0)) return;
   const std::string where = snapshot_dir(env.job_id, env.host, dir_->dir());
   if (where.empty()) return;
+  snapshots_.active = true;  // on every rank alike: the snapshot's collectives need them all
+  snapshots_.every = every;
   try {
     snapshots_.store = std::make_unique<SnapshotStore>(where, /*keep=*/2);
   } catch (const Error& e) {
-    log::warn(std::string("no snapshots in memory: ") + e.what());
+    log::warn(std::string("no snapshots in this node's memory: ") + e.what());
     return;
   }
   snapshots_.writer = env.local_rank == 0;
-  snapshots_.every = every;
   log::info("snapshots in memory: " + snapshots_.store->dir() + " on each node, " +
             (every ? "every " + std::to_string(*every) + " steps" : std::string("auto (at most 0.5% of the training time)")));
 }
@@ -190,7 +192,7 @@ void CheckpointSession::snapshot(TrainingState& state, const Progress& progress,
   if (pg_) pg_->allreduce_sum(t);
   const at::Tensor mean = t.narrow(0, 0, 1).reshape({}) / static_cast<double>(pg_ ? pg_->size() : 1);
   s.clock.advance(step, static_cast<int64_t>(t[1].item<double>()));
-  if (s.writer) {
+  if (s.writer && s.store) {
     CheckpointBytes bytes = serialize_checkpoint(state, progress, mean, device_);
     s.store->write_async(bytes.data, step);
   }
@@ -200,6 +202,7 @@ void CheckpointSession::snapshot(TrainingState& state, const Progress& progress,
 }
 
 void CheckpointSession::drop_snapshots() {
+  snapshots_.active = false;
   if (!snapshots_.store) return;
   if (snapshots_.writer) {
     log::info("snapshots: " + std::to_string(snapshots_.store->written()) + " written, " +

@@ -97,7 +97,7 @@ class CheckpointSession {
   /// After resume(): the snapshots' clock starts at optimizer step `step`.
   void start_snapshots(int64_t step);
   /// Whether the ranks take a snapshot after optimizer step `step` (the same answer on every rank).
-  bool snapshot_due(int64_t step) const { return snapshots_.store && snapshots_.clock.due(step); }
+  bool snapshot_due(int64_t step) const { return snapshots_.active && snapshots_.clock.due(step); }
   /// Every rank, at a step snapshot_due() named, with the state at `progress`: one all-reduce gives
   /// the ranks' mean loss sum and
   /// rank 0's choice of the next snapshot's step; the node's writer then serializes `state` and
@@ -116,8 +116,11 @@ class CheckpointSession {
   std::unique_ptr<torch::serialize::InputArchive> newer_snapshot(int64_t checkpoint_step, std::string& path) const;
   void check_measured_budget(int64_t step, double seconds);
 
-  // Snapshots in this node's memory: the store (null: off), whether this rank writes them, when.
+  // Snapshots in this node's memory: whether the run takes them (the same on every rank, so the
+  // collectives match), this node's store (null where its folder could not be made), whether this
+  // rank writes them, when.
   struct Snapshots {
+    bool active = false;
     std::unique_ptr<SnapshotStore> store;
     bool writer = false;
     std::optional<int64_t> every;          // --snapshot-every (unset: auto)
