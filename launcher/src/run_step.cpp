@@ -265,6 +265,21 @@ void start_record(const std::string& path, const std::vector<std::string>& progr
   });
 }
 
+// After a step that failed for good, the snapshots its ranks left in the nodes' memory (train
+// removes them itself when a run ends; a failed one leaves them for a restart): one task a node
+// removes the job's folder, so that no snapshot outlives the job. Errors are ignored.
+void remove_snapshots(const LaunchShape& shape, const StepReport& report) {
+  const std::string job = env_or("SLURM_JOB_ID");
+  if (job.empty() || report.got_term || !env_or("TRAIN_SNAPSHOT_DIR").empty()) return;
+  std::string nodes;
+  for (const std::string& n : shape.nodes()) nodes += (nodes.empty() ? "" : ",") + n;
+  if (nodes.empty()) return;
+  const std::string dir = "/dev/shm/libtrain-" + std::to_string(::getuid()) + "-" + job;
+  run_command({"srun", "--quiet", "--nodelist=" + nodes, "--nodes=" + std::to_string(shape.nodes().size()),
+               "--ntasks-per-node=1", "rm", "-rf", dir},
+              "", 30);
+}
+
 }  // namespace
 
 int run_step(const RunRequest& request) {
@@ -286,6 +301,10 @@ int run_step(const RunRequest& request) {
     if (!d.restart) {
       if (!d.why.empty()) say(d.why + ".");
       settle_state(record, report);
+      const int code = step_exit_code(report);
+      const bool ended_by_train = code == train_exit::kDone || code == train_exit::kPreempted ||
+                                  code == train_exit::kInterrupted || code == train_exit::kTerminated;
+      if (!ended_by_train) remove_snapshots(shape, report);
       return step_exit_code(report);
     }
     if (d.exclude) shape = without_nodes(shape, d.nodes);

@@ -25,6 +25,7 @@
 #include "test_process.h"
 #include "slurm_util.h"
 #include "test_util.h"
+#include "train/files.h"
 #include "train/run_record.h"
 
 namespace train {
@@ -567,6 +568,10 @@ TEST_F(SlurmTest, ABugIsNotRestartedAndTheLogSaysWhy) {
                             "not restarted")) << log;
   EXPECT_FALSE(contains(log, "trainctl run: restart")) << log;
   EXPECT_TRUE(contains(log, "training failed: exit code 1 ")) << log;
+  // The ranks made the job's snapshot folders in the nodes' memory; trainctl run removed them.
+  EXPECT_TRUE(contains(log, "snapshots in memory: /dev/shm/libtrain-")) << log;
+  EXPECT_FALSE(files::exists("/dev/shm/libtrain-" + std::to_string(::getuid()) + "-" + job.id))
+      << "a failed job's snapshots outlived it";
 }
 
 // kill -9 of one rank in a script made with --max-restarts 0: the job ends soon (well within
