@@ -131,6 +131,16 @@ std::string last_line(const std::string& text) {
   return nl == std::string::npos ? s : s.substr(nl + 1);
 }
 
+std::string event_line(const std::string& text) {
+  std::string found;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("{\"event\"", 0) == 0) found = line;
+  }
+  while (!found.empty() && (found.back() == '\r' || found.back() == ' ')) found.pop_back();
+  return found;
+}
+
 std::string fashion_mnist_dir() {
   const char* env = std::getenv("TRAIN_FASHION_MNIST_DIR");
   const char* d = env != nullptr && *env != '\0' ? env : "/usr/share/datasets/fashion-mnist";

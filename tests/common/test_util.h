@@ -51,6 +51,12 @@ std::string bin(const std::string& name);
 /// The last non-empty line of `text`.
 std::string last_line(const std::string& text);
 
+/// The last line of `text` that starts with `{"event"` (train's done, preempted, ... line), or ""
+/// when there is none. A SLURM job's output file merges train's stdout (the event line) and its
+/// stderr (the log) through two separate streams, so a log line may land after the event line:
+/// tests that read a job's output look for the event line, not the last line.
+std::string event_line(const std::string& text);
+
 /// A TCP port on 127.0.0.1 that the OS just handed out (bound to port 0, then released), for a
 /// rendezvous in a test. Never derive ports from pids or fixed numbers.
 int free_port();

@@ -172,7 +172,7 @@ TEST_F(SlurmHealthTest, ASlowNodeIsNamedAndLeftOutAndTheJobFinishesOnFewerNodes)
   EXPECT_TRUE(contains(log, "trainctl run: restart 1/3: node failed health check on node2 (exit 69), left out node2; "
                             "relaunching on 1 node(s), 1 task(s)")) << log;
   EXPECT_TRUE(contains(log, "health check: 1 node(s), 1 rank(s)")) << log;
-  const auto done = nlohmann::json::parse(test::last_line(log), nullptr, false);
+  const auto done = nlohmann::json::parse(test::event_line(log), nullptr, false);
   ASSERT_FALSE(done.is_discarded()) << log;
   EXPECT_EQ(done.value("event", ""), "done");
   EXPECT_EQ(done.value("world_size", 0), 1);
@@ -238,7 +238,7 @@ TEST_F(SlurmHealthTest, ExcludeBadNodesRequeuesTheJobWithoutTheSlowNode) {
   // No rank of the requeued run is on node2 (SLURM may start the job's tasks on node1 alone).
   const size_t restart = log.find("restart 1:");
   EXPECT_FALSE(restart == std::string::npos || contains(log.substr(restart), " node2]")) << log;
-  const auto done = nlohmann::json::parse(test::last_line(log), nullptr, false);
+  const auto done = nlohmann::json::parse(test::event_line(log), nullptr, false);
   ASSERT_FALSE(done.is_discarded()) << log;
   EXPECT_EQ(done.value("event", ""), "done");
   EXPECT_GE(done.value("world_size", 0), 1);
@@ -269,7 +269,7 @@ TEST_F(SlurmHealthTest, TwoRanksPerNodeMeasureWithinAndBetweenNodes) {
   EXPECT_TRUE(is_positive_number(gbps_after(log, "between nodes (2 ranks, the lowest of each node), 4 MB, gloo: "))) << log;
   EXPECT_TRUE(is_positive_number(gbps_after(log, "over all 4 rank(s), 4 MB, gloo: "))) << log;
   EXPECT_TRUE(contains(log, "health check passed")) << log;
-  const auto done = nlohmann::json::parse(test::last_line(log), nullptr, false);
+  const auto done = nlohmann::json::parse(test::event_line(log), nullptr, false);
   ASSERT_FALSE(done.is_discarded()) << log;
   EXPECT_EQ(done.value("event", ""), "done");
   EXPECT_EQ(done.value("world_size", 0), 4);
@@ -319,7 +319,7 @@ TEST_F(SlurmHealthTest, GeneratedScriptWithHealthCheckAndInterfaceTrains) {
   EXPECT_TRUE(contains(log, "node1")) << log;
   EXPECT_TRUE(contains(log, "node2")) << log;
   EXPECT_FALSE(contains(log, "BAD:")) << log;
-  const auto done = nlohmann::json::parse(test::last_line(log), nullptr, false);
+  const auto done = nlohmann::json::parse(test::event_line(log), nullptr, false);
   ASSERT_FALSE(done.is_discarded()) << log;
   EXPECT_EQ(done.value("event", ""), "done") << log;
   EXPECT_EQ(done.value("world_size", 0), 2) << log;

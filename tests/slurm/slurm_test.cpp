@@ -159,13 +159,13 @@ std::string job_state(const std::string& id, const Env& env, const std::string& 
   return line.substr(s + 9, line.find(' ', s) - s - 9);
 }
 
-/// The trainer's done line: the log's last non-empty line, parsed.
+/// The trainer's done line: the log's last line that starts with {"event" (test::event_line), parsed.
 nlohmann::json done_line(const std::string& log) {
-  const std::string last = test::last_line(log);
+  const std::string last = test::event_line(log);
   try {
     return nlohmann::json::parse(last);
   } catch (const std::exception&) {
-    ADD_FAILURE() << "the log's last line is not the done line: '" << last << "'\nlog:\n" << log;
+    ADD_FAILURE() << "the log has no event line: '" << last << "'\nlog:\n" << log;
     return nlohmann::json::object();
   }
 }
