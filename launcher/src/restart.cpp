@@ -309,8 +309,21 @@ std::string describe_restart(const RestartEntry& e, int max_restarts) {
                   ": " + e.cause + (e.nodes.empty() ? "" : " on " + join(e.nodes)) + " (exit " +
                   std::to_string(e.exit_code) + "), " +
                   (e.excluded ? "left out " + join(e.nodes) : std::string("all nodes kept"));
-  if (e.resumed_step >= 0) s += "; resumed from step " + std::to_string(e.resumed_step);
+  if (e.resumed_step >= 0) {
+    s += "; resumed from " + (e.launch.source.empty() ? std::string("step ") : "the " + e.launch.source + " of step ") +
+         std::to_string(e.resumed_step);
+  }
   if (e.seconds > 0) s += ", " + text::format("%.1f", e.seconds) + " s after the failure";
+  const LaunchTimes& l = e.launch;
+  if (e.seconds > 0 && e.relaunched > 0 && l.started > 0 && l.connecting > 0 && l.connected > 0 && l.loaded > 0 &&
+      l.training > 0) {
+    const auto part = [](const char* name, double from, double to) {
+      return std::string(name) + " " + text::format("%.1f", std::max(0.0, to - from)) + " s";
+    };
+    s += " (" + part("relaunch", e.time, e.relaunched) + ", " + part("process start", e.relaunched, l.started) + ", " +
+         part("set-up", l.started, l.connecting) + ", " + part("rendezvous", l.connecting, l.connected) + ", " +
+         part("state load", l.connected, l.loaded) + ", " + part("first step", l.loaded, l.training) + ")";
+  }
   return s;
 }
 

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -58,6 +59,7 @@ void install_handlers() {
 // A relaunch waiting to be seen training: its run-record entry is completed once train writes the record.
 struct PendingRestart {
   int index = -1;  // into the record's restarts
+  int launch = 0;  // the relaunch's number (TRAIN_RESTART_COUNT)
   double failed_at = 0;
   double launched_at = 0;
 };
@@ -95,8 +97,8 @@ void StepWatch::feed(const std::string& chunk, StepReport& report) {
   }
 }
 
-// Once train has written the record after a relaunch, the restart's entry gets the step it resumed
-// from and the seconds from the failure to then.
+// Once the relaunch has trained its first step (train's record says so), the restart's entry gets
+// the launch's times, the step it resumed from and the seconds from the failure to then.
 void StepWatch::check_record(std::optional<PendingRestart>& pending) {
   if (!pending || record_.empty()) return;
   std::optional<RunRecord> r;
@@ -105,15 +107,17 @@ void StepWatch::check_record(std::optional<PendingRestart>& pending) {
   } catch (const std::exception&) {
     return;  // a damaged record: the next look may find it whole
   }
-  if (!r || r->updated <= pending->launched_at || r->state != "running") return;
+  if (!r || r->launch.number != pending->launch || r->launch.training <= 0 || r->state != "running") return;
   const int index = pending->index;
-  const double seconds = now_seconds() - pending->failed_at;
+  const PendingRestart p = *pending;
   RestartEntry done;
   const std::string error = RunRecord::update(record_, [&](RunRecord& rec) {
     if (index >= static_cast<int>(rec.restarts.size())) return;
     RestartEntry& e = rec.restarts[index];
-    e.resumed_step = rec.step;
-    e.seconds = seconds;
+    e.launch = rec.launch;
+    e.relaunched = p.launched_at;
+    e.resumed_step = rec.launch.resumed_step;
+    e.seconds = std::max(0.0, rec.launch.training - p.failed_at);
     done = e;
   });
   if (error.empty() && done.number > 0) say(describe_restart(done, max_) + " (training again)");
@@ -200,15 +204,14 @@ void check_inside_allocation(const RunRequest& request) {
   }
 }
 
-// The run record's step when the step ended (-1 unknown), and its newest checkpoint's step.
-std::pair<int64_t, int64_t> record_steps(const std::string& path) {
-  if (path.empty()) return {-1, -1};
+// The run record when the step ended (std::nullopt: none or unreadable).
+std::optional<RunRecord> record_at_end(const std::string& path) {
+  if (path.empty()) return std::nullopt;
   try {
-    const std::optional<RunRecord> r = RunRecord::load(path);
-    if (r) return {r->step, checkpoint_step(r->last_checkpoint)};
+    return RunRecord::load(path);
   } catch (const std::exception&) {
+    return std::nullopt;
   }
-  return {-1, -1};
 }
 
 // The run record's state once no launch follows, where train left it "running" (a rank was lost
@@ -295,7 +298,8 @@ int run_step(const RunRequest& request) {
     const double launched_at = now_seconds();
     if (pending) pending->launched_at = launched_at;
     const StepReport report = watch.launch(srun_command(shape, request.srun_args, request.program), launch, pending);
-    const auto [step, checkpoint] = record_steps(record);
+    const std::optional<RunRecord> at_end = record_at_end(record);
+    const int64_t step = at_end ? at_end->step : -1;
     const RestartDecision d = decide_restart(report, step, previous, launch, request.max_restarts,
                                              down_nodes(report), static_cast<int>(shape.nodes().size()));
     if (!d.restart) {
@@ -315,6 +319,10 @@ int run_step(const RunRequest& request) {
     entry.excluded = d.exclude;
     entry.exit_code = step_exit_code(report);
     entry.time = watch.failed_at();
+    if (at_end && at_end->progress_time > 0) {
+      entry.failed_step = at_end->progress_step;
+      entry.failed_step_time = at_end->progress_time;
+    }
     int index = -1;
     if (!record.empty()) {
       const std::string error = RunRecord::update(record, [&](RunRecord& rec) {
@@ -324,11 +332,12 @@ int run_step(const RunRequest& request) {
       });
       if (!error.empty()) say("warning: the run record " + record + " could not be written: " + error);
     }
-    pending = PendingRestart{index, watch.failed_at(), 0};
+    pending = PendingRestart{index, launch + 1, watch.failed_at(), 0};
+    const int64_t reached = at_end && at_end->progress_time > 0 ? at_end->progress_step : step;
     say(describe_restart(entry, request.max_restarts) + "; relaunching on " +
-        std::to_string(shape.nodes().size()) + " node(s), " + std::to_string(shape.tasks()) + " task(s), from " +
-        (checkpoint >= 0 ? "the checkpoint of step " + std::to_string(checkpoint) : std::string("the newest state")) +
-        (step >= 0 ? " (train had reached step " + std::to_string(step) + ")" : "") + ", " +
+        std::to_string(shape.nodes().size()) + " node(s), " + std::to_string(shape.tasks()) +
+        " task(s), from the newest snapshot or checkpoint" +
+        (reached >= 0 ? " (train had reached step " + std::to_string(reached) + ")" : "") + ", " +
         std::to_string(static_cast<int>(now_seconds() - watch.failed_at() + 0.5)) + " s after the failure.");
     previous = PastFailure{d.cause, step};
   }

@@ -103,7 +103,7 @@ void CheckpointSession::collect(bool wait) {
 
 // With --resume auto, rank 0 picks the newest valid checkpoint and tells the others its step, so
 // every rank resumes from the same file.
-std::unique_ptr<torch::serialize::InputArchive> CheckpointSession::find_resume(std::string& path) const {
+std::unique_ptr<torch::serialize::InputArchive> CheckpointSession::find_resume(std::string& path, bool& snapshot) const {
   if (resume_ == ResumeMode::path) {
     path = resume_path_;
     return CheckpointDir::load_file(path, device_);
@@ -125,7 +125,10 @@ std::unique_ptr<torch::serialize::InputArchive> CheckpointSession::find_resume(s
     chosen = t.cpu().item<int64_t>();
   }
   // A snapshot in a node's memory newer than the checkpoint wins (every rank takes part).
-  if (auto newer = newer_snapshot(chosen, path)) return newer;
+  if (auto newer = newer_snapshot(chosen, path)) {
+    snapshot = true;
+    return newer;
+  }
   if (pg_ && rank_ != 0 && chosen >= 0) {
     path = dir_->path_for(chosen);
     archive = CheckpointDir::load_file(path, device_);
@@ -249,9 +252,11 @@ void CheckpointSession::check_measured_budget(int64_t step, double seconds) {
 
 std::string CheckpointSession::resume(TrainingState& state) {
   std::string path;
-  std::unique_ptr<torch::serialize::InputArchive> archive = find_resume(path);
+  bool snapshot = false;
+  std::unique_ptr<torch::serialize::InputArchive> archive = find_resume(path, snapshot);
   if (!archive) return "";
   apply(*archive, path, state);
+  resumed_source_ = snapshot ? "snapshot" : "checkpoint";
   return path;
 }
 

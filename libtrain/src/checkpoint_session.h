@@ -86,6 +86,8 @@ class CheckpointSession {
   /// train::CheckpointError for a checkpoint of another model or data set. Returns its path, or
   /// "" when the run starts fresh.
   std::string resume(TrainingState& state);
+  /// What resume() loaded: "snapshot", "checkpoint", or "" (nothing: a fresh start).
+  const std::string& resumed_source() const { return resumed_source_; }
 
   /// Seconds training waited for checkpoints (rank 0: the state's copy; files are written in the background).
   double waited_seconds() const { return waited_seconds_; }
@@ -112,7 +114,7 @@ class CheckpointSession {
   void check_budget(const TrainingState& state, const CheckpointDeadlines& deadlines);
 
  private:
-  std::unique_ptr<torch::serialize::InputArchive> find_resume(std::string& path) const;
+  std::unique_ptr<torch::serialize::InputArchive> find_resume(std::string& path, bool& snapshot) const;
   std::unique_ptr<torch::serialize::InputArchive> newer_snapshot(int64_t checkpoint_step, std::string& path) const;
   void check_measured_budget(int64_t step, double seconds);
 
@@ -140,6 +142,7 @@ class CheckpointSession {
   std::optional<int64_t> every_;
   ResumeMode resume_;
   std::string resume_path_;
+  std::string resumed_source_;
   int rank_;
   at::Device device_;
   ProcessGroup* pg_ = nullptr;

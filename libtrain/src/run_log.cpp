@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <cstdlib>
 #include <filesystem>
 #include <set>
 
@@ -52,10 +53,21 @@ void RunRecordWriter::update(const Edit& edit) {
             "(TRAIN_RUN_RECORD, or .train/runs/ in the job's submit folder).");
 }
 
+namespace {
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
 void RunRecordWriter::start(const TrainConfig& config, const DistEnv& env) {
   std::vector<std::string> nodes = env.nodes;
   if (nodes.empty() && env.num_nodes <= 1 && !env.host.empty()) nodes = {env.host};
+  const char* launch = std::getenv("TRAIN_RESTART_COUNT");
+  LaunchTimes times;
+  times.number = launch != nullptr ? std::atoi(launch) : 0;
+  if (!path_.empty() && rank_ == 0) times.started = process_start_time();
   update([&](RunRecord& r) {
+    r.launch = times;
     r.state = "running";
     if (r.job_id.empty()) r.job_id = env.job_id;
     r.checkpoint_dir = absolute(config.checkpoint.dir);
@@ -71,6 +83,36 @@ void RunRecordWriter::checkpoint(const std::string& path, int64_t step, int epoc
     r.last_checkpoint = absolute(path);
     r.step = step;
     r.epoch = epoch;
+  });
+}
+
+void RunRecordWriter::connecting() {
+  update([](RunRecord& r) { r.launch.connecting = unix_now(); });
+}
+
+void RunRecordWriter::connected() {
+  update([](RunRecord& r) { r.launch.connected = unix_now(); });
+}
+
+void RunRecordWriter::loaded(const std::string& source, int64_t step) {
+  update([&](RunRecord& r) {
+    r.launch.loaded = unix_now();
+    r.launch.source = source;
+    r.launch.resumed_step = step;
+  });
+}
+
+void RunRecordWriter::progress(int64_t step, bool force) {
+  if (path_.empty() || rank_ != 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (trained_ && !force && now - last_progress_ < std::chrono::seconds(1)) return;
+  last_progress_ = now;
+  const bool first = !trained_;
+  trained_ = true;
+  update([&](RunRecord& r) {
+    r.progress_step = step;
+    r.progress_time = unix_now();
+    if (first) r.launch.training = r.progress_time;
   });
 }
 

@@ -32,8 +32,9 @@ class TrainDevice;
 struct RollCallRecord;
 
 /// Rank 0's run record (train/run_record.h) at RunRecord::path_from_env(): written at the start
-/// of training, after each durable checkpoint and at the end. A write that fails warns once and
-/// never stops training.
+/// of training, at each point of the launch's start (LaunchTimes), after each durable checkpoint,
+/// with the step's progress at most once a second, and at the end. A write that fails warns once
+/// and never stops training.
 class RunRecordWriter {
  public:
   /// `path` "" (no record) or the record's file; only rank 0 writes.
@@ -42,6 +43,15 @@ class RunRecordWriter {
   void start(const TrainConfig& config, const DistEnv& env);
   /// A checkpoint became durable.
   void checkpoint(const std::string& path, int64_t step, int epoch);
+  /// The launch's points: data and model ready, the rendezvous about to begin.
+  void connecting();
+  /// The process group is up.
+  void connected();
+  /// The resume found `source` ("snapshot", "checkpoint" or "") at optimizer step `step`.
+  void loaded(const std::string& source, int64_t step);
+  /// An optimizer step ended: the launch's first one is recorded, later ones at most once a second
+  /// (`force`: now, e.g. at a snapshot). Cheap when nothing is written.
+  void progress(int64_t step, bool force = false);
   /// The run ended: "done", "preempted", "cancelled", "nonfinite" or "failed".
   void end(const std::string& state, std::optional<int64_t> step = std::nullopt, std::optional<int> epoch = std::nullopt);
 
@@ -52,6 +62,8 @@ class RunRecordWriter {
   std::string path_;
   int rank_;
   bool warned_ = false;
+  bool trained_ = false;  // the launch's first step was recorded
+  std::chrono::steady_clock::time_point last_progress_{};
 };
 
 /// The run's end state for the record: "done", "preempted", "cancelled" or "nonfinite".

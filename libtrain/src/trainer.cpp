@@ -172,6 +172,7 @@ void Trainer::Run::connect() {
   f.peer_access_to_other = env.local_world_size == 2 && dev->peer_access(1 - env.local_rank);
   plan = detail::plan_comm(c, f);
   detail::check_stall_timeout(c.distributed.stall_timeout_sec.value_or(0), c.distributed.timeout_sec);
+  run_log->record().connecting();
   if (env.world_size > 1 || c.distributed.ddp_single_rank) {
     if (!plan.why.empty()) log::info(plan.why);
     DistEnv e = env;
@@ -200,8 +201,10 @@ void Trainer::Run::connect() {
 
 // Resume before DDP is built: its broadcast then spreads rank 0's restored weights.
 void Trainer::Run::resume() {
+  run_log->record().connected();  // the group is up, --health-check passed
   checkpoints->enable_snapshots(env, c.checkpoint.snapshot_every);
   const std::string path = checkpoints->resume(state);
+  run_log->record().loaded(checkpoints->resumed_source(), prog().step);
   checkpoints->start_snapshots(prog().step);
   if (path.empty()) return;
   schedule->resume(prog().lr);

@@ -47,6 +47,7 @@ void Trainer::Run::take_snapshot() {
   Progress p = prog();
   p.lr = schedule->lr();
   checkpoints->snapshot(state, p, state.loss_sum);
+  run_log->record().progress(p.step, /*force=*/true);  // a restart resumes from here: its step is known
 }
 
 // Rank 0, on the training thread, once a checkpoint is durable.

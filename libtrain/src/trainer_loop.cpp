@@ -57,6 +57,7 @@ bool Trainer::Run::train_epoch() {
     prog().batches_done = b + 1;
     prog().images_total += len * env.world_size;
     faults.after_step(prog().step);
+    run_log->record().progress(prog().step);  // at most once a second (trainctl run, the goodput benchmark)
     max_steps_reached = c.run.max_steps && prog().step >= *c.run.max_steps;
     const bool last = b + 1 == batches || c.run.dry_run || max_steps_reached;
     if (run_log->step_done(b, len * env.world_size, last)) {

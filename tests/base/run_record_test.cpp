@@ -6,10 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <string>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace {
@@ -62,7 +64,21 @@ TEST(RunRecord, SavedAndLoadedFieldsAreEqual) {
   e.resumed_step = 110;
   e.seconds = 4.5;
   e.time = 1e9;
+  e.failed_step = 117;
+  e.failed_step_time = 1e9 - 0.25;
+  e.relaunched = 1e9 + 0.5;
+  e.launch.number = 1;
+  e.launch.started = 1e9 + 1;
+  e.launch.connecting = 1e9 + 2;
+  e.launch.connected = 1e9 + 2.5;
+  e.launch.loaded = 1e9 + 3;
+  e.launch.source = "snapshot";
+  e.launch.resumed_step = 110;
+  e.launch.training = 1e9 + 4;
   r.restarts.push_back(e);
+  r.progress_step = 130;
+  r.progress_time = 1e9 + 10;
+  r.launch = e.launch;
   ASSERT_EQ(r.save(path), "");  // creates .train/runs
   const auto back = train::RunRecord::load(path);
   ASSERT_TRUE(back.has_value());
@@ -83,6 +99,21 @@ TEST(RunRecord, SavedAndLoadedFieldsAreEqual) {
   EXPECT_EQ(back->restarts[0].exit_code, 137);
   EXPECT_EQ(back->restarts[0].resumed_step, 110);
   EXPECT_DOUBLE_EQ(back->restarts[0].seconds, 4.5);
+  EXPECT_EQ(back->restarts[0].failed_step, 117);
+  EXPECT_DOUBLE_EQ(back->restarts[0].failed_step_time, 1e9 - 0.25);
+  EXPECT_DOUBLE_EQ(back->restarts[0].relaunched, 1e9 + 0.5);
+  for (const train::LaunchTimes* l : {&back->restarts[0].launch, &back->launch}) {
+    EXPECT_EQ(l->number, 1);
+    EXPECT_DOUBLE_EQ(l->started, 1e9 + 1);
+    EXPECT_DOUBLE_EQ(l->connecting, 1e9 + 2);
+    EXPECT_DOUBLE_EQ(l->connected, 1e9 + 2.5);
+    EXPECT_DOUBLE_EQ(l->loaded, 1e9 + 3);
+    EXPECT_EQ(l->source, "snapshot");
+    EXPECT_EQ(l->resumed_step, 110);
+    EXPECT_DOUBLE_EQ(l->training, 1e9 + 4);
+  }
+  EXPECT_EQ(back->progress_step, 130);
+  EXPECT_DOUBLE_EQ(back->progress_time, 1e9 + 10);
   train::files::remove_tree(dir);
 }
 
@@ -107,6 +138,42 @@ TEST(RunRecord, UpdateKeepsTheOtherWritersFields) {
   ASSERT_EQ(back->restarts.size(), 1u);
   EXPECT_GT(back->updated, 0.0);
   train::files::remove_tree(dir);
+}
+
+// train (rank 0) and trainctl run edit the same file: with the lock, no edit is lost when both
+// write at once.
+TEST(RunRecord, ConcurrentUpdatesFromTwoProcessesLoseNoEdit) {
+  const std::string dir = temp_dir();
+  const std::string path = dir + "/r.json";
+  constexpr int kEdits = 200;
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    for (int i = 0; i < kEdits; ++i) {
+      train::RunRecord::update(path, [](train::RunRecord& r) { r.progress_step += 1; });
+    }
+    ::_exit(0);
+  }
+  for (int i = 0; i < kEdits; ++i) {
+    train::RunRecord::update(path, [](train::RunRecord& r) { r.restarts.emplace_back(); });
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const auto back = train::RunRecord::load(path);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->progress_step, kEdits);
+  EXPECT_EQ(back->restarts.size(), static_cast<size_t>(kEdits));
+  train::files::remove_tree(dir);
+}
+
+// The process's start comes from /proc: before now, and not long before (this test's process
+// started when ctest ran it).
+TEST(RunRecord, ProcessStartTimeIsThisProcesssExec) {
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double started = train::process_start_time();
+  EXPECT_LE(started, now + 0.05);
+  EXPECT_GT(started, now - 3600) << "a test process that ran for over an hour?";
 }
 
 TEST(RunRecord, AMissingFileIsNoRecordAndAForeignFileIsNamed) {

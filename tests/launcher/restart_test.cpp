@@ -210,6 +210,18 @@ TEST(RestartLaunch, NodeStatesStepsAndTheRestartLine) {
   e.seconds = 6.25;
   EXPECT_EQ(describe_restart(e, 0), "restart 1: lost rank on node2 (exit 137), left out node2; resumed from step 40, "
                                     "6.2 s after the failure");
+  // With the relaunch's times (train's record): its source, and where the seconds went.
+  e.time = 100;
+  e.relaunched = 101;
+  e.launch.started = 101.25;
+  e.launch.connecting = 102;
+  e.launch.connected = 102.5;
+  e.launch.loaded = 102.75;
+  e.launch.source = "snapshot";
+  e.launch.training = 106.25;
+  EXPECT_EQ(describe_restart(e, 3), "restart 1/3: lost rank on node2 (exit 137), left out node2; resumed from the "
+                                    "snapshot of step 40, 6.2 s after the failure (relaunch 1.0 s, process start 0.2 s, "
+                                    "set-up 0.8 s, rendezvous 0.5 s, state load 0.2 s, first step 3.5 s)");
 }
 
 }  // namespace

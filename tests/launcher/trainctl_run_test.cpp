@@ -73,12 +73,16 @@ class FakeAllocation {
   test::TempDir dir_;
 };
 
-// train's side of the run record, as the fake step writes it: state, step and newest checkpoint.
+// train's side of the run record, as the fake step writes it: state, step and newest checkpoint,
+// the progress (two steps past the checkpoint), and the launch's times, resumed from `step`'s snapshot.
 std::string write_record(int step) {
+  const std::string s = std::to_string(step);
   return "python3 -c 'import json,os,sys,time; p=sys.argv[1]; r=json.load(open(p)) if os.path.exists(p) else {}; "
-         "r.update(state=\"running\", step=" + std::to_string(step) + ", last_checkpoint=\"/ck/ckpt-" +
-         std::to_string(step) + ".pt\", updated=time.time()); os.makedirs(os.path.dirname(p), exist_ok=True); "
-         "json.dump(r, open(p, \"w\"))' \"$RECORD\"\n";
+         "t=time.time(); n=int(os.environ[\"TRAIN_RESTART_COUNT\"]); "
+         "r.update(state=\"running\", step=" + s + ", last_checkpoint=\"/ck/ckpt-" + s + ".pt\", progress_step=" + s +
+         "+2, progress_time=t, launch=dict(number=n, started=t, connecting=t+0.01, connected=t+0.02, loaded=t+0.03, "
+         "source=\"snapshot\", resumed_step=" + s + ", training=t+0.04), updated=t); "
+         "os.makedirs(os.path.dirname(p), exist_ok=True); json.dump(r, open(p, \"w\"))' \"$RECORD\"\n";
 }
 
 const char kKilled[] = "echo 'srun: error: node2: task 1: Killed' >&2; exit 137\n";
@@ -88,7 +92,7 @@ TEST(TrainctlRun, ALostRankIsLaunchedAgainAndTheRecordKeepsTheRestart) {
   a.launch(0, write_record(40) + kKilled);
   // The relaunch writes the record as train does, then waits until trainctl run has seen it.
   a.launch(1, write_record(40) +
-                  "for i in $(seq 300); do grep -q '\"resumed_step\": *40' \"$RECORD\" && exit 0; "
+                  "for i in $(seq 300); do grep -q '\"relaunched\": *[1-9]' \"$RECORD\" && exit 0; "
                   "python3 -c 'import select; select.select([],[],[],0.1)'; done; exit 3\n");
   const auto p = a.run({"--max-restarts", "2"});
   EXPECT_EQ(p->exit_code(), 0) << p->err();
@@ -98,9 +102,10 @@ TEST(TrainctlRun, ALostRankIsLaunchedAgainAndTheRecordKeepsTheRestart) {
   EXPECT_EQ(calls[1], "srun --kill-on-bad-exit=1 train --epochs 1 (TRAIN_RESTART_COUNT=1)") << "both nodes kept";
   EXPECT_TRUE(contains(p->err(), "srun: error: node2: task 1: Killed\n")) << "srun's lines pass through: " << p->err();
   EXPECT_TRUE(contains(p->err(), "trainctl run: restart 1/2: lost rank on node2 (exit 137), all nodes kept; relaunching "
-                                 "on 2 node(s), 2 task(s), from the checkpoint of step 40 (train had reached step 40)"))
+                                 "on 2 node(s), 2 task(s), from the newest snapshot or checkpoint (train had reached step 42)"))
       << p->err();
-  EXPECT_TRUE(contains(p->err(), "; resumed from step 40, ")) << p->err();
+  EXPECT_TRUE(contains(p->err(), "; resumed from the snapshot of step 40, ")) << p->err();
+  EXPECT_TRUE(contains(p->err(), " s after the failure (relaunch ")) << p->err();
   const std::optional<RunRecord> r = a.record();
   ASSERT_TRUE(r.has_value());
   ASSERT_EQ(r->restarts.size(), 1u);
@@ -112,6 +117,14 @@ TEST(TrainctlRun, ALostRankIsLaunchedAgainAndTheRecordKeepsTheRestart) {
   EXPECT_EQ(r->restarts[0].resumed_step, 40);
   EXPECT_GT(r->restarts[0].seconds, 0);
   EXPECT_GT(r->restarts[0].time, 0);
+  // The failure's step and the relaunch's times, from train's record (the fake's).
+  EXPECT_EQ(r->restarts[0].failed_step, 42);
+  EXPECT_GT(r->restarts[0].failed_step_time, 0);
+  EXPECT_GE(r->restarts[0].relaunched, r->restarts[0].time);
+  EXPECT_EQ(r->restarts[0].launch.number, 1);
+  EXPECT_EQ(r->restarts[0].launch.source, "snapshot");
+  EXPECT_GE(r->restarts[0].launch.started, r->restarts[0].relaunched);
+  EXPECT_DOUBLE_EQ(r->restarts[0].seconds, r->restarts[0].launch.training - r->restarts[0].time);
 }
 
 TEST(TrainctlRun, ABugIsNotLaunchedAgainAndTheLogSaysWhy) {

@@ -547,6 +547,18 @@ TEST_F(SlurmTest, KilledRankRestartsInTheAllocationAndFinishesExactly) {
   EXPECT_EQ(record->restarts[0].cause, "lost rank");
   EXPECT_EQ(record->restarts[0].nodes, std::vector<std::string>{"node2"});
   EXPECT_FALSE(record->restarts[0].excluded);
+  // Where the recovery's seconds went, from train's own record of the relaunch (in order).
+  const RestartEntry& e = record->restarts[0];
+  EXPECT_EQ(e.launch.number, 1);
+  EXPECT_TRUE(e.launch.source == "snapshot" || e.launch.source == "checkpoint") << e.launch.source;
+  EXPECT_EQ(e.resumed_step, e.launch.source == "snapshot" ? 5 : 4);
+  EXPECT_GE(e.failed_step, e.resumed_step) << "train had reached at least the step it resumed from";
+  const std::vector<double> times = {e.time, e.relaunched, e.launch.started, e.launch.connecting,
+                                     e.launch.connected, e.launch.loaded, e.launch.training};
+  for (size_t i = 1; i < times.size(); ++i) EXPECT_LE(times[i - 1], times[i] + 0.05) << "point " << i << " of the relaunch";
+  EXPECT_GT(e.time, 0);
+  EXPECT_NEAR(e.seconds, e.launch.training - e.time, 1e-6);
+  EXPECT_TRUE(contains(log, " s after the failure (relaunch ")) << log;
   const auto status = run_in(dir.path(), {bin("trainctl"), "status", job.id}, env_, 60);
   EXPECT_TRUE(contains(status->out(), "  restarts    1 in the allocation (trainctl run); last: restart 1: lost rank on "
                                       "node2 (exit ")) << status->out() << status->err();
