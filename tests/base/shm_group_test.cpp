@@ -95,10 +95,10 @@ std::vector<std::string> run_ranks(int world, const Dir& d, const std::function<
 
 std::unique_ptr<ShmGroup> make(const Dir& d, int rank, int world, size_t capacity,
                                std::chrono::milliseconds timeout, std::string* why = nullptr,
-                               bool other_machine = false) {
+                               bool other_machine = false, const std::string& host = "test") {
   return ShmGroup::create(file_exchange(d, rank, other_machine), "t", rank, world, capacity, timeout,
-                          "rank " + std::to_string(rank) + "/" + std::to_string(world) + " on test",
-                          "test", why);
+                          "rank " + std::to_string(rank) + "/" + std::to_string(world) + " on " + host,
+                          host, why);
 }
 
 template <class T>
@@ -147,10 +147,12 @@ TEST(ShmGroup, SumsEveryDtypeInRankOrderOnEveryRank) {
   }
 }
 
+// The dead rank is named with its own node: on a test cluster whose SLURM nodes share one machine
+// (scripts/local-slurm.sh), one segment holds ranks of node1 and node2.
 TEST(ShmGroup, APeerThatExitsIsNamedWithinASecond) {
   Dir d;
   auto reports = run_ranks(2, d, [&](int rank) {
-    auto g = make(d, rank, 2, 4096, 60s);
+    auto g = make(d, rank, 2, 4096, 60s, nullptr, false, "node" + std::to_string(rank + 1));
     if (!g) return std::string("no group");
     if (rank == 1) ::_exit(3);  // dies before the allreduce
     const auto t0 = std::chrono::steady_clock::now();
@@ -164,8 +166,8 @@ TEST(ShmGroup, APeerThatExitsIsNamedWithinASecond) {
     }
     return std::string("no error");
   });
-  EXPECT_NE(reports[0].find("rank 0/2 on test: DDP gradient allreduce (bucket 0) failed"), std::string::npos) << reports[0];
-  EXPECT_NE(reports[0].find("Not responding (dead or frozen): rank 1 on test (pid"), std::string::npos) << reports[0];
+  EXPECT_NE(reports[0].find("rank 0/2 on node1: DDP gradient allreduce (bucket 0) failed"), std::string::npos) << reports[0];
+  EXPECT_NE(reports[0].find("Not responding (dead or frozen): rank 1 on node2 (pid"), std::string::npos) << reports[0];
   EXPECT_NE(reports[0].find("Hint:"), std::string::npos) << reports[0];
   EXPECT_NE(reports[0].find("[fast]"), std::string::npos) << reports[0];
 }

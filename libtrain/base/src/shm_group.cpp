@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -110,6 +111,9 @@ struct ShmGroup::Header {
   int32_t pid[kMaxRanks];
   uint64_t start_time[kMaxRanks];  // with the pid: a reused pid is not mistaken for the rank
   std::atomic<uint32_t> arrivals[kMaxRanks];  // barriers each rank has entered
+  // Each rank's node name (SLURMD_NODENAME): on a test cluster whose nodes share one machine, the
+  // ranks of one segment are on different nodes, and an error must name the dead rank's own.
+  char host[kMaxRanks][64];
 };
 
 // 1. One machine? Every rank publishes its identity and reads everyone's.
@@ -167,6 +171,7 @@ std::unique_ptr<ShmGroup> ShmGroup::create(const Exchange& ex, const std::string
     uint64_t start = 0;
     process_stat(::getpid(), &state, &start);
     g->header_->start_time[rank] = start;
+    std::snprintf(g->header_->host[rank], sizeof(g->header_->host[rank]), "%s", g->host_.c_str());
     g->header_->pid[rank] = static_cast<int32_t>(::getpid());
   }
 
@@ -270,8 +275,9 @@ std::string ShmGroup::peer_exited() const {
     const bool gone = !process_stat(pid, &state, &start) || state == 'Z' || state == 'X' ||
                       start != header_->start_time[r];
     if (gone) {
-      out += (out.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " on " + host_ +
-             " (pid " + std::to_string(pid) + ")";
+      const std::string host(header_->host[r], ::strnlen(header_->host[r], sizeof(header_->host[r])));
+      out += (out.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " on " +
+             (host.empty() ? host_ : host) + " (pid " + std::to_string(pid) + ")";
     }
   }
   return out;
