@@ -82,6 +82,13 @@ void read_train_line(const std::string& line, StepReport& r) {
   if (std::regex_search(line, m, kExclude)) {
     for (const std::string& node : nodes_of(m[1])) add_once(r.unhealthy_nodes, node);
   }
+  // The roll-call of a stall: the groups after the first are the odd ones out ("; rank 1 on node2 in ...").
+  static const std::regex kOddOnes(R"(; ranks? [0-9,\-]+ on ([A-Za-z0-9_.\-]+(,[A-Za-z0-9_.\-]+)*)[ :])");
+  if (has(line, "stalled: ") && has(line, "Roll-call: ")) {
+    for (auto it = std::sregex_iterator(line.begin(), line.end(), kOddOnes); it != std::sregex_iterator(); ++it) {
+      for (const std::string& node : text::split((*it)[1], ',')) add_once(r.stalled_nodes, node);
+    }
+  }
   if (has(line, "Not responding") || has(line, "stalled") || has(line, "roll-call")) {
     for (auto it = std::sregex_iterator(line.begin(), line.end(), kRankOn); it != std::sregex_iterator(); ++it) {
       add_once(r.silent_nodes, (*it)[2]);
@@ -136,7 +143,7 @@ std::optional<RestartDecision> lost_something(const StepReport& r, const std::se
     d.nodes = r.killed_nodes;
   } else if (rc == train_exit::kStalled) {
     d.cause = "stalled rank";
-    d.nodes = r.silent_nodes;
+    d.nodes = r.stalled_nodes.empty() ? r.silent_nodes : r.stalled_nodes;
   } else if (r.broken_connection || !r.silent_nodes.empty()) {
     d.cause = "broken connection";
     d.nodes = r.silent_nodes;

@@ -76,20 +76,12 @@ class StepWatch {
  private:
   void feed(const std::string& chunk, StepReport& report);
   void check_record(std::optional<PendingRestart>& pending);
-  void hasten_end(const StepReport& report);
 
   std::string record_;
   int max_;
   std::string partial_;
   double failed_at_ = 0;
-  std::string step_id_;   // "JOB.STEP" from srun's lines, once it names it
-  bool step_killed_ = false;
 };
-
-// Seconds the other tasks of a step that lost a rank get to end on their own (srun asks them with
-// SIGTERM) before trainctl run kills them: a frozen rank (stopped, or stuck where SIGTERM can't
-// reach) would otherwise hold the restart until SLURM's KillWait.
-constexpr double kLostRankGraceSeconds = 3.0;
 
 void StepWatch::feed(const std::string& chunk, StepReport& report) {
   partial_ += chunk;
@@ -97,11 +89,6 @@ void StepWatch::feed(const std::string& chunk, StepReport& report) {
   while ((nl = partial_.find('\n')) != std::string::npos) {
     const std::string line = partial_.substr(0, nl);
     partial_.erase(0, nl + 1);
-    const std::size_t id = line.find("StepId=");
-    if (id != std::string::npos && step_id_.empty()) {
-      const std::size_t end = line.find_first_not_of("0123456789.", id + 7);
-      step_id_ = line.substr(id + 7, end == std::string::npos ? std::string::npos : end - id - 7);
-    }
     const std::string before = report.first_error;
     const std::size_t killed = report.killed.size() + report.lost_nodes.size();
     const int task_exit = report.task_exit_code;
@@ -111,21 +98,6 @@ void StepWatch::feed(const std::string& chunk, StepReport& report) {
       failed_at_ = now_seconds();
     }
   }
-}
-
-// A step that lost a rank (killed, stalled, its node gone) ends for good: once its other tasks
-// have had kLostRankGraceSeconds to end, the rest are killed (scancel --signal=KILL JOB.STEP), so
-// the restart doesn't wait for a frozen one. A bug's or a preemption's step is left to end alone.
-void StepWatch::hasten_end(const StepReport& report) {
-  if (step_killed_ || failed_at_ == 0 || step_id_.empty() || report.got_term || g_got_term != 0) return;
-  const int rc = step_exit_code(report);
-  const bool lost = report.first_error_lost || !report.killed.empty() || !report.lost_nodes.empty() ||
-                    rc == train_exit::kStalled;
-  if (!lost || rc == train_exit::kPreempted || now_seconds() - failed_at_ < kLostRankGraceSeconds) return;
-  step_killed_ = true;
-  say("the step's other tasks did not end within " + text::format("%.0f", kLostRankGraceSeconds) +
-      " s of the lost rank: killing them (scancel --signal=KILL " + step_id_ + ")");
-  run_command({"scancel", "--signal=KILL", step_id_}, "", 15);
 }
 
 // Once the relaunch has trained its first step (train's record says so), the restart's entry gets
@@ -160,8 +132,6 @@ StepReport StepWatch::launch(const std::vector<std::string>& argv, int launch_nu
   StepReport report;
   partial_.clear();
   failed_at_ = 0;
-  step_id_.clear();
-  step_killed_ = false;
   int err_pipe[2];
   if (pipe2(err_pipe, O_CLOEXEC) != 0) throw Error(std::string("pipe2: ") + std::strerror(errno));
   setenv("TRAIN_RESTART_COUNT", std::to_string(launch_number).c_str(), 1);
@@ -193,7 +163,6 @@ StepReport StepWatch::launch(const std::vector<std::string>& argv, int launch_nu
       }
     }
     check_record(pending);
-    hasten_end(report);
   }
   close(err_pipe[0]);
   if (!partial_.empty()) feed("\n", report);

@@ -81,7 +81,26 @@ std::optional<RankPosition> decode(int rank, const std::string& text) {
   return p;
 }
 
-std::string format_roll_call(const std::vector<std::optional<RankPosition>>& positions) {
+namespace {
+
+// " on NODE[,NODE...]" for `ranks` (their distinct nodes, in rank order), "" without hosts.
+std::string on_nodes(const std::vector<int>& ranks, const std::vector<std::string>& hosts) {
+  std::vector<std::string> nodes;
+  for (int r : ranks) {
+    if (r < 0 || static_cast<size_t>(r) >= hosts.size() || hosts[static_cast<size_t>(r)].empty()) continue;
+    if (std::find(nodes.begin(), nodes.end(), hosts[static_cast<size_t>(r)]) == nodes.end()) {
+      nodes.push_back(hosts[static_cast<size_t>(r)]);
+    }
+  }
+  std::string s;
+  for (const std::string& n : nodes) s += (s.empty() ? " on " : ",") + n;
+  return s;
+}
+
+}  // namespace
+
+std::string format_roll_call(const std::vector<std::optional<RankPosition>>& positions,
+                             const std::vector<std::string>& hosts) {
   std::map<std::string, std::vector<int>> groups;
   std::map<std::string, double> longest;
   std::vector<int> missing;
@@ -106,11 +125,14 @@ std::string format_roll_call(const std::vector<std::optional<RankPosition>>& pos
     if (order.size() == 1 && missing.empty() && ranks.size() > 1) {
       line = "every rank in " + where;
     } else {
-      line += (line.empty() ? "" : "; ") + rank_list(ranks) + " in " + where;
+      line += (line.empty() ? "" : "; ") + rank_list(ranks) + (i > 0 ? on_nodes(ranks, hosts) : "") + " in " + where;
     }
     if (i > 0 || order.size() == 1) line += " for " + text::format("%.0f", longest[where]) + " s";
   }
-  if (!missing.empty()) line += (line.empty() ? "" : "; ") + rank_list(missing) + ": no record (not started, or frozen)";
+  if (!missing.empty()) {
+    line += (line.empty() ? "" : "; ") + rank_list(missing) + on_nodes(missing, hosts) +
+            ": no record (not started, or frozen)";
+  }
   return line;
 }
 
@@ -129,7 +151,16 @@ std::string read_roll_call(c10d::Store* store, int rank, int world, const RollCa
         positions[static_cast<size_t>(r)] = decode(r, std::string(v.begin(), v.end()));
       }
     }
-    return format_roll_call(positions);
+    // Each rank's node ("host/<rank>": "node2 (pid 123)", the process group's heartbeat).
+    std::vector<std::string> hosts(static_cast<size_t>(world));
+    for (int r = 0; r < world; ++r) {
+      const std::string key = "host/" + std::to_string(r);
+      if (!s->check({key})) continue;
+      const auto v = s->get(key);
+      const std::string h(v.begin(), v.end());
+      hosts[static_cast<size_t>(r)] = h.substr(0, h.find(' '));
+    }
+    return format_roll_call(positions, hosts);
   } catch (const std::exception&) {
     return "";
   }

@@ -115,8 +115,11 @@ std::string encode(const RollCallRecord& r);
 std::optional<RankPosition> decode(int rank, const std::string& text);
 /// One line naming who is where, the odd ones out with how long they have been there, e.g.
 /// "ranks 0,2,3 in all-reduce of bucket 0 #812 (step 406); rank 1 in get_batch at step 406 for 94 s".
-/// positions[r] is nullopt for a rank with no record.
-std::string format_roll_call(const std::vector<std::optional<RankPosition>>& positions);
+/// positions[r] is nullopt for a rank with no record. With `hosts` (each rank's node), the odd
+/// ones out name their nodes ("rank 1 on node2 in forward ..."), so that a restart (trainctl run)
+/// can tell which node held the stalled rank.
+std::string format_roll_call(const std::vector<std::optional<RankPosition>>& positions,
+                             const std::vector<std::string>& hosts = {});
 
 /// Every rank's published position, read from `store` (keys rollcall/<rank>), with this rank's
 /// own record fresh from `own`: rank 0's watchdog, a timed-out collective's message. "" when the

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -143,10 +144,22 @@ void RollCall::announce(const std::string& verdict) {
 }
 
 // Every rank waits until all have read the verdict: the store lives in rank 0's process, and a
-// peer that ended early would make the others' collectives fail with another error first.
+// peer that ended early would make the others' collectives fail with another error first. The
+// others look every second; a frozen rank never does, so the wait ends once no rank has read it
+// for 3 s (at most 10 s): a restart (trainctl run) then needn't wait for the frozen one.
 void RollCall::end_process(c10d::Store& store, std::unique_lock<std::mutex>& lock) {
   try {
-    for (int i = 0; i < 100 && store.add("rollcall/ack", 0) < core_.env.world_size - 1; ++i) {
+    int64_t acks = -1;
+    auto last_ack = std::chrono::steady_clock::now();
+    for (int i = 0; i < 100; ++i) {
+      const int64_t now_acks = store.add("rollcall/ack", 0);
+      if (now_acks >= core_.env.world_size - 1) break;
+      if (now_acks != acks) {
+        acks = now_acks;
+        last_ack = std::chrono::steady_clock::now();
+      } else if (std::chrono::steady_clock::now() - last_ack > std::chrono::seconds(3)) {
+        break;
+      }
       cv_.wait_for(lock, std::chrono::milliseconds(100));
     }
   } catch (const std::exception&) {

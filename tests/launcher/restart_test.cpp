@@ -93,6 +93,15 @@ TEST(RestartDecision, StalledRanksBrokenConnectionsAndLostNodesRestart) {
   EXPECT_TRUE(stalled.restart);
   EXPECT_EQ(stalled.cause, "stalled rank");
   EXPECT_EQ(stalled.nodes, std::vector<std::string>{"node2"});
+  // train's roll-call names the odd one out's node; the frozen rank, let go, then names rank 0 (which
+  // exited with 79) as gone: the stall is blamed on the roll-call's node, not on node1.
+  const RestartDecision rollcall = decide(report_of(
+      79, {"2026 error [rank 0/2 node1] stalled: no progress for 5 s. Roll-call: rank 0 in all-reduce of bucket 0 #299 "
+           "(step 96); rank 1 on node2 in forward at step 94 for 0 s. Hint: the rank(s) named after the first group",
+           "2026 error [rank 1/2 node2] rank 1/2 on node2: DDP gradient allreduce (bucket 0) failed. Not responding "
+           "(dead or frozen): rank 0 on node1 (pid 23446): the process has exited."}));
+  EXPECT_EQ(rollcall.cause, "stalled rank");
+  EXPECT_EQ(rollcall.nodes, std::vector<std::string>{"node2"});
   const RestartDecision broken = decide(report_of(1, {"x error [rank 0/2 node1] recv: Connection reset by peer"}));
   EXPECT_TRUE(broken.restart);
   EXPECT_EQ(broken.cause, "broken connection");

@@ -31,10 +31,6 @@ class FakeAllocation {
                "[[ -f \"$FAKE_DIR/launch-$n.sh\" ]] && source \"$FAKE_DIR/launch-$n.sh\"\n"
                "exit 0\n",
                0755);
-    write_text(dir_.file("bin/scancel"),
-               "#!/bin/bash\n"
-               "echo \"scancel $*\" >> \"$FAKE_DIR/scancel.log\"; touch \"$FAKE_DIR/step-killed\"\n",
-               0755);
     write_text(dir_.file("bin/scontrol"),
                "#!/bin/bash\n"
                "echo \"NodeName=$5 State=${FAKE_STATE_OF_NODE2:-IDLE}\"\n",
@@ -72,7 +68,6 @@ class FakeAllocation {
     return out;
   }
   std::optional<RunRecord> record() const { return RunRecord::load(RunRecord::path_for(dir_.path(), "123")); }
-  std::string file(const std::string& name) const { return dir_.file(name); }
 
  private:
   test::TempDir dir_;
@@ -130,28 +125,6 @@ TEST(TrainctlRun, ALostRankIsLaunchedAgainAndTheRecordKeepsTheRestart) {
   EXPECT_EQ(r->restarts[0].launch.source, "snapshot");
   EXPECT_GE(r->restarts[0].launch.started, r->restarts[0].relaunched);
   EXPECT_DOUBLE_EQ(r->restarts[0].seconds, r->restarts[0].launch.training - r->restarts[0].time);
-}
-
-// A stalled rank's step (exit 79) whose frozen task doesn't end: trainctl run kills the step's
-// tasks a few seconds after the failure (scancel --signal=KILL JOB.STEP) and restarts, instead of
-// waiting for SLURM's KillWait.
-TEST(TrainctlRun, AFrozenTaskOfAFailedStepIsKilledAndTheStepRestarts) {
-  FakeAllocation a;
-  a.launch(0, write_record(40) +
-                  "echo 'srun: error: node1: task 0: Exited with exit code 79' >&2\n"
-                  "echo 'srun: launch/slurm: _step_signal: Terminating StepId=123.0' >&2\n"
-                  "for i in $(seq 600); do [[ -f \"$FAKE_DIR/step-killed\" ]] && break; "
-                  "python3 -c 'import select; select.select([],[],[],0.1)'; done\n"
-                  "echo 'srun: error: node2: task 1: Killed' >&2; exit 137\n");
-  a.launch(1, write_record(40));
-  const auto p = a.run({});
-  EXPECT_EQ(p->exit_code(), 0) << p->err();
-  EXPECT_EQ(test::read_text(a.file("scancel.log")), "scancel --signal=KILL 123.0\n") << p->err();
-  EXPECT_TRUE(contains(p->err(), "trainctl run: the step's other tasks did not end within 3 s of the lost rank: "
-                                 "killing them (scancel --signal=KILL 123.0)")) << p->err();
-  EXPECT_TRUE(contains(p->err(), "trainctl run: restart 1/3: lost rank on node2 (exit 79)") ||
-              contains(p->err(), "trainctl run: restart 1/3: stalled rank")) << p->err();
-  EXPECT_EQ(a.launches().size(), 2u);
 }
 
 TEST(TrainctlRun, ABugIsNotLaunchedAgainAndTheLogSaysWhy) {

@@ -34,6 +34,17 @@ TEST(RollCall, NamesTheOddRankOutAfterTheOthers) {
   EXPECT_EQ(line, "ranks 0,2,3 in all-reduce of bucket 0 #812 (step 406); rank 1 in get_batch at step 406 for 94 s");
 }
 
+// With each rank's node, the odd ones out name theirs (trainctl run reads it to blame the right node).
+TEST(RollCall, TheOddOnesOutNameTheirNodes) {
+  const std::vector<std::string> hosts = {"node1", "node2", "node2", "node3"};
+  EXPECT_EQ(train::detail::format_roll_call({at(0, Phase::bucket_allreduce, 406, 812, 0, 95),
+                                             at(1, Phase::get_batch, 406, 0, -1, 94.4),
+                                             at(2, Phase::bucket_allreduce, 406, 812, 0, 95), std::nullopt},
+                                            hosts),
+            "ranks 0,2 in all-reduce of bucket 0 #812 (step 406); rank 1 on node2 in get_batch at step 406 for 94 s; "
+            "rank 3 on node3: no record (not started, or frozen)");
+}
+
 TEST(RollCall, SaysWhichCollectiveAndPhaseAndMissingRecords) {
   const std::string line = train::detail::format_roll_call(
       {at(0, Phase::stop_check, 4, 9, -1, 5), at(1, Phase::bucket_allreduce, 5, 9, 0, 4), std::nullopt,

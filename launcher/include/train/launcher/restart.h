@@ -40,6 +40,7 @@ struct StepReport {
   std::vector<std::string> lost_nodes;        ///< nodes srun lost or could not reach (node failure, launch failure)
   std::vector<std::string> unhealthy_nodes;   ///< nodes train's health check named bad (its --exclude= hint)
   std::vector<std::string> silent_nodes;      ///< nodes of ranks train named dead, frozen or stalled ("rank 1 on node2")
+  std::vector<std::string> stalled_nodes;     ///< nodes of the odd ones out in train's roll-call of a stall
   bool broken_connection = false;             ///< train reported a peer's connection closed or reset
   std::string first_error;                    ///< the first srun or train error line (for the log)
   /// Whether that first error line told of a lost rank or node (a killed task, a node failure, a
