@@ -94,9 +94,9 @@ struct EvalResult {
 struct StepInfo {
   int epoch = 0;
   int64_t step = 0;           ///< optimizer steps so far
-  int64_t batch = 0;          ///< index of the batch in the epoch (0-based)
-  int64_t batches = 0;        ///< batches in the epoch on this rank
-  int64_t batch_size = 0;     ///< samples in this batch on this rank
+  int64_t batch = 0;          ///< index of the batch in the epoch (0-based); with accumulation, of the optimizer step
+  int64_t batches = 0;        ///< batches in the epoch on this rank (optimizer steps)
+  int64_t batch_size = 0;     ///< samples in this batch on this rank (with accumulation: all its micro-batches')
   at::Tensor loss;            ///< the step's mean loss, on the device (reading it syncs the device)
   double lr = 0;              ///< the learning rate the step ran with
   torch::optim::Optimizer* optimizer = nullptr;  ///< the run's optimizer (its state, its groups' rates)
