@@ -36,6 +36,7 @@ add_library(train STATIC
   ${_train_src}/sampler.cpp
   ${_train_src}/schedule.cpp
   ${_train_src}/step/eager_step.cpp
+  ${_train_src}/step/grad_clip.cpp
   ${_train_src}/snapshot.cpp
   ${_train_src}/step_choice.cpp
   ${_train_src}/stop_agreement.cpp

@@ -24,10 +24,13 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 }  // namespace
 
-std::string run_shape_json(const TrainSpec& spec, int64_t batch, double base_lr, uint64_t seed, int epochs) {
+std::string run_shape_json(const TrainSpec& spec, int64_t batch, double base_lr, uint64_t seed, int epochs,
+                           int64_t accumulate, std::optional<double> clip_grad_norm) {
   nlohmann::ordered_json j = {
       {"model", spec.model_name}, {"dataset", spec.data_name}, {"batch_size", batch}, {"lr", base_lr},
       {"lr_schedule", spec.lr_schedule.description}, {"seed", seed}, {"epochs", epochs}};
+  if (accumulate != 1) j["accumulate_steps"] = accumulate;
+  if (clip_grad_norm) j["clip_grad_norm"] = *clip_grad_norm;
   for (const auto& [key, value] : spec.recipe) {
     if (!j.contains(key)) j[key] = value;
   }

@@ -30,8 +30,10 @@ namespace train::detail {
 
 /// What shapes a run, stored in checkpoints and compared on resume: the spec's names, the
 /// Trainer's own settings (`base_lr`: the optimizer's rate as built), and the program's recipe
-/// (TrainSpec::recipe) as it described it. JSON.
-std::string run_shape_json(const TrainSpec& spec, int64_t batch, double base_lr, uint64_t seed, int epochs);
+/// (TrainSpec::recipe) as it described it; --accumulate-steps and --clip-grad-norm only where
+/// set (so a run without them keeps its shape). JSON.
+std::string run_shape_json(const TrainSpec& spec, int64_t batch, double base_lr, uint64_t seed, int epochs,
+                           int64_t accumulate = 1, std::optional<double> clip_grad_norm = std::nullopt);
 
 /// One checkpoint as the bytes of its file: serialized once, on the training thread; what they
 /// hold is fixed from then on. Every destination takes the same bytes.

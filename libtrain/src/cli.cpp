@@ -113,6 +113,15 @@ void add_run_flags(CLI::App& app, RunConfig& r) {
                  "--nonfinite skip: stop with the non-finite error once this many steps in a row were skipped")
       ->check(positive("number of steps", "e.g. --nonfinite-max-skips 10"))
       ->capture_default_str();
+  add_optional(app, "--accumulate-steps", r.accumulate_steps,
+               "micro-batches of --batch-size per optimizer step, gradients averaged once after the last "
+               "(default: the program's, 1)")
+      ->check(number("a whole number of micro-batches, at least 1", [](double v) { return v >= 1 && v == std::floor(v); },
+                     "e.g. --accumulate-steps 4 (1: no accumulation)"));
+  add_optional(app, "--clip-grad-norm", r.clip_grad_norm,
+               "clip the averaged gradients' total 2-norm to this before each update (clip_grad_norm_; "
+               "default: the program's, none)")
+      ->check(positive("total gradient norm", "e.g. --clip-grad-norm 1.0; leave it out for no clipping"));
 }
 
 void add_logging_flags(CLI::App& app, LoggingConfig& l) {

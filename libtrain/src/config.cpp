@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -30,6 +31,12 @@ void check_counts(const TrainConfig& c) {
   if (r.test_batch_size < 1) bad("--test-batch-size", "a positive batch size", std::to_string(r.test_batch_size), "e.g. --test-batch-size 1000");
   if (r.max_steps && *r.max_steps < 1) bad("--max-steps", "a positive count (leave it out for no limit)", std::to_string(*r.max_steps), "");
   if (r.threads && *r.threads < 1) bad("--threads", "a positive count (leave it out for cores / ranks)", std::to_string(*r.threads), "");
+  if (r.accumulate_steps && *r.accumulate_steps < 1) {
+    bad("--accumulate-steps", "a positive number of micro-batches per optimizer step", std::to_string(*r.accumulate_steps), "e.g. --accumulate-steps 4 (1: no accumulation)");
+  }
+  if (r.clip_grad_norm && !(*r.clip_grad_norm > 0 && std::isfinite(*r.clip_grad_norm))) {
+    bad("--clip-grad-norm", "a positive, finite total gradient norm", fmt("%g", *r.clip_grad_norm), "e.g. --clip-grad-norm 1.0; leave it out for no clipping");
+  }
   if (r.nonfinite_max_skips < 1) bad("--nonfinite-max-skips", "a positive number of steps", std::to_string(r.nonfinite_max_skips), "e.g. --nonfinite-max-skips 10");
   if (c.logging.log_interval < 1) bad("--log-interval", "a positive number of steps", std::to_string(c.logging.log_interval), "");
   const DistributedConfig& d = c.distributed;

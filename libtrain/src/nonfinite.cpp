@@ -1,10 +1,12 @@
 // Non-finite losses and gradients (nonfinite.h).
 #include "nonfinite.h"
 
+#include "step/grad_clip.h"
 #include "train/log.h"
 #include "train/process_group.h"
 
 #include <ATen/ops/_foreach_norm.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/where.h>
@@ -24,7 +26,7 @@ NonFiniteWatch::NonFiniteWatch(const TrainConfig& c, torch::nn::Module& model, c
   first_ = at::full(c10::IntArrayRef{}, -1, at::TensorOptions().dtype(at::kLong).device(device));
 }
 
-at::Tensor NonFiniteWatch::note(const at::Tensor& loss, int64_t step) {
+at::Tensor NonFiniteWatch::note(const at::Tensor& loss, int64_t step, bool shared_norms) {
   norms_in_.clear();
   with_grad_.clear();
   norms_in_.push_back(loss.detach().to(at::kFloat).reshape({}));
@@ -34,12 +36,21 @@ at::Tensor NonFiniteWatch::note(const at::Tensor& loss, int64_t step) {
     norms_in_.push_back(g);
     with_grad_.push_back(static_cast<int>(i));
   }
-  std::vector<at::Tensor> norms = at::_foreach_norm(norms_in_, 2);
-  for (auto& n : norms) {
-    if (n.scalar_type() != at::kFloat) n = n.to(at::kFloat);
+  at::Tensor values;
+  if (shared_norms && clip_ != nullptr && clip_->norms.defined() &&
+      clip_->norms.size(0) == static_cast<int64_t>(with_grad_.size())) {
+    // The clipping's norms of the same gradients (a norm is finite exactly when its tensor is),
+    // and the loss itself (finite exactly when its absolute value is).
+    values = at::cat({norms_in_.front().reshape({1}), clip_->norms.to(at::kFloat)});
+  } else {
+    std::vector<at::Tensor> norms = at::_foreach_norm(norms_in_, 2);
+    for (auto& n : norms) {
+      if (n.scalar_type() != at::kFloat) n = n.to(at::kFloat);
+    }
+    values = at::stack(norms);
   }
   norms_in_.clear();  // the gradients are not held past the step
-  const at::Tensor bad = at::stack(norms).isfinite().logical_not();
+  const at::Tensor bad = values.isfinite().logical_not();
   // The first non-finite entry: the loss (0) before any gradient (1 + its position).
   const at::Tensor code = bad.to(at::kInt).argmax().to(at::kLong) + step * stride_;
   at::Tensor any = bad.any();
@@ -47,7 +58,7 @@ at::Tensor NonFiniteWatch::note(const at::Tensor& loss, int64_t step) {
   return any;
 }
 
-void NonFiniteWatch::after_step(const at::Tensor& loss, int64_t step) { note(loss, step); }
+void NonFiniteWatch::after_step(const at::Tensor& loss, int64_t step) { note(loss, step, /*shared_norms=*/true); }
 
 at::Tensor NonFiniteWatch::flag() const { return first_.ge(0).to(at::kLong); }
 

@@ -23,11 +23,16 @@ class ProcessGroup;
 
 namespace train::detail {
 
+struct GradClip;  // step/grad_clip.h
+
 class NonFiniteWatch {
  public:
   NonFiniteWatch(const TrainConfig& config, torch::nn::Module& model, const at::Device& device, int rank,
                  int world_size);
   bool skip_mode() const { return skip_; }
+  /// --clip-grad-norm: after_step reads the gradients' norms the clipping computed (each step's,
+  /// before clipping) instead of computing them again. `clip` outlives the watch's use.
+  void share_norms(const GradClip* clip) { clip_ = clip; }
 
   /// --nonfinite stop, after each step: notes (device ops, no host sync) whether the step's loss
   /// and its gradients' norm are finite, and the first step where they weren't.
@@ -53,7 +58,7 @@ class NonFiniteWatch {
  private:
   // [loss, gradient norms...] as one vector's non-finite flags; sets first_ where none was yet.
   // Returns whether this step's were (a bool scalar on the device).
-  at::Tensor note(const at::Tensor& loss, int64_t step);
+  at::Tensor note(const at::Tensor& loss, int64_t step, bool shared_norms = false);
 
   bool skip_ = false;
   int64_t max_skips_ = 0;
@@ -62,6 +67,7 @@ class NonFiniteWatch {
   std::vector<std::pair<std::string, at::Tensor>> params_;
   std::vector<int> with_grad_;  // params_'s indices with a gradient at the last step noted
   std::vector<at::Tensor> norms_in_;
+  const GradClip* clip_ = nullptr;
   at::Tensor first_;  // int64 on the device: -1, or step * (n + 1) + (0: the loss | 1 + i: gradient i)
   int64_t stride_ = 1;
   int64_t in_a_row_ = 0, skipped_ = 0;

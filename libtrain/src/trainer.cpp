@@ -8,6 +8,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <cmath>
 #include <limits>
 #include <thread>
 
@@ -109,6 +110,7 @@ void Trainer::Run::setup(const TrainSpec& s) {
   if (epochs < 1) {
     throw ConfigError("TrainSpec::epochs: expected at least 1, found " + std::to_string(epochs) + ".", "e.g. --epochs 14");
   }
+  setup_accumulation_and_clipping(s);
   s.train_data->to(device());
   if (s.eval_data) s.eval_data->to(device());
   log::configure(env.rank, env.world_size, env.host, c.logging.log_all_ranks);
@@ -116,6 +118,24 @@ void Trainer::Run::setup(const TrainSpec& s) {
   faults = detail::FaultInjection::from_env(env.rank);
   stops = std::make_unique<detail::StopAgreement>(c.checkpoint, env, &faults);
   result.world_size = env.world_size;
+}
+
+// --accumulate-steps and --clip-grad-norm, or the spec's (the flags win).
+void Trainer::Run::setup_accumulation_and_clipping(const TrainSpec& s) {
+  accumulate = c.run.accumulate_steps.value_or(s.accumulate_steps);
+  if (accumulate < 1) {
+    throw ConfigError("TrainSpec::accumulate_steps: expected at least 1 micro-batch per optimizer step, found " +
+                          std::to_string(accumulate) + ".", "1 means no accumulation; e.g. 4 with --batch-size 16 steps on 64 samples per rank.");
+  }
+  const std::optional<double> max_norm = c.run.clip_grad_norm ? c.run.clip_grad_norm : s.clip_grad_norm;
+  if (max_norm && !(*max_norm > 0 && std::isfinite(*max_norm))) {
+    throw ConfigError("TrainSpec::clip_grad_norm: expected a positive, finite total gradient norm, found " +
+                          fmt("%g", *max_norm) + ".", "e.g. 1.0; leave it unset for no clipping.");
+  }
+  if (max_norm) {
+    clip = std::make_unique<detail::GradClip>();
+    clip->max_norm = *max_norm;
+  }
 }
 
 // The model is built right after seeding, so every rank (and every run) starts from the same
@@ -139,14 +159,16 @@ void Trainer::Run::build_model() {
   }
   schedule = std::make_unique<detail::Schedule>(
       spec->lr_schedule,
-      detail::schedule_context(spec->train_data->size(), env.world_size, env.rank, batch, epochs, c.run), *optimizer,
+      detail::schedule_context(spec->train_data->size(), env.world_size, env.rank, step_samples(), epochs, c.run), *optimizer,
       [this] { return place(prog().step); });
   state.model = model.module.get();
   state.optimizer = optimizer.get();
   state.loss_sum = torch::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device()));
   state.world_size = env.world_size;
-  state.batch_size = batch;
-  state.shape_json = detail::run_shape_json(*spec, batch, schedule->context().base_lr, c.run.seed, epochs);
+  state.batch_size = step_samples();  // progress counts optimizer steps
+  state.shape_json = detail::run_shape_json(*spec, batch, schedule->context().base_lr, c.run.seed, epochs, accumulate,
+                                            clip ? std::optional<double>(clip->max_norm) : std::nullopt);
+  if (clip) clip->params = model.module->parameters();
   state.save_user = [this](torch::serialize::OutputArchive& a) {
     for_callbacks("on_save_checkpoint", [&](Callback& cb) { cb.on_save_checkpoint(a); });
   };
@@ -248,6 +270,9 @@ void Trainer::Run::make_step() {
   step_context.class_indices = expects_class_indices(spec->loss);
   parts.context = &step_context;
   stops->watch(c, *model.module);
+  parts.micro_batch = accumulate > 1 ? batch : 0;
+  parts.clip = clip.get();
+  stops->nonfinite().share_norms(clip.get());
   if (stops->nonfinite().skip_mode()) {
     parts.before_update = [this](const at::Tensor& loss) {
       return stops->nonfinite().before_update(loss, prog().step + 1, pg.get());
@@ -265,7 +290,7 @@ void Trainer::Run::make_step() {
     const std::string line = "--cuda-graph " + choice_name(c.gpu.cuda_graph) + ": the step runs eagerly: " + choice.why_eager;
     choice.warn ? log::warn(line) : log::info(line);
   }
-  train_step = choice.graph ? detail::make_cuda_graph_step(parts, batch) : detail::make_eager_step(parts);
+  train_step = choice.graph ? detail::make_cuda_graph_step(parts, step_samples()) : detail::make_eager_step(parts);
   schedule->drive(train_step.get());
   log::info("training step: " + train_step->describe());
 }

@@ -24,7 +24,9 @@ void Trainer::Run::train() {
   }
   log::info("training " + spec->model_name + " on " + spec->train_data->name() + " (" +
             std::to_string(spec->train_data->size()) + " samples) for " + std::to_string(epochs) + " epochs, batch " +
-            std::to_string(batch) + " per rank x " + std::to_string(env.world_size) + " ranks, lr " +
+            std::to_string(batch) + " per rank x " + std::to_string(env.world_size) + " ranks" +
+            (accumulate > 1 ? " x " + std::to_string(accumulate) + " accumulated micro-batches per step" : "") +
+            (clip ? ", gradients clipped to norm " + detail::fmt("%g", clip->max_norm) : "") + ", lr " +
             detail::fmt("%g", schedule->lr()) + ", device " + device().str() + ", " + std::to_string(threads) + " threads");
   if (const std::string deadline = stops->deadline_line(); !deadline.empty()) log::info(deadline);
   checkpoints->check_budget(state, checkpoint_deadlines());
@@ -45,14 +47,15 @@ bool Trainer::Run::train_epoch() {
   std::vector<int64_t> local = sampler.indices();
   at::Tensor order = at::from_blob(local.data(), {static_cast<int64_t>(local.size())}, at::kLong).to(device());
   const int64_t n_local = order.size(0);
-  const int64_t batches = (n_local + batch - 1) / batch;
+  const int64_t per_step = step_samples();  // with --accumulate-steps, N micro-batches of `batch`
+  const int64_t batches = (n_local + per_step - 1) / per_step;  // optimizer steps
   detail::EpochTimer timer;
   const int64_t images_before = prog().images_total;
   bool max_steps_reached = false;
   run_log->start_epoch(prog().step, where);
   for (int64_t b = prog().batches_done; b < batches; ++b) {
-    const int64_t start = b * batch;
-    const int64_t len = std::min(batch, n_local - start);
+    const int64_t start = b * per_step;
+    const int64_t len = std::min(per_step, n_local - start);
     at::Tensor loss = run_step(order, start, len);
     prog().batches_done = b + 1;
     prog().images_total += len * env.world_size;

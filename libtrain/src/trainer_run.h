@@ -22,6 +22,7 @@
 #include "rollcall.h"
 #include "run_log.h"
 #include "schedule.h"
+#include "step/grad_clip.h"
 #include "step/train_step.h"
 #include "step_choice.h"
 #include "stop_agreement.h"
@@ -62,6 +63,9 @@ struct Trainer::Run {
   const TrainSpec* spec = nullptr;
   int64_t batch = 0;   // per rank: --batch-size or the spec's
   int epochs = 0;      // --epochs or the spec's
+  int64_t accumulate = 1;  // --accumulate-steps or the spec's: micro-batches of `batch` per optimizer step
+  std::unique_ptr<detail::GradClip> clip;  // --clip-grad-norm or the spec's; null: no clipping
+  int64_t step_samples() const { return batch * accumulate; }  // per rank and optimizer step
   std::shared_ptr<ProcessGroup> pg;
   detail::RollCallRecord* where = nullptr;  // this rank's position (the process group's; null for one rank)
   detail::CommPlan plan;                    // how the gradients travel (connect())
@@ -86,6 +90,7 @@ struct Trainer::Run {
 
   // Set-up (trainer.cpp).
   void setup(const TrainSpec& s);
+  void setup_accumulation_and_clipping(const TrainSpec& s);
   void build_model();
   void connect();
   void resume();

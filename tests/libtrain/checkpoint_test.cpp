@@ -229,6 +229,16 @@ TEST(Checkpoint, ResumeIsBitForBitWorld2) {
                            {"7:USR2:1", "22:USR2:0"});
 }
 
+// --accumulate-steps 4 with micro-batches of 16 (8 on 2 ranks) keeps 19 optimizer steps an epoch;
+// checkpoints fall between optimizer steps, so a resumed run with accumulation and
+// --clip-grad-norm ends on the uninterrupted run's bits.
+TEST(Checkpoint, ResumeWithAccumulationAndClippingIsBitForBit) {
+  if (dataset_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  check_resume_bit_for_bit("", "--batch-size 16 --accumulate-steps 4 --clip-grad-norm 0.5", {"5:USR2", "23:USR2"});
+  check_resume_bit_for_bit(bin("trainctl") + " local --nproc 2 --no-prefix -- ",
+                           "--batch-size 8 --accumulate-steps 4 --clip-grad-norm 0.5", {"7:USR2:1"});
+}
+
 TEST(Checkpoint, CorruptNewestFallsBackToPrevious) {
   if (dataset_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
   const std::string want = uninterrupted_sha("");

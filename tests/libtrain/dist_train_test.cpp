@@ -355,3 +355,44 @@ TEST(DistTrainGpu, FusedOptimizersWithPerStepScheduleGraphEqualsEagerOnTwoGpus) 
     }
   }
 }
+
+// Two GPU ranks with --accumulate-steps 4 (micro-batches of 8) and --clip-grad-norm: the captured
+// step (3 micro-batches without averaging, the 4th averaged inside the graph by NCCL or the peer
+// all-reduce, or by one eager all-reduce between two graphs; then the clipping and the update)
+// lands on the eager step's bits. 3000 samples leave each epoch a last, shorter step, run eagerly.
+TEST(DistTrainGpu, AccumulationAndClippingGraphEqualsEagerOnTwoGpus) {
+  const int gpus = train::test::nvidia_gpus();
+  if (gpus < 2) GTEST_SKIP() << "needs 2 NVIDIA GPUs, found " << gpus << ": run scripts/gpu-check.sh on a node with 2 GPUs (docs/gpu.md)";
+  if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+  struct Case {
+    std::string optimizer, graph_allreduce, peer;
+  };
+  for (const Case& k : {Case{"adamw", "in-graph", "off"}, Case{"adamw", "in-graph", "auto"},
+                        Case{"adamw", "between", "off"}, Case{"adadelta", "in-graph", "auto"}}) {
+    auto run = [&](const std::string& graph) {
+      std::vector<std::string> a = {bin("train"), "--data", train::test::fashion_mnist_dir(), "--epochs", "2",
+                                    "--limit-train-samples", "3000", "--limit-test-samples", "1000", "--batch-size",
+                                    "8", "--accumulate-steps", "4", "--clip-grad-norm", "0.5", "--device", "cuda",
+                                    "--deterministic", "--tf32", "off", "--precision", "fp32", "--no-dropout",
+                                    "--log-interval", "1000", "--optimizer", k.optimizer, "--graph-allreduce",
+                                    k.graph_allreduce, "--peer-allreduce", k.peer, "--cuda-graph", graph};
+      auto r = run_program(local(2, a));
+      EXPECT_EQ(r.exit_code, 0) << r.err;
+      if (graph == "on") {
+        EXPECT_NE(r.err.find("training step: CUDA graph"), std::string::npos) << r.err;
+        EXPECT_NE(r.err.find("accumulated micro-batches of 8"), std::string::npos) << r.err;
+        EXPECT_NE(r.err.find("gradients clipped in the graph"), std::string::npos) << r.err;
+        EXPECT_EQ(r.err.find("capturing the step failed"), std::string::npos) << r.err;
+      }
+      return done(r);
+    };
+    const auto eager = run("off");
+    const auto graph = run("on");
+    std::printf("[2 GPUs, accumulate 4 + clip, %s, %s, --peer-allreduce %s] graph %s vs eager %s\n",
+                k.optimizer.c_str(), k.graph_allreduce.c_str(), k.peer.c_str(),
+                graph.value("params_sha256", std::string("?")).c_str(), eager.value("params_sha256", std::string("?")).c_str());
+    EXPECT_EQ(graph["steps"], eager["steps"]);
+    EXPECT_EQ(graph["params_sha256"], eager["params_sha256"])
+        << k.optimizer << ", " << k.graph_allreduce << ", --peer-allreduce " << k.peer;
+  }
+}

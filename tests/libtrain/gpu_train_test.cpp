@@ -100,6 +100,50 @@ TEST(TrainGpu, FusedOptimizersWithPerStepScheduleGraphEqualsEager) {
   }
 }
 
+// --accumulate-steps and --clip-grad-norm in the CUDA graph: the 4 micro-batches, the clipping
+// (norm computed and applied on the device) and the update captured as one step land on the eager
+// step's bits; 3000 samples leave each epoch a last, shorter step (16 + 16 + 16 + 8), run eagerly.
+// Adadelta (its rate baked in), AdamW with a per-step cosine (its rate on the device), and random
+// augmentation (micro-batches gathered outside the graph).
+TEST(TrainGpu, AccumulationAndClippingGraphEqualsEager) {
+  const int gpus = train::test::nvidia_gpus();
+  if (gpus < 1) GTEST_SKIP() << "needs a CUDA GPU, found " << gpus << ": run scripts/gpu-check.sh on a node with a GPU (docs/gpu.md)";
+  if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+  const std::vector<std::string> accumulate = {"--batch-size", "16", "--accumulate-steps", "4"};
+  const std::vector<std::string> clip = {"--clip-grad-norm", "0.5"};
+  std::vector<std::string> both = accumulate;
+  both.insert(both.end(), clip.begin(), clip.end());
+  std::vector<std::string> adamw = both, augment = both;
+  adamw.insert(adamw.end(), {"--optimizer", "adamw", "--lr-schedule", "warmup-cosine", "--warmup-steps", "10"});
+  augment.insert(augment.end(), {"--augment", "crop,flip"});
+  for (const std::vector<std::string>& extra : {accumulate, clip, both, adamw, augment}) {
+    std::string name;
+    for (const auto& e : extra) name += " " + e;
+    auto with = [&](const std::string& graph) {
+      std::vector<std::string> a = {"--epochs", "2", "--limit-train-samples", "3000", "--limit-test-samples", "1000",
+                                    "--no-dropout", "--deterministic", "--tf32", "off", "--precision", "fp32",
+                                    "--cuda-graph", graph};
+      a.insert(a.end(), extra.begin(), extra.end());
+      return gpu_args(a);
+    };
+    auto eager = run_program(with("off"));
+    ASSERT_EQ(eager.exit_code, 0) << eager.err;
+    auto graph = run_program(with("on"));
+    ASSERT_EQ(graph.exit_code, 0) << graph.err;
+    EXPECT_NE(graph.err.find("training step: CUDA graph"), std::string::npos) << graph.err;
+    EXPECT_EQ(graph.err.find("capturing the step failed"), std::string::npos) << graph.err;
+    EXPECT_EQ(graph.err.find("accumulated micro-batches of 16") != std::string::npos, extra[0] == "--batch-size")
+        << graph.err;
+    EXPECT_EQ(graph.err.find("gradients clipped in the graph") != std::string::npos, extra != accumulate) << graph.err;
+    const auto je = done(eager), jg = done(graph);
+    std::printf("[graph vs eager]%s: sha %s vs %s\n", name.c_str(), jg["params_sha256"].get<std::string>().c_str(),
+                je["params_sha256"].get<std::string>().c_str());
+    EXPECT_EQ(jg["steps"], je["steps"]) << name;
+    EXPECT_EQ(jg["params_sha256"], je["params_sha256"]) << name;
+    EXPECT_EQ(jg["train_loss"], je["train_loss"]) << name;
+  }
+}
+
 // A USR2 preemption in the middle of an AdamW run with a per-step cosine schedule, on the CUDA
 // graph: the resumed run ends on the uninterrupted run's bits (device step counts and the rate
 // restored from the checkpoint).

@@ -68,6 +68,22 @@ TEST(NonFinite, NanOnOneRankStopsNamesItAndKeepsTheLastGoodCheckpoint) {
   EXPECT_TRUE(done["train_loss"].is_number()) << "finite again after the resume: " << again.out;
 }
 
+// With --clip-grad-norm the check reads the clipping's gradient norms instead of its own (and
+// with --accumulate-steps it looks at the optimizer step): a NaN loss at step 4 on rank 1 still
+// stops the run there, naming rank 1's loss and the non-finite averaged gradient on rank 0.
+TEST(NonFinite, NanWithClippingAndAccumulationStopsAndNamesIt) {
+  if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  auto r = run_program(train_args("", {"--batch-size", "16", "--accumulate-steps", "2", "--clip-grad-norm", "0.5"}),
+                       {"TRAIN_FAULT_NAN_AT_STEP=4:1"}, 300);
+  EXPECT_EQ(r.exit_code, 65) << r.err;
+  const auto j = last_json(r);
+  EXPECT_EQ(j["event"], "nonfinite") << r.out;
+  EXPECT_EQ(j["steps"], 4);
+  const std::string reason = j.value("reason", "");
+  EXPECT_TRUE(has(reason, "rank 1: the loss at step 4")) << reason;
+  EXPECT_TRUE(has(reason, "rank 0: the gradient of parameter '")) << reason;
+}
+
 // --nonfinite skip: a NaN at step 4 on rank 1 drops that step's update on both ranks, counts it,
 // and the run trains on to the end.
 TEST(NonFinite, SkipDropsTheStepAndGoesOn) {

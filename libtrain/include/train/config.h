@@ -91,6 +91,13 @@ struct RunConfig {
   Precision precision = Precision::automatic;
   NonFinite nonfinite = NonFinite::stop;  ///< --nonfinite
   int64_t nonfinite_max_skips = 10;       ///< --nonfinite-max-skips: skip stops with the non-finite error after this many in a row
+  /// --accumulate-steps: micro-batches of batch_size per optimizer step (each rank's step takes
+  /// accumulate_steps x batch_size samples; the gradients are averaged once, after the last);
+  /// unset = TrainSpec::accumulate_steps.
+  std::optional<int64_t> accumulate_steps;
+  /// --clip-grad-norm: scale the averaged gradients so that their total 2-norm is at most this
+  /// (torch.nn.utils.clip_grad_norm_); unset = TrainSpec::clip_grad_norm.
+  std::optional<double> clip_grad_norm;
 };
 
 /// How ranks find each other and average gradients.

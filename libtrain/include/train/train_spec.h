@@ -94,9 +94,9 @@ struct EvalResult {
 struct StepInfo {
   int epoch = 0;
   int64_t step = 0;           ///< optimizer steps so far
-  int64_t batch = 0;          ///< index of the batch in the epoch (0-based)
-  int64_t batches = 0;        ///< batches in the epoch on this rank
-  int64_t batch_size = 0;     ///< samples in this batch on this rank
+  int64_t batch = 0;          ///< index of the batch in the epoch (0-based); with accumulation, of the optimizer step
+  int64_t batches = 0;        ///< batches in the epoch on this rank (optimizer steps)
+  int64_t batch_size = 0;     ///< samples in this batch on this rank (with accumulation: all its micro-batches')
   at::Tensor loss;            ///< the step's mean loss, on the device (reading it syncs the device)
   double lr = 0;              ///< the learning rate the step ran with
   torch::optim::Optimizer* optimizer = nullptr;  ///< the run's optimizer (its state, its groups' rates)
@@ -133,6 +133,16 @@ struct TrainSpec {
   int64_t batch_size = 64;
   /// Epochs to train (TrainConfig::run.epochs, --epochs, wins when it is set).
   int epochs = 14;
+  /// Micro-batches of batch_size per optimizer step (TrainConfig::run.accumulate_steps,
+  /// --accumulate-steps, wins when it is set): each micro-batch's loss is weighted by its share of
+  /// the step's samples (1/N for full steps) and the gradients are averaged over the ranks once, after
+  /// the last (DDP's no_sync before). Steps, the LR schedule, checkpoints and metrics count optimizer
+  /// steps. 1: no accumulation.
+  int64_t accumulate_steps = 1;
+  /// Clip the gradients' total 2-norm to this after they are averaged, before the update
+  /// (torch.nn.utils.clip_grad_norm_; TrainConfig::run.clip_grad_norm, --clip-grad-norm, wins when
+  /// it is set). Unset: no clipping.
+  std::optional<double> clip_grad_norm;
   /// Your program's own settings that shape the run (its recipe: optimizer, weight decay, data
   /// limits...), as name and value text. Checkpoints record them beside the Trainer's own
   /// (model_name, data_name, batch size, rate, schedule, seed, epochs); a resume whose values

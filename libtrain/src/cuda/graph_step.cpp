@@ -5,6 +5,7 @@
 #include "comm/reducer.h"
 #include "cuda/adadelta_epilogue.h"
 #include "cuda/graph_comm.h"
+#include "step/grad_clip.h"
 #include "step/train_step.h"
 #include "train/adadelta.h"
 #include "train/log.h"
@@ -39,23 +40,6 @@ class UseHooks {
   Reducer::Hooks previous_;
 };
 
-// The reducer off for one scope (a backward that only accumulates, like DDP's no_sync).
-class Unreduced {
- public:
-  explicit Unreduced(Reducer* r) : r_(r), previous_(r != nullptr && r->enabled()) {
-    if (r_ != nullptr) r_->set_enabled(false);
-  }
-  ~Unreduced() {
-    if (r_ != nullptr) r_->set_enabled(previous_);
-  }
-  Unreduced(const Unreduced&) = delete;
-  Unreduced& operator=(const Unreduced&) = delete;
-
- private:
-  Reducer* r_;
-  bool previous_;
-};
-
 class CudaGraphStep : public TrainStep {
  public:
   CudaGraphStep(const StepParts& parts, int64_t batch, int warmup)
@@ -73,9 +57,9 @@ class CudaGraphStep : public TrainStep {
         if (auto hooks = comm_->eager_hooks()) {
           UseHooks use(*parts_.reducer, std::move(*hooks));
           parts_.optimizer->zero_grad();
-          at::Tensor loss = forward_backward(parts_, get_batch(parts_, order, start, len));
+          at::Tensor loss = accumulate_backward(parts_, batches_of(parts_, order, start, len));
           parts_.reducer->finish();
-          parts_.optimizer->step();
+          update(parts_);
           return loss;
         }
       }
@@ -92,7 +76,7 @@ class CudaGraphStep : public TrainStep {
     if (!graph_) {
       if (!capture_all(order, start)) {
         // This step's batch was already drawn for the capture: train on it, not on a new draw.
-        return gather_in_graph_ || !inputs_.inputs.defined() ? eager_->run(order, start, len) : step_on(parts_, inputs_);
+        return gather_in_graph_ || inputs_.empty() ? eager_->run(order, start, len) : step_on(parts_, fixed_batches());
       }
       captured_now = true;
     }
@@ -101,15 +85,19 @@ class CudaGraphStep : public TrainStep {
     } else if (!captured_now) {
       // A dataset the graph can't capture (random augmentation, host state) gathers eagerly
       // into the graph's fixed inputs.
-      const Batch b = get_batch(parts_, order, start, batch_);
-      inputs_.inputs.copy_(b.inputs, /*non_blocking=*/true);
-      inputs_.targets.copy_(b.targets, /*non_blocking=*/true);
+      const StepBatches step = batches_of(parts_, order, start, batch_);
+      for (size_t i = 0; i < inputs_.size(); ++i) {
+        const Batch b = step.gather(i);
+        inputs_[i].inputs.copy_(b.inputs, /*non_blocking=*/true);
+        inputs_[i].targets.copy_(b.targets, /*non_blocking=*/true);
+      }
     }
     graph_->replay();
     if (update_) {
       parts_.process_group->allreduce_sum(flat_grads_);  // queued on the device; the host goes on
       update_->replay();
     }
+    if (parts_.clip != nullptr) parts_.clip->norms = norms_;  // this replay's, for the non-finite watch
     return loss_;
   }
 
@@ -131,6 +119,7 @@ class CudaGraphStep : public TrainStep {
     update_.reset();
     graph_.reset();
     loss_ = at::Tensor();
+    norms_ = at::Tensor();
   }
 
   std::string describe() const override {
@@ -139,8 +128,12 @@ class CudaGraphStep : public TrainStep {
       ranks = parts_.graph_average == GraphAverage::in_graph ? ", gradients averaged inside the graph"
                                                              : ", one eager all-reduce between two graphs";
     }
-    return std::string("CUDA graph (batch ") + std::to_string(batch_) + ", " + std::to_string(warmup_) +
+    const size_t micro = micro_spans(parts_, batch_).size();
+    const std::string accumulated =
+        micro > 1 ? " in " + std::to_string(micro) + " accumulated micro-batches of " + std::to_string(parts_.micro_batch) : "";
+    return std::string("CUDA graph (batch ") + std::to_string(batch_) + accumulated + ", " + std::to_string(warmup_) +
            " eager warm-up steps" + (parts_.bf16 ? ", bf16 autocast" : "") + ranks +
+           (parts_.clip != nullptr ? ", gradients clipped in the graph" : "") +
            (gather_in_graph_ ? "" : ", batches gathered outside the graph") + ")";
   }
 
@@ -175,6 +168,7 @@ class CudaGraphStep : public TrainStep {
     failed_ = true;
     update_.reset();
     graph_.reset();
+    norms_ = at::Tensor();
     release_grads();
     log::warn("--cuda-graph: capturing the step failed (" + error +
               "); the step runs eagerly from now on. Hint: --cuda-graph off skips the attempt.");
@@ -189,8 +183,11 @@ class CudaGraphStep : public TrainStep {
     indices_.copy_(order.narrow(0, start, batch_));
     if (!gather_in_graph_) {
       at_phase(parts_, "Dataset::get_batch");
-      const Batch b = parts_.data->get_batch(indices_);
-      inputs_ = {b.inputs.clone(), b.targets.clone()};  // fixed addresses, outside the graph's pool
+      inputs_.clear();
+      for (const auto& [off, len] : micro_spans(parts_, batch_)) {
+        const Batch b = parts_.data->get_batch(indices_.narrow(0, off, len));
+        inputs_.push_back({b.inputs.clone(), b.targets.clone()});  // fixed addresses, outside the graph's pool
+      }
     }
     c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream();
     TORCH_CHECK(stream != c10::cuda::getDefaultCUDAStream(stream.device_index()),
@@ -198,11 +195,28 @@ class CudaGraphStep : public TrainStep {
     stream.synchronize();
   }
 
-  // The captured step's batch: gathered inside the graph from indices_, or the fixed inputs.
-  Batch graph_batch() {
-    at_phase(parts_, "Dataset::get_batch");
-    return gather_in_graph_ ? parts_.data->get_batch(indices_) : inputs_;
+  // The captured step's micro-batches: gathered inside the graph from indices_, or the fixed inputs.
+  StepBatches graph_batches() {
+    if (!gather_in_graph_) return fixed_batches();
+    StepBatches b;
+    b.spans = micro_spans(parts_, batch_);
+    b.gather = [this, spans = b.spans](size_t i) {
+      at_phase(parts_, "Dataset::get_batch");
+      return parts_.data->get_batch(spans.size() == 1 ? indices_ : indices_.narrow(0, spans[i].first, spans[i].second));
+    };
+    return b;
   }
+
+  // The fixed inputs (a dataset the graph can't capture), one per micro-batch.
+  StepBatches fixed_batches() {
+    StepBatches b;
+    b.spans = micro_spans(parts_, batch_);
+    b.gather = [this](size_t i) { return inputs_[i]; };
+    return b;
+  }
+
+  // The clipped norms the graph writes (the non-finite watch reads them after each replay).
+  void keep_norms() { norms_ = parts_.clip != nullptr ? parts_.clip->norms : at::Tensor(); }
 
   // One rank: the whole step, gradients created inside the graph's pool.
   void capture() {
@@ -210,12 +224,13 @@ class CudaGraphStep : public TrainStep {
     graph_ = std::make_unique<at::cuda::CUDAGraph>();
     graph_->capture_begin();
     try {
-      loss_ = step_on(parts_, graph_batch());
+      loss_ = step_on(parts_, graph_batches());
     } catch (...) {
       abandon_capture(*graph_);
       throw;
     }
     graph_->capture_end();
+    keep_norms();
   }
 
   // The trainable parameters, last layer first: the order their gradients are done in.
@@ -265,8 +280,10 @@ class CudaGraphStep : public TrainStep {
       comm_tried_ = true;
       // The optimizer's epilogue on each bucket (the fused Adadelta's update), wired here: the
       // communication knows no optimizer.
-      comm_ = GraphComm::create(*parts_.reducer, *parts_.process_group, bucket_epilogue_of(*parts_.optimizer),
-                                parts_.peer, choice_name(parts_.peer_flag));
+      // Clipping needs every bucket's average before any update: no per-bucket epilogue then.
+      comm_ = GraphComm::create(*parts_.reducer, *parts_.process_group,
+                                parts_.clip != nullptr ? nullptr : bucket_epilogue_of(*parts_.optimizer), parts_.peer,
+                                choice_name(parts_.peer_flag));
     }
     return comm_ != nullptr;
   }
@@ -284,15 +301,16 @@ class CudaGraphStep : public TrainStep {
     graph_->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
     try {
       comm_->begin(stream);
-      loss_ = forward_backward(parts_, graph_batch());
+      loss_ = accumulate_backward(parts_, graph_batches());
       parts_.reducer->finish();
       comm_->join();
-      if (!comm_->updated_in_buckets()) parts_.optimizer->step();
+      if (!comm_->updated_in_buckets()) update(parts_);
     } catch (...) {
       abandon_capture(*graph_);
       throw;
     }
     graph_->capture_end();
+    keep_norms();
   }
 
   // Several ranks, two graphs ("between"): graph_ computes the gradients (the reducer off), the
@@ -305,7 +323,7 @@ class CudaGraphStep : public TrainStep {
       graph_->capture_begin();
       try {
         flat_grads_.zero_();  // the gradients stay views of the flat buffer
-        loss_ = forward_backward(parts_, graph_batch());
+        loss_ = accumulate_backward(parts_, graph_batches());
       } catch (...) {
         abandon_capture(*graph_);
         throw;
@@ -316,12 +334,13 @@ class CudaGraphStep : public TrainStep {
     update_->capture_begin(graph_->pool());
     try {
       flat_grads_.div_(static_cast<double>(parts_.world_size));
-      parts_.optimizer->step();
+      update(parts_);
     } catch (...) {
       abandon_capture(*update_);
       throw;
     }
     update_->capture_end();
+    keep_norms();
   }
 
   static void abandon_capture(at::cuda::CUDAGraph& graph) {
@@ -342,8 +361,9 @@ class CudaGraphStep : public TrainStep {
   bool failed_ = false;
   bool gather_in_graph_;  // the dataset is capturable: the graph gathers the batch itself
   at::Tensor indices_;    // this step's sample indices: the graph's input when it gathers
-  Batch inputs_;          // else the graph's fixed inputs
+  std::vector<Batch> inputs_;  // else the graph's fixed inputs, one per micro-batch
   at::Tensor loss_;       // the graph's output
+  at::Tensor norms_;      // --clip-grad-norm: the gradients' norms the graph writes
   std::unique_ptr<GraphComm> comm_;  // in-graph averaging, set up at the first capture
   bool comm_tried_ = false;
 };

@@ -1,12 +1,17 @@
 // The eager training step: the step as plain LibTorch calls, on any device.
 #include "step/train_step.h"
 
+#include "comm/reducer.h"
 #include "rollcall.h"
+#include "step/grad_clip.h"
 #include "user_code.h"
 
 #include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
 #include <torch/optim/optimizer.h>
+
+#include <algorithm>
+#include <optional>
 
 namespace train::detail {
 
@@ -35,7 +40,7 @@ at::Tensor forward_and_loss(const StepParts& p, const Batch& b) {
 
 }  // namespace
 
-at::Tensor forward_backward(const StepParts& p, const Batch& b, bool add_to_sum) {
+at::Tensor forward_backward(const StepParts& p, const Batch& b, bool add_to_sum, double weight) {
   RollCallRecord* const where = rollcall_of(p.process_group);
   mark_phase(where, Phase::forward);
   at::Tensor loss;
@@ -57,7 +62,7 @@ at::Tensor forward_backward(const StepParts& p, const Batch& b, bool add_to_sum)
     }
     at_phase(p, "the backward pass");
     mark_phase(where, Phase::backward);
-    loss.backward();
+    (weight == 1 ? loss : loss * weight).backward();
   } catch (...) {
     if (p.context != nullptr) p.context->batch = describe_batch(b);
     throw;
@@ -66,23 +71,72 @@ at::Tensor forward_backward(const StepParts& p, const Batch& b, bool add_to_sum)
   return loss;
 }
 
-at::Tensor step_on(const StepParts& p, const Batch& batch) {
+Unreduced::Unreduced(Reducer* r) : r_(r), previous_(r != nullptr && r->enabled()) {
+  if (r_ != nullptr) r_->set_enabled(false);
+}
+
+Unreduced::~Unreduced() {
+  if (r_ != nullptr) r_->set_enabled(previous_);
+}
+
+std::vector<std::pair<int64_t, int64_t>> micro_spans(const StepParts& p, int64_t len) {
+  if (p.micro_batch <= 0 || p.micro_batch >= len) return {{0, len}};
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  for (int64_t off = 0; off < len; off += p.micro_batch) spans.emplace_back(off, std::min(p.micro_batch, len - off));
+  return spans;
+}
+
+StepBatches batches_of(const StepParts& p, const at::Tensor& order, int64_t start, int64_t len) {
+  StepBatches b;
+  b.spans = micro_spans(p, len);
+  b.gather = [&p, order, start, spans = b.spans](size_t i) {
+    return get_batch(p, order, start + spans[i].first, spans[i].second);
+  };
+  return b;
+}
+
+at::Tensor accumulate_backward(const StepParts& p, const StepBatches& b, bool add_to_sum) {
+  if (b.spans.size() == 1) return forward_backward(p, b.gather(0), add_to_sum);
+  int64_t len = 0;
+  for (const auto& s : b.spans) len += s.second;
+  at::Tensor total;
+  for (size_t i = 0; i < b.spans.size(); ++i) {
+    // Each micro-batch's mean loss weighted by its share: the gradients sum to the whole step's
+    // mean loss's, as one batch of `len` samples would give them.
+    const double weight = static_cast<double>(b.spans[i].second) / static_cast<double>(len);
+    std::optional<Unreduced> off;
+    if (i + 1 < b.spans.size()) off.emplace(p.reducer);  // only the last backward averages (the accumulated sum)
+    const at::Tensor loss = forward_backward(p, b.gather(i), /*add_to_sum=*/false, weight);
+    at::Tensor part = loss.detach() * weight;
+    total = i == 0 ? part : total + part;
+  }
+  if (add_to_sum) *p.loss_sum += total.to(at::kDouble);
+  return total;
+}
+
+void update(const StepParts& p) {
+  mark_phase(rollcall_of(p.process_group), Phase::optimizer);
+  if (p.clip != nullptr) {
+    at_phase(p, "--clip-grad-norm's clipping");
+    p.clip->norms = clip_grad_norm(p.clip->params, p.clip->max_norm);
+  }
+  at_phase(p, "the optimizer's step");
+  p.optimizer->step();
+}
+
+at::Tensor step_on(const StepParts& p, const StepBatches& batches) {
   at_phase(p, "the optimizer's zero_grad");
   p.optimizer->zero_grad();
   if (p.before_update) {
-    at::Tensor loss = forward_backward(p, batch, /*add_to_sum=*/false);
+    at::Tensor loss = accumulate_backward(p, batches, /*add_to_sum=*/false);
     at_phase(p, "--nonfinite skip's check");
     if (!p.before_update(loss)) return loss;  // dropped: no update, not in the epoch's loss
     *p.loss_sum += loss.detach().to(at::kDouble);
-    mark_phase(rollcall_of(p.process_group), Phase::optimizer);
-    at_phase(p, "the optimizer's step");
-    p.optimizer->step();
+    update(p);
     return loss;
   }
-  at::Tensor loss = forward_backward(p, batch);
-  mark_phase(rollcall_of(p.process_group), Phase::optimizer);
-  at_phase(p, "the optimizer's step");
-  p.optimizer->step();
+  at::Tensor loss = accumulate_backward(p, batches);
+  update(p);
   return loss;
 }
 
@@ -92,7 +146,7 @@ class EagerStep : public TrainStep {
  public:
   explicit EagerStep(const StepParts& parts) : parts_(parts) {}
   at::Tensor run(const at::Tensor& order, int64_t start, int64_t len) override {
-    return step_on(parts_, get_batch(parts_, order, start, len));
+    return step_on(parts_, batches_of(parts_, order, start, len));
   }
   std::string describe() const override { return parts_.bf16 ? "eager, bf16 autocast" : "eager"; }
 

@@ -13,6 +13,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace torch::optim {
 class Optimizer;
@@ -26,6 +28,7 @@ class Reducer;
 namespace train::detail {
 
 struct StepContext;  // user_code.h
+struct GradClip;     // step/grad_clip.h
 
 /// Where a CUDA-graph step of several ranks averages the gradients.
 enum class GraphAverage {
@@ -54,6 +57,30 @@ struct StepParts {
   /// --nonfinite skip (eager steps only): called between the backward and the update with the
   /// step's loss; false drops the update (and the loss from the sum).
   std::function<bool(const at::Tensor& loss)> before_update;
+  /// --accumulate-steps: a step's samples are cut into micro-batches of this many, each its own
+  /// forward and backward (0: the step is one batch).
+  int64_t micro_batch = 0;
+  GradClip* clip = nullptr;  ///< --clip-grad-norm, between the average and the update; null: none
+};
+
+/// A step's samples as micro-batches: spans[i] = (offset in the step, length), gather(i) the batch
+/// of span i. One span without --accumulate-steps.
+struct StepBatches {
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  std::function<Batch(size_t i)> gather;
+};
+
+/// The reducer off for one scope (a backward that only accumulates, DDP's no_sync).
+class Unreduced {
+ public:
+  explicit Unreduced(Reducer* r);
+  ~Unreduced();
+  Unreduced(const Unreduced&) = delete;
+  Unreduced& operator=(const Unreduced&) = delete;
+
+ private:
+  Reducer* r_;
+  bool previous_;
 };
 
 /// Notes what the step does next, for an error's message.
@@ -89,12 +116,24 @@ std::unique_ptr<TrainStep> make_eager_step(const StepParts& parts);
 /// @throws train::ConfigError in a build without CUDA.
 std::unique_ptr<TrainStep> make_cuda_graph_step(const StepParts& parts, int64_t batch, int warmup = 3);
 
-/// forward + loss (under bf16 autocast when asked) and backward; the loss is added to the sum
-/// unless `add_to_sum` is false.
-at::Tensor forward_backward(const StepParts& p, const Batch& b, bool add_to_sum = true);
+/// forward + loss (under bf16 autocast when asked) and backward of `weight` x the loss; the loss
+/// (unweighted) is added to the sum unless `add_to_sum` is false.
+at::Tensor forward_backward(const StepParts& p, const Batch& b, bool add_to_sum = true, double weight = 1);
 /// Dataset::get_batch on order[start, start + len), noted as the step's phase.
 Batch get_batch(const StepParts& p, const at::Tensor& order, int64_t start, int64_t len);
-/// The whole step: zero the gradients, forward, backward (the reducer's hooks average), update.
-at::Tensor step_on(const StepParts& p, const Batch& batch);
+/// The micro-batches' spans of a step of `len` samples (one span without --accumulate-steps).
+std::vector<std::pair<int64_t, int64_t>> micro_spans(const StepParts& p, int64_t len);
+/// The step's samples order[start, start + len), each micro-batch gathered when its turn comes.
+StepBatches batches_of(const StepParts& p, const at::Tensor& order, int64_t start, int64_t len);
+/// forward + backward of each micro-batch, its loss weighted by its share of the step's samples
+/// (1/N for a full step), the reducer off for all but the last (whose backward averages the sum).
+/// Returns the step's loss (the weighted sum), added to the sum unless `add_to_sum` is false. One
+/// span: forward_backward itself.
+at::Tensor accumulate_backward(const StepParts& p, const StepBatches& b, bool add_to_sum = true);
+/// After the averaged backward: --clip-grad-norm's clipping, then the optimizer's step.
+void update(const StepParts& p);
+/// The whole step: zero the gradients, the micro-batches' forward and backward (the reducer's
+/// hooks average after the last), update.
+at::Tensor step_on(const StepParts& p, const StepBatches& batches);
 
 }  // namespace train::detail
