@@ -3,6 +3,8 @@
 // control's own logic lives in its part (early_stop.h, weight_average.h); this wires them in.
 #include "trainer_run.h"
 
+#include <nlohmann/json.hpp>
+
 namespace train {
 
 // After build_model(): the controls from the spec and the flags, and their state in checkpoints.
@@ -23,6 +25,12 @@ void Trainer::Run::setup_controls() {
       early_stop.load(a);
       if (ema) ema->load(a);
     };
+  }
+  if (c.run.eval_only) {
+    // Only what the checkpoint must match: the epochs, rate or batch it trained with don't change
+    // what an evaluation of it gives, so resume() has no "results will differ" to say.
+    const auto shape = nlohmann::ordered_json::parse(state.shape_json);
+    state.shape_json = nlohmann::ordered_json{{"model", shape["model"]}, {"dataset", shape["dataset"]}}.dump();
   }
   for (const auto& cb : spec->callbacks) {
     if (auto* hook = dynamic_cast<OptimizerStepCallback*>(cb.get())) optimizer_step_hooks.push_back(hook);
@@ -60,8 +68,7 @@ TrainResult Trainer::Run::evaluate_checkpoint(const std::string& path) {
   const auto t0 = detail::Clock::now();
   const EvalResult ev = evaluate_model(/*one_batch=*/false);
   result.eval_seconds = detail::seconds_since(t0);
-  log::info(run_log->test_text(ev) + ", of " + path + " (epoch " + std::to_string(prog().epoch) + ", step " +
-            std::to_string(prog().step) + ")");
+  log::info(run_log->test_text(ev) + ", of " + path + " (step " + std::to_string(prog().step) + ")");
   result.eval_only = true;
   result.checkpoint_path = path;
   result.test_loss = ev.loss;

@@ -190,7 +190,6 @@ void Trainer::Run::end_epoch(double epoch_seconds) {
     ev = evaluate_model(c.run.dry_run);
     for_callbacks("on_evaluation", [&](Callback& cb) { cb.on_evaluation(ev); });
   }
-  (void)early_stop.after_epoch(prog().epoch, ev, pg.get(), env.rank, device());  // rank 0 decides for all
   const double eval_seconds = seconds_since(t_eval);
   result.eval_seconds += eval_seconds;
   prog().last_test_loss = ev.loss;
@@ -198,6 +197,7 @@ void Trainer::Run::end_epoch(double epoch_seconds) {
   const detail::NonFiniteWatch& nonfinite = stops->nonfinite();
   run_log->epoch_line(prog(), ev, epoch_seconds, eval_seconds, stragglers,
                   nonfinite.skip_mode() ? std::optional<int64_t>(nonfinite.skipped()) : std::nullopt);
+  (void)early_stop.after_epoch(prog().epoch, ev, pg.get(), env.rank, device());  // rank 0 decides for all
   for_callbacks("on_epoch_end", [&](Callback& cb) {
     cb.on_epoch_end({prog().epoch, prog().step, prog().last_train_loss, ev, epoch_seconds, schedule->last_step_lr(),
                      optimizer.get()});

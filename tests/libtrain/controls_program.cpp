@@ -3,7 +3,7 @@
 // request: CONTROLS_OUTPUTS=N gives the model N outputs; CONTROLS_CASE=short-rows makes the dataset
 // return one row fewer than asked at its 3rd call; hooks records every callback's hook on stderr
 // ("hook: NAME") and zeroes the gradients in on_before_optimizer_step; warmup trains under
-// warmup_cosine(5).
+// warmup_cosine(5); frozen trains with a rate of 0 (the test loss never moves).
 #include <train/cli.h>
 #include <train/trainer.h>
 #include <torch/torch.h>
@@ -83,7 +83,7 @@ class HookRecorder : public train::OptimizerStepCallback {
   bool said_ = false;
 };
 
-train::TrainResult train_it(const train::TrainConfig& config, const train::RecipeOptions& recipe,
+train::TrainResult train_it(const train::TrainConfig& config, const train::cli::RecipeOptions& recipe,
                             const train::DistEnv& env) {
   train::Trainer trainer(config, env);
   train::TrainSpec spec;
@@ -93,7 +93,7 @@ train::TrainResult train_it(const train::TrainConfig& config, const train::Recip
   spec.train_data = std::make_shared<ToyData>(512, 1);
   spec.eval_data = std::make_shared<ToyData>(256, 2);
   spec.data_name = "toy";
-  const double lr = recipe.lr.value_or(0.05);
+  const double lr = kCase == "frozen" ? 0.0 : recipe.lr.value_or(0.05);
   spec.optimizer = [lr](const std::vector<at::Tensor>& params) {
     return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(lr));
   };

@@ -43,13 +43,13 @@ std::vector<std::string> sorted_files(const std::string& dir) {
 
 }  // namespace
 
-// lr 0: the test loss never moves, so with patience 2 the run stops after epoch 3 of 10, every
+// A rate of 0: the test loss never moves, so with patience 2 the run stops after epoch 3 of 10, every
 // time; the done line says so. A rerun resumes from the checkpoint of that epoch and stays stopped.
 TEST(EarlyStopping, StopsAfterPatienceEpochsWithoutImprovement) {
   train::test::TempDir d("early");
-  const std::vector<std::string> args = {"--lr", "0", "--epochs", "10", "--early-stop-metric", "test_loss",
+  const std::vector<std::string> args = {"--epochs", "10", "--early-stop-metric", "test_loss",
                                          "--early-stop-patience", "2", "--checkpoint-dir", d.file("ck")};
-  const RunResult r = run(args);
+  const RunResult r = run(args, {"CONTROLS_CASE=frozen"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = done(r);
   EXPECT_EQ(j.value("event", ""), "done");
@@ -59,7 +59,7 @@ TEST(EarlyStopping, StopsAfterPatienceEpochsWithoutImprovement) {
   EXPECT_TRUE(has(r.err, "early stopping: test_loss has not improved by more than 0 for 2 epochs (best ")) << r.err;
   EXPECT_TRUE(has(r.err, " at epoch 1, now ")) << r.err;
   EXPECT_TRUE(has(r.err, "the run stops after epoch 3")) << r.err;
-  const RunResult again = run(args);
+  const RunResult again = run(args, {"CONTROLS_CASE=frozen"});
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_TRUE(done(again).value("stopped_early", false)) << again.out;
   EXPECT_EQ(done(again).value("steps", 0), 3 * 32);
@@ -80,9 +80,9 @@ TEST(EarlyStopping, AnImprovingRunTrainsEveryEpoch) {
 // Two ranks over Gloo stop at the same epoch's end (rank 0 decides and shares it) and exit 0.
 TEST(EarlyStopping, TwoRanksStopTogether) {
   const RunResult r = run_program({bin("trainctl"), "local", "--nproc", "2", "--no-prefix", "--", program(), "--device",
-                                   "cpu", "--threads", "1", "--lr", "0", "--epochs", "10", "--early-stop-metric",
+                                   "cpu", "--threads", "1", "--epochs", "10", "--early-stop-metric",
                                    "test_accuracy", "--early-stop-patience", "1"},
-                                  {}, 300);
+                                  {"CONTROLS_CASE=frozen"}, 300);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(done(r).value("stopped_early", false)) << r.out;
   EXPECT_EQ(done(r).value("epochs", 0), 2);
