@@ -15,6 +15,9 @@ void Trainer::Run::setup_controls() {
     ema = std::make_unique<detail::WeightAverage>(*model.module, *decay);
     run_log->set_evaluated("the weights' moving average, decay " + detail::fmt("%g", *decay));
     result.ema = spec->eval_data != nullptr;
+    log::info("--ema-decay " + detail::fmt("%g", *decay) + ": a moving average of the weights, updated after every "
+              "optimizer step by one fused kernel (on a GPU after the CUDA graph's replay: the step stays captured), "
+              "evaluated and checkpointed");
   }
   if (early_stop.enabled() || ema) {
     state.save_controls = [this](torch::serialize::OutputArchive& a) {

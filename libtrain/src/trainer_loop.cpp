@@ -37,7 +37,8 @@ void Trainer::Run::train() {
   log::info("training " + spec->model_name + " on " + spec->train_data->name() + " (" +
             std::to_string(spec->train_data->size()) + " samples) for " + std::to_string(epochs) + " epochs, batch " +
             std::to_string(batch) + " per rank x " + std::to_string(env.world_size) + " ranks, " +
-            lr_text(*schedule, spec->lr_schedule.description) + ", device " + device().str() + ", " + std::to_string(threads) + " threads");
+            lr_text(*schedule, spec->lr_schedule.description) + ", device " + device().str() + ", " +
+            std::to_string(threads) + " threads");
   if (const std::string deadline = stops->deadline_line(); !deadline.empty()) log::info(deadline);
   checkpoints->check_budget(state, checkpoint_deadlines());
   stops->start_rollcall(c.distributed, c.checkpoint.dir.empty() ? "." : c.checkpoint.dir);
@@ -114,15 +115,7 @@ at::Tensor Trainer::Run::run_step(const at::Tensor& order, int64_t start, int64_
   try {
     loss = train_step->run(order, start, len);
   } catch (...) {
-    // A forward that fails on the first batches may be the dataset's fault as well as the model's: name both.
-    const bool forward = std::string(step_context.phase) == "the model's forward";
-    detail::throw_user_error(step_context.phase, place(step),
-                             step_context.batch.empty() ? "" : step_context.batch + " from " + step_context.data,
-                             std::current_exception(),
-                             forward ? "the model's forward rejected a batch of " + step_context.data +
-                                           ": either that dataset's samples have the wrong shape or the model expects "
-                                           "another (its first layer)"
-                                     : "");
+    detail::throw_step_error(step_context, place(step), std::current_exception());
   }
   // A captured step replays without calling the loss: the injected NaN goes on its result.
   if (faults.nan_at(step)) loss = loss * std::numeric_limits<double>::quiet_NaN();

@@ -108,4 +108,14 @@ void throw_user_error(const std::string& part, const std::string& where, const s
   }
 }
 
+void throw_step_error(const StepContext& context, const std::string& where, std::exception_ptr e) {
+  // A forward that fails on a batch may be the dataset's fault as well as the model's: name both.
+  const bool forward = std::string(context.phase) == "the model's forward";
+  throw_user_error(context.phase, where, context.batch.empty() ? "" : context.batch + " from " + context.data, e,
+                   forward ? "the model's forward rejected a batch of " + context.data +
+                                 ": either that dataset's samples have the wrong shape or the model expects another "
+                                 "(its first layer)"
+                           : "");
+}
+
 }  // namespace train::detail

@@ -42,6 +42,10 @@ void check_batch_shape(const Batch& batch, int64_t rows, const StepContext& cont
 /// from the device.
 void check_output(const at::Tensor& output, const Batch& batch, bool class_indices);
 
+/// throw_user_error for the training step, from `context`: its phase, the batch and the training
+/// data it came from; a failing forward's hint names the dataset as well as the model.
+[[noreturn]] void throw_step_error(const StepContext& context, const std::string& where, std::exception_ptr e);
+
 /// Throws train::UserCodeError: `part` failed `where` ("at step 5 (epoch 1) on rank 1"), the
 /// batch (if any) and `e`'s message; its hint when `e` is a train::Error, else `hint` (or a general one). A communication error
 /// (train::CommError, c10::DistError) is rethrown as it is: it is no error in the user's code.
