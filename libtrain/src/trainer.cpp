@@ -73,6 +73,7 @@ TrainResult Trainer::fit(const TrainSpec& spec) {
     if (t.c.run.eval_only) {
       TrainResult r = t.evaluate_checkpoint(resumed);
       t.for_callbacks("on_train_end", [&](Callback& cb) { cb.on_train_end(r); });
+      t.run_log->record().end(detail::record_state(r));  // under trainctl: the run is no longer running
       return r;
     }
     if (t.pg) {
