@@ -25,6 +25,8 @@ add_library(train STATIC
   ${_train_src}/health_groups.cpp
   ${_train_src}/health_verdict.cpp
   ${_train_src}/rank_record.cpp
+  ${_train_src}/early_stop.cpp
+  ${_train_src}/weight_average.cpp
   ${_train_src}/rollcall.cpp
   ${_train_src}/run_log.cpp
   ${_train_src}/straggler.cpp
@@ -42,6 +44,7 @@ add_library(train STATIC
   ${_train_src}/stop_agreement.cpp
   ${_train_src}/parts.cpp
   ${_train_src}/trainer.cpp
+  ${_train_src}/trainer_controls.cpp
   ${_train_src}/trainer_end.cpp
   ${_train_src}/trainer_loop.cpp
   ${_train_src}/training_state.cpp)

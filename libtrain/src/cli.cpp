@@ -102,7 +102,8 @@ void add_run_flags(CLI::App& app, RunConfig& r) {
       ->check(non_negative("0 (auto) or a positive number of threads", "e.g. --threads 4"));
   app.add_flag("--dry-run", r.dry_run, "one step per epoch and one test batch, to check a setup");
   add_choice_flag(app, "--precision", r.precision,
-             "CUDA arithmetic: auto (bf16 for per-rank batches of 512 or more on GPUs that have it, else fp32), "
+             "CUDA arithmetic: auto (fp32, unless the program's TrainSpec::auto_bf16_batch asks for bf16 from a "
+             "per-rank batch size up on GPUs that have it), "
              "fp32, tf32 (TF32 matmuls/convolutions), bf16 (autocast, fp32 master weights)",
              "bf16 is fastest on Ampere and newer GPUs");
   add_choice_flag(app, "--nonfinite", r.nonfinite,
@@ -122,6 +123,27 @@ void add_run_flags(CLI::App& app, RunConfig& r) {
                "clip the averaged gradients' total 2-norm to this before each update (clip_grad_norm_; "
                "default: the program's, none)")
       ->check(positive("total gradient norm", "e.g. --clip-grad-norm 1.0; leave it out for no clipping"));
+}
+
+// The training controls: early stopping, the weights' moving average, an evaluation-only run.
+void add_control_flags(CLI::App& app, RunConfig& r) {
+  app.add_option("--early-stop-metric", r.early_stop_metric,
+                 "stop at an epoch's end once this metric has not improved for --early-stop-patience epochs: "
+                 "test_loss (lower is better) or test_accuracy, test_NAME of the program's metrics (higher is "
+                 "better) (default: the program's; none)");
+  add_optional(app, "--early-stop-patience", r.early_stop_patience,
+               "epochs without improvement of --early-stop-metric before the run stops (default: the program's, 3)")
+      ->check(positive("number of epochs", "e.g. --early-stop-patience 3"));
+  add_optional(app, "--early-stop-min-delta", r.early_stop_min_delta,
+               "an improvement of --early-stop-metric must exceed this (default: the program's, 0)")
+      ->check(non_negative("0 or more", "e.g. --early-stop-min-delta 0.001"));
+  add_optional(app, "--ema-decay", r.ema_decay,
+               "keep an exponential moving average of the weights (ema = decay x ema + (1 - decay) x weights, "
+               "after every step), evaluate it instead of the weights and checkpoint it (default: the program's; none)")
+      ->check(number("a decay in [0, 1)", [](double v) { return v >= 0 && v < 1; }, "e.g. --ema-decay 0.999"));
+  app.add_flag("--eval-only", r.eval_only,
+               "evaluate the checkpoint of --resume PATH (or the newest in --checkpoint-dir), print the test line and "
+               "the done line, and write nothing");
 }
 
 void add_logging_flags(CLI::App& app, LoggingConfig& l) {
@@ -376,6 +398,7 @@ void add_trainer_flags(CLI::App& app, TrainConfig& c) {
   // Later copies of a flag win, so `sbatch scripts/ddp.sh --epochs 1` can override the script's defaults.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   add_run_flags(app, c.run);
+  add_control_flags(app, c.run);
   add_logging_flags(app, c.logging);
   add_distributed_flags(app, c.distributed);
   add_gpu_flags(app, c.gpu);

@@ -157,8 +157,26 @@ int TrainResult::exit_code() const {
   return preempted ? kExitPreempted : 0;
 }
 
+// --eval-only needs a checkpoint to load and writes nothing.
+void check_eval_only(const TrainConfig& c) {
+  if (!c.run.eval_only) return;
+  const CheckpointConfig& k = c.checkpoint;
+  if (k.resume == ResumeMode::never) {
+    bad("--eval-only", "a checkpoint to evaluate", "--resume never", "pass --resume PATH or --resume auto with --checkpoint-dir DIR");
+  }
+  if (k.resume == ResumeMode::automatic && k.dir.empty()) {
+    bad("--eval-only", "a checkpoint to evaluate (--resume PATH, or --checkpoint-dir DIR holding one)", "neither",
+        "e.g. --eval-only --checkpoint-dir ckpt (its newest valid checkpoint) or --eval-only --resume ckpt/FILE");
+  }
+  if (!c.logging.save_model.empty()) {
+    bad("--save-model", "no file to write in an --eval-only run (it writes nothing)", "'" + c.logging.save_model + "'",
+        "leave --save-model out, or --eval-only out to train");
+  }
+}
+
 void validate(const TrainConfig& c) {
   check_counts(c);
+  check_eval_only(c);
   check_cpu_choices(c);
   check_output_paths(c);
   const CheckpointConfig& k = c.checkpoint;

@@ -175,6 +175,12 @@ std::string to_json(const TrainResult& r) {
   j["params_sha256"] = r.params_sha256;
   j["version"] = TRAIN_VERSION_STRING;  // the libtrain that trained it (train/version.h)
   if (r.skipped_steps > 0 || r.nonfinite) j["skipped_steps"] = r.skipped_steps;
+  if (r.early_stopping) j["stopped_early"] = r.stopped_early;
+  if (r.eval_only) {
+    j["eval_only"] = true;
+    j["checkpoint"] = r.checkpoint_path;  // the one evaluated
+  }
+  if (r.ema) j["ema"] = true;  // the test loss and accuracy are the moving average's
   if (r.nonfinite) {
     j["reason"] = r.nonfinite_reason;
     j["checkpoint"] = r.checkpoint_path;  // the last good one ("" if none)

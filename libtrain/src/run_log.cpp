@@ -240,10 +240,7 @@ void RunLog::epoch_speed(double images, double seconds) {
 
 void RunLog::epoch_line(const Progress& p, const EvalResult& ev, double epoch_seconds, double eval_seconds,
                         const std::string& stragglers_text, std::optional<int64_t> skipped) {
-  log::info("Test set: Average loss: " + fmt("%.4f", ev.loss) + ", Accuracy: " +
-            std::to_string(static_cast<int64_t>(std::llround(ev.accuracy() * static_cast<double>(ev.count)))) + "/" +
-            std::to_string(ev.count) + " (" + fmt("%.2f", 100.0 * ev.accuracy()) + "%), epoch time " +
-            fmt("%.1f", epoch_seconds) + " s, evaluation " + fmt("%.2f", eval_seconds) + " s" +
+  log::info(test_text(ev) + ", epoch time " + fmt("%.1f", epoch_seconds) + " s, evaluation " + fmt("%.2f", eval_seconds) + " s" +
             (stragglers_text.empty() ? "" : "; " + stragglers_text));
   MetricsRecord line{"epoch", p.epoch, p.step,
                      {{"train_loss", p.last_train_loss}, {"test_loss", ev.loss}, {"test_accuracy", ev.accuracy()},
@@ -256,6 +253,12 @@ void RunLog::epoch_line(const Progress& p, const EvalResult& ev, double epoch_se
     if (name != "accuracy") line.values.emplace_back(name, value);  // accuracy is test_accuracy
   }
   write_metrics(std::move(line));
+}
+
+std::string RunLog::test_text(const EvalResult& ev) const {
+  return "Test set" + (evaluated_.empty() ? "" : " (" + evaluated_ + ")") + ": Average loss: " + fmt("%.4f", ev.loss) +
+         ", Accuracy: " + std::to_string(static_cast<int64_t>(std::llround(ev.accuracy() * static_cast<double>(ev.count)))) +
+         "/" + std::to_string(ev.count) + " (" + fmt("%.2f", 100.0 * ev.accuracy()) + "%)";
 }
 
 // Steady state: the epochs after the first, which carries start-up (cuDNN tuning, capture).

@@ -105,10 +105,15 @@ class RunLog {
                   const std::string& stragglers_text, std::optional<int64_t> skipped);
   /// Samples per second over the epochs after the first (the first, when there is one), or 0.
   double steady_images_per_sec() const;
+  /// What the test lines evaluate, e.g. "the weights' moving average (decay 0.999)"; "" the weights.
+  void set_evaluated(std::string what) { evaluated_ = std::move(what); }
+  /// "Test set[ (what)]: Average loss: ..., Accuracy: c/n (p%)".
+  std::string test_text(const EvalResult& eval) const;
 
  private:
   struct PendingLine;
   void print_line(const PendingLine& line, double loss);
+  std::string evaluated_;
 
   LoggingConfig config_;
   int rank_, world_size_;

@@ -63,11 +63,20 @@ void Trainer::log_metrics(const std::string& event, std::vector<std::pair<std::s
 TrainResult Trainer::fit(const TrainSpec& spec) {
   Run& t = *run_;
   try {
+    t.owner = this;
     t.setup(spec);
     t.build_model();  // before connect(): the optimizer decides whether the step is captured
     t.connect();
     if (t.c.health.check) detail::run_health_check(detail::health_check_options(t.c), t.env, t.pg.get(), *t.dev);
-    t.resume();
+    // The first hook: the model, optimizer and process group exist; a resumed checkpoint comes after.
+    t.for_callbacks("on_train_start", [&](Callback& cb) { cb.on_train_start(*this); });
+    const std::string resumed = t.resume();
+    if (t.c.run.eval_only) {
+      TrainResult r = t.evaluate_checkpoint(resumed);
+      t.for_callbacks("on_train_end", [&](Callback& cb) { cb.on_train_end(r); });
+      t.run_log->record().end(detail::record_state(r));  // under trainctl: the run is no longer running
+      return r;
+    }
     if (t.pg) {
       DdpOptions dopt;
       dopt.bucket_cap_mb = t.c.distributed.bucket_cap_mb;
@@ -75,7 +84,6 @@ TrainResult Trainer::fit(const TrainSpec& spec) {
       t.ddp = std::make_unique<DistributedDataParallel>(t.model.module, t.pg, dopt);
     }
     t.make_step();
-    t.for_callbacks("on_train_start", [&](Callback& cb) { cb.on_train_start(*this); });
     t.train();
     TrainResult r = t.finish();
     t.for_callbacks("on_train_end", [&](Callback& cb) { cb.on_train_end(r); });
@@ -106,6 +114,10 @@ void Trainer::Run::setup(const TrainSpec& s) {
   if (batch < 1) {
     throw ConfigError("--batch-size: expected a positive per-rank batch size, found " + std::to_string(batch) + ".",
                       "e.g. --batch-size 64");
+  }
+  if (c.run.eval_only && !s.eval_data) {
+    throw ConfigError("--eval-only: expected evaluation data (TrainSpec::eval_data), found none.",
+                      "set TrainSpec::eval_data in your program, or leave --eval-only out.");
   }
   if (epochs < 1) {
     throw ConfigError("TrainSpec::epochs: expected at least 1, found " + std::to_string(epochs) + ".", "e.g. --epochs 14");
@@ -178,6 +190,7 @@ void Trainer::Run::build_model() {
   checkpoints = std::make_unique<detail::CheckpointSession>(
       c.checkpoint, env.rank, device(),
       [this](const std::string& path, const Progress& p, double) { checkpoint_saved(path, p); });
+  setup_controls();
 }
 
 // How the gradients will travel (comm/comm_plan.h), then the process group; the parts that agree
@@ -222,15 +235,17 @@ void Trainer::Run::connect() {
 }
 
 // Resume before DDP is built: its broadcast then spreads rank 0's restored weights.
-void Trainer::Run::resume() {
+// Returns the checkpoint's path, or "" for a fresh start. --eval-only takes no snapshots.
+std::string Trainer::Run::resume() {
   run_log->record().connected();  // the group is up, --health-check passed
-  checkpoints->enable_snapshots(env, c.checkpoint.snapshot_every);
+  if (!c.run.eval_only) checkpoints->enable_snapshots(env, c.checkpoint.snapshot_every);
   const std::string path = checkpoints->resume(state);
   run_log->record().loaded(checkpoints->resumed_source(), prog().step);
-  checkpoints->start_snapshots(prog().step);
-  if (path.empty()) return;
+  if (!c.run.eval_only) checkpoints->start_snapshots(prog().step);
+  if (path.empty()) return path;
   schedule->resume(prog().lr);
   result.checkpoint_path = path;
+  return path;
 }
 
 detail::StepChoice Trainer::Run::choose_step() const {
@@ -238,6 +253,11 @@ detail::StepChoice Trainer::Run::choose_step() const {
   if (choice.graph && c.run.nonfinite == NonFinite::skip) {
     choice = {false, "--nonfinite skip decides on the host, between the backward and the update, whether to apply "
                      "each step's update (one sync a step)", c.gpu.cuda_graph == Switch::on};
+  }
+  if (choice.graph && !optimizer_step_hooks.empty()) {
+    choice = {false, "a callback's on_before_optimizer_step (OptimizerStepCallback) runs on the host between the "
+                     "backward and the optimizer's step, which a replayed graph can't call",
+              c.gpu.cuda_graph == Switch::on};
   }
   return choice;
 }
@@ -268,16 +288,13 @@ void Trainer::Run::make_step() {
   parts.peer = plan.peer;
   parts.peer_flag = c.gpu.peer_allreduce;
   step_context.class_indices = expects_class_indices(spec->loss);
+  step_context.data = "the training data '" + spec->train_data->name() + "' (TrainSpec::train_data)";
   parts.context = &step_context;
   stops->watch(c, *model.module);
   parts.micro_batch = accumulate > 1 ? batch : 0;
   parts.clip = clip.get();
   stops->nonfinite().share_norms(clip.get());
-  if (stops->nonfinite().skip_mode()) {
-    parts.before_update = [this](const at::Tensor& loss) {
-      return stops->nonfinite().before_update(loss, prog().step + 1, pg.get());
-    };
-  }
+  parts.before_update = update_gate();  // --nonfinite skip, the callbacks' on_before_optimizer_step
   if (faults.injects_nan()) {  // a test's NaN, before the backward, so that the gradients are NaN too
     injected_loss = [this, inner = spec->loss](const at::Tensor& out, const at::Tensor& target, Reduction r) {
       at::Tensor l = inner(out, target, r);

@@ -125,6 +125,7 @@ TrainResult Trainer::Run::finish() {
   checkpoints->drop_snapshots();  // the run ended (done or stopped): nothing resumes from them
   const bool stopped = result.preempted || result.cancelled || result.nonfinite;
   result.skipped_steps = stops->nonfinite().skipped();
+  result.stopped_early = early_stop.stopped();
   result.checkpoint_seconds = checkpoints->waited_seconds();
   result.epochs = std::min(prog().epoch, epochs);
   result.steps = prog().step;

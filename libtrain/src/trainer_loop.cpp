@@ -16,6 +16,18 @@ namespace train {
 using detail::Clock;
 using detail::seconds_since;
 
+namespace {
+
+// "lr 0.1"; where the schedule starts elsewhere (a warm-up from 0, a resumed run): "lr 0 now
+// (warmup_cosine(...), base rate 0.1)", so a warm-up's 0 doesn't read as a bug.
+std::string lr_text(const detail::Schedule& schedule, const std::string& description) {
+  const double now = schedule.lr(), base = schedule.context().base_lr;
+  if (now == base) return "lr " + detail::fmt("%g", now);
+  return "lr " + detail::fmt("%g", now) + " now (" + description + ", base rate " + detail::fmt("%g", base) + ")";
+}
+
+}  // namespace
+
 void Trainer::Run::train() {
   run_log->open(*spec, prog().step);
   if (!c.logging.profile.empty()) {
@@ -26,12 +38,13 @@ void Trainer::Run::train() {
             std::to_string(spec->train_data->size()) + " samples) for " + std::to_string(epochs) + " epochs, batch " +
             std::to_string(batch) + " per rank x " + std::to_string(env.world_size) + " ranks" +
             (accumulate > 1 ? " x " + std::to_string(accumulate) + " accumulated micro-batches per step" : "") +
-            (clip ? ", gradients clipped to norm " + detail::fmt("%g", clip->max_norm) : "") + ", lr " +
-            detail::fmt("%g", schedule->lr()) + ", device " + device().str() + ", " + std::to_string(threads) + " threads");
+            (clip ? ", gradients clipped to norm " + detail::fmt("%g", clip->max_norm) : "") + ", " +
+            lr_text(*schedule, spec->lr_schedule.description) + ", device " + device().str() + ", " +
+            std::to_string(threads) + " threads");
   if (const std::string deadline = stops->deadline_line(); !deadline.empty()) log::info(deadline);
   checkpoints->check_budget(state, checkpoint_deadlines());
   stops->start_rollcall(c.distributed, c.checkpoint.dir.empty() ? "." : c.checkpoint.dir);
-  for (; prog().epoch <= epochs; ++prog().epoch) {
+  for (; prog().epoch <= epochs && !early_stop.stopped(); ++prog().epoch) {
     if (!train_epoch()) break;
   }
   stops->stop_rollcall();
@@ -91,7 +104,7 @@ bool Trainer::Run::train_epoch() {
     next.epoch += 1;
     write_checkpoint(next, state.loss_sum);  // zero: the next epoch has no steps yet
   }
-  return true;
+  return !early_stop.stopped();  // its checkpoint says so: a resumed run stops at once
 }
 
 // One optimizer step, with what the user's code throws in its context, the non-finite watch, and
@@ -106,7 +119,7 @@ at::Tensor Trainer::Run::run_step(const at::Tensor& order, int64_t start, int64_
   try {
     loss = train_step->run(order, start, len);
   } catch (...) {
-    detail::throw_user_error(step_context.phase, place(step), step_context.batch, std::current_exception());
+    detail::throw_step_error(step_context, place(step), std::current_exception());
   }
   // A captured step replays without calling the loss: the injected NaN goes on its result.
   if (faults.nan_at(step)) loss = loss * std::numeric_limits<double>::quiet_NaN();
@@ -114,6 +127,7 @@ at::Tensor Trainer::Run::run_step(const at::Tensor& order, int64_t start, int64_
   detail::mark_phase(where, detail::Phase::step_end);
   ++prog().epoch_steps;
   ++prog().step;
+  if (ema) ema->update();
   if (profiler) profiler->after_step(step);
   schedule->after_step(step);
   return loss;
@@ -170,7 +184,7 @@ void Trainer::Run::end_epoch(double epoch_seconds) {
   EvalResult ev;
   const auto t_eval = Clock::now();
   if (spec->eval_data) {
-    ev = evaluate(c.run.dry_run);
+    ev = evaluate_model(c.run.dry_run);
     for_callbacks("on_evaluation", [&](Callback& cb) { cb.on_evaluation(ev); });
   }
   const double eval_seconds = seconds_since(t_eval);
@@ -180,6 +194,7 @@ void Trainer::Run::end_epoch(double epoch_seconds) {
   const detail::NonFiniteWatch& nonfinite = stops->nonfinite();
   run_log->epoch_line(prog(), ev, epoch_seconds, eval_seconds, stragglers,
                   nonfinite.skip_mode() ? std::optional<int64_t>(nonfinite.skipped()) : std::nullopt);
+  (void)early_stop.after_epoch(prog().epoch, ev, pg.get(), env.rank, device());  // rank 0 decides for all
   for_callbacks("on_epoch_end", [&](Callback& cb) {
     cb.on_epoch_end({prog().epoch, prog().step, prog().last_train_loss, ev, epoch_seconds, schedule->last_step_lr(),
                      optimizer.get()});

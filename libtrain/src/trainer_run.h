@@ -16,6 +16,7 @@
 #include "checkpoint_session.h"
 #include "comm/comm_plan.h"
 #include "device/train_device.h"
+#include "early_stop.h"
 #include "fault_injection.h"
 #include "nonfinite.h"
 #include "profile.h"
@@ -27,6 +28,7 @@
 #include "step_choice.h"
 #include "stop_agreement.h"
 #include "user_code.h"
+#include "weight_average.h"
 
 #include <chrono>
 #include <memory>
@@ -82,6 +84,11 @@ struct Trainer::Run {
   std::unique_ptr<detail::Schedule> schedule;             // the learning rate
   std::unique_ptr<detail::StopAgreement> stops;           // signals, time limit, non-finite values
   std::unique_ptr<detail::CheckpointSession> checkpoints;  // when, write, keep, resume
+  // The training controls (trainer_controls.cpp).
+  Trainer* owner = nullptr;                                  // for the callbacks' hooks
+  detail::EarlyStop early_stop;                              // TrainSpec::early_stopping, --early-stop-*
+  std::unique_ptr<detail::WeightAverage> ema;                // TrainSpec::ema_decay, --ema-decay
+  std::vector<OptimizerStepCallback*> optimizer_step_hooks;  // the spec's callbacks that have one
   TrainingState state;  // what a checkpoint holds (progress.lr is the schedule's, filled in when one is written)
   TrainResult result;
 
@@ -93,10 +100,15 @@ struct Trainer::Run {
   void setup_accumulation_and_clipping(const TrainSpec& s);
   void build_model();
   void connect();
-  void resume();
+  std::string resume();
   void make_step();
   detail::StepChoice choose_step() const;
   Precision resolve_precision() const;
+  // The training controls (trainer_controls.cpp).
+  void setup_controls();
+  std::function<bool(const at::Tensor&)> update_gate();
+  EvalResult evaluate_model(bool one_batch);
+  TrainResult evaluate_checkpoint(const std::string& path);
   // The loop (trainer_loop.cpp).
   void train();
   bool train_epoch();

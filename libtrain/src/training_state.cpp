@@ -72,6 +72,11 @@ void TrainingState::save(torch::serialize::OutputArchive& a, const at::Device& d
     save_user(ua);
     a.write("user", ua);
   }
+  if (save_controls) {
+    torch::serialize::OutputArchive ca;
+    save_controls(ca);
+    a.write("controls", ca);
+  }
 }
 
 std::string TrainingState::read_shape(torch::serialize::InputArchive& a) {
@@ -147,6 +152,10 @@ int TrainingState::load(torch::serialize::InputArchive& a, const at::Device& dev
   if (load_user) {
     torch::serialize::InputArchive ua;
     if (a.try_read("user", ua)) load_user(ua);
+  }
+  if (load_controls) {
+    torch::serialize::InputArchive ca;
+    load_controls(a.try_read("controls", ca) ? &ca : nullptr);
   }
   return saved_world;
 }

@@ -245,6 +245,19 @@ class GradNorm : public train::Callback {
 };
 // ---- end of docs/api.md ----
 
+// ---- docs/api.md: "To act on the gradients before the optimizer uses them" ----
+class ClipGradNorm : public train::OptimizerStepCallback {
+ public:
+  explicit ClipGradNorm(double max_norm) : max_norm_(max_norm) {}
+  void on_before_optimizer_step(train::Trainer& trainer) override {
+    torch::nn::utils::clip_grad_norm_(trainer.model()->parameters(), max_norm_);
+  }
+
+ private:
+  double max_norm_;
+};
+// ---- end of docs/api.md ----
+
 // A sink of our own: keeps every record it gets.
 class RecordingSink : public train::MetricsSink {
  public:
@@ -344,7 +357,7 @@ TEST(ApiDoc, CallbackMetricsReachEverySink) {
   spec.optimizer = [](const std::vector<at::Tensor>& params) {
     return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.05));
   };
-  spec.callbacks = {std::make_shared<GradNorm>()};
+  spec.callbacks = {std::make_shared<GradNorm>(), std::make_shared<ClipGradNorm>(1e-3)};
   spec.metrics_sinks = {sink};
   spec.batch_size = 32;
   ASSERT_EQ(trainer.fit(spec).steps, 24);
@@ -358,6 +371,7 @@ TEST(ApiDoc, CallbackMetricsReachEverySink) {
       ASSERT_EQ(r.values.size(), 1u);
       EXPECT_EQ(r.values[0].first, "norm");
       EXPECT_GT(r.values[0].second, 0) << "the gradients are there after the step";
+      EXPECT_LE(r.values[0].second, 1e-3 * (1 + 1e-5)) << "ClipGradNorm clipped them before the step";
       norms[r.step] = r.values[0].second;
     }
   }

@@ -160,6 +160,7 @@ TEST(UserCode, ForwardErrorNamesThePartWithoutAFrameDump) {
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_TRUE(has(r.err, "the model's forward failed at step 1 (epoch 1) on rank 0:")) << r.err;
   EXPECT_TRUE(has(r.err, "inputs Float [16, 7]")) << r.err;
+  EXPECT_TRUE(has(r.err, "from the training data 'data' (TrainSpec::train_data)")) << r.err;  // the dataset is named too
   EXPECT_FALSE(has(r.err, "frame #")) << r.err;
   auto cb = run_program(cmd, {"USER_FAULT=bad-callback"}, 120);
   EXPECT_EQ(cb.exit_code, 1) << cb.err;

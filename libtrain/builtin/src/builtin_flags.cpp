@@ -106,6 +106,10 @@ void add_flags(CLI::App& app, Recipe& r) {
   app.get_option("--lr")->description("learning rate (default: recipe's, Adadelta 1.0, SGD 0.1; Adam/AdamW 1e-3)");
   app.get_option("--gamma")->description("StepLR factor per epoch (default: recipe's, 0.7 for mnist)");
   app.get_option("--weight-decay")->description("weight decay (default: recipe's, SGD 1e-4; Adam 0, AdamW 1e-2)");
+  app.get_option("--precision")->description(
+      "CUDA arithmetic: auto (the mnist recipe: bf16 for per-rank batches of " + std::to_string(kAutoBf16Batch) +
+      " or more on GPUs that have it; fp32 otherwise and for cifar10), fp32, tf32 (TF32 matmuls/convolutions), "
+      "bf16 (autocast, fp32 master weights)");
 }
 
 int main(int argc, char** argv) {

@@ -83,6 +83,13 @@ struct RunConfig {
   std::optional<int64_t> max_steps;      ///< --max-steps: stop after this many optimizer steps in total; unset = no limit
   uint64_t seed = 1;                     ///< --seed: model init, dropout, sampler
   bool dry_run = false;                  ///< --dry-run: one step per epoch, one test batch
+  /// --eval-only: load the checkpoint (--resume PATH, or the newest in --checkpoint-dir), evaluate
+  /// it, print the test line and the done line, and write nothing.
+  bool eval_only = false;
+  std::string early_stop_metric;             ///< --early-stop-metric: "" = TrainSpec::early_stopping's
+  std::optional<int> early_stop_patience;    ///< --early-stop-patience (epochs)
+  std::optional<double> early_stop_min_delta;  ///< --early-stop-min-delta
+  std::optional<double> ema_decay;           ///< --ema-decay: unset = TrainSpec::ema_decay
   DeviceKind device = DeviceKind::automatic;  ///< --device: automatic = the GPUs SLURM gave the job, else the CPU
   std::optional<int> threads;            ///< --threads: intra-op CPU threads; unset = cores / local ranks
   /// --precision: automatic = bf16 on a CUDA GPU that has it where the spec asks for it
@@ -214,6 +221,11 @@ struct TrainResult {
   bool nonfinite = false;        ///< stopped by a non-finite loss or gradient (exit kExitNonFinite)
   std::string nonfinite_reason;  ///< where: the step, epoch, rank(s), the loss or which parameter's gradient
   int64_t skipped_steps = 0;     ///< --nonfinite skip: steps whose update was dropped
+  // Training controls.
+  bool stopped_early = false;    ///< early stopping ended the run (an exit status of 0)
+  bool early_stopping = false;   ///< early stopping was on (the done line then has "stopped_early")
+  bool eval_only = false;        ///< --eval-only: evaluated a checkpoint, trained no step
+  bool ema = false;              ///< the test loss and accuracy are the weights' moving average's
 
   /// 0 when done, kExitPreempted (75) after a preemption, 128 + signal after a cancel,
   /// kExitNonFinite (65) after a non-finite loss or gradient.

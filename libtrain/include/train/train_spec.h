@@ -113,6 +113,16 @@ struct EpochInfo {
   torch::optim::Optimizer* optimizer = nullptr;  ///< the run's optimizer
 };
 
+/// Early stopping: the run ends at an epoch's end once `metric` has not improved by more than
+/// `min_delta` for `patience` epochs in a row (rank 0 decides; every rank stops there).
+struct EarlyStopping {
+  /// "" (off), "test_loss" (lower is better) or "test_NAME" for a TrainSpec metric NAME, e.g.
+  /// "test_accuracy" (higher is better). Needs TrainSpec::eval_data.
+  std::string metric;
+  int patience = 3;      ///< epochs without improvement before the run stops
+  double min_delta = 0;  ///< an improvement must exceed this
+};
+
 /// What to train: the parts a user plugs in. The checkpoint manager is not pluggable.
 struct TrainSpec {
   /// Builds the model; called once, after the random generators are seeded with --seed, so
@@ -157,6 +167,12 @@ struct TrainSpec {
   /// by default: "N img/s"; e.g. "tokens" and a sequence's length).
   std::string unit = "img";
   double units_per_sample = 1;
+  /// Early stopping (--early-stop-metric, --early-stop-patience, --early-stop-min-delta win when set).
+  EarlyStopping early_stopping;
+  /// An exponential moving average of the weights, updated after every optimizer step
+  /// (ema = decay x ema + (1 - decay) x weights), evaluated instead of the weights and kept in
+  /// checkpoints; unset: none (--ema-decay wins when set). E.g. 0.999.
+  std::optional<double> ema_decay;
 };
 
 }  // namespace train

@@ -32,7 +32,8 @@ struct Progress {
 ///
 /// Archive keys: "model/<name>" (parameters and buffers), "optimizer" (the optimizer's own
 /// archive), "progress/*", "world_size", "shape" (JSON of the flags that shaped the run),
-/// "rng/cpu" and, on CUDA, "rng/cuda", and "user/*" for the save_user/load_user callbacks.
+/// "rng/cpu" and, on CUDA, "rng/cuda", "user/*" for the save_user/load_user callbacks and
+/// "controls/*" for save_controls/load_controls.
 struct TrainingState {
   torch::nn::Module* model = nullptr;
   torch::optim::Optimizer* optimizer = nullptr;
@@ -43,6 +44,10 @@ struct TrainingState {
   std::string shape_json;       ///< the run's shape; compared on resume
   std::function<void(torch::serialize::OutputArchive&)> save_user;  ///< optional user state
   std::function<void(torch::serialize::InputArchive&)> load_user;
+  /// The Trainer's training controls (EMA weights, early stopping), under "controls/*"; optional.
+  /// load_controls gets a null archive when the checkpoint has none.
+  std::function<void(torch::serialize::OutputArchive&)> save_controls;
+  std::function<void(torch::serialize::InputArchive*)> load_controls;
 
   /// Writes the state into `archive`; `device` is where the model lives (its RNG is saved too).
   void save(torch::serialize::OutputArchive& archive, const at::Device& device) const;

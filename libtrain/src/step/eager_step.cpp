@@ -21,7 +21,9 @@ void at_phase(const StepParts& p, const char* phase) {
 
 Batch get_batch(const StepParts& p, const at::Tensor& order, int64_t start, int64_t len) {
   at_phase(p, "Dataset::get_batch");
-  return p.data->get_batch(order.narrow(0, start, len));
+  Batch b = p.data->get_batch(order.narrow(0, start, len));
+  if (p.context != nullptr) check_batch_shape(b, len, *p.context);  // sizes only: no device sync
+  return b;
 }
 
 namespace {
@@ -34,6 +36,11 @@ at::Tensor forward_and_loss(const StepParts& p, const Batch& b) {
   }
   at_phase(p, "the model's forward");
   at::Tensor out = p.model->forward(b.inputs);
+  if (p.context != nullptr && !p.context->output_checked) {
+    at_phase(p, "the first batch's check");
+    check_output(out, b, p.context->class_indices);
+    p.context->output_checked = true;
+  }
   at_phase(p, "the loss");
   return (*p.loss)(out, b.targets, Reduction::mean);
 }

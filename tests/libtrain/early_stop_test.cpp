@@ -1,0 +1,96 @@
+// Early stopping's decision on its own (libtrain/src/early_stop.h), one process: patience and
+// min delta for a metric to minimise and one to maximise, its state through a checkpoint archive,
+// and the flags' checks.
+#include "early_stop.h"
+
+#include "train/error.h"
+
+#include <gtest/gtest.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+
+#include <sstream>
+
+namespace {
+
+train::EvalResult eval(double loss, double accuracy) {
+  train::EvalResult r;
+  r.loss = loss;
+  r.count = 100;
+  r.metrics["accuracy"] = accuracy;
+  return r;
+}
+
+}  // namespace
+
+// test_loss must fall by more than min delta: 1.0, 0.95 (better), 0.949 and 0.9455 (within 0.01: not
+// better), so with patience 2 the run stops after epoch 4.
+TEST(EarlyStop, LossMustFallByMoreThanMinDeltaWithinPatience) {
+  train::detail::EarlyStop s({"test_loss", 2, 0.01});
+  const at::Device cpu(at::kCPU);
+  EXPECT_FALSE(s.after_epoch(1, eval(1.0, 0), nullptr, 0, cpu));
+  EXPECT_FALSE(s.after_epoch(2, eval(0.95, 0), nullptr, 0, cpu));
+  EXPECT_FALSE(s.after_epoch(3, eval(0.949, 0), nullptr, 0, cpu));
+  EXPECT_FALSE(s.stopped());
+  EXPECT_TRUE(s.after_epoch(4, eval(0.9455, 0), nullptr, 0, cpu));
+  EXPECT_TRUE(s.stopped());
+  EXPECT_EQ(s.best_text(), "0.95 at epoch 2");
+}
+
+// Accuracy must rise; an improvement resets the count; the state survives a checkpoint archive.
+TEST(EarlyStop, AccuracyMustRiseAndTheStateResumes) {
+  train::detail::EarlyStop s({"test_accuracy", 2, 0});
+  const at::Device cpu(at::kCPU);
+  EXPECT_FALSE(s.after_epoch(1, eval(9, 0.5), nullptr, 0, cpu));
+  EXPECT_FALSE(s.after_epoch(2, eval(9, 0.5), nullptr, 0, cpu));  // one epoch without
+  EXPECT_FALSE(s.after_epoch(3, eval(9, 0.6), nullptr, 0, cpu));  // better: the count starts again
+  EXPECT_FALSE(s.after_epoch(4, eval(9, 0.6), nullptr, 0, cpu));
+  torch::serialize::OutputArchive out;
+  s.save(out);
+  std::ostringstream bytes;
+  out.save_to(bytes);
+  std::istringstream in_bytes(bytes.str());
+  torch::serialize::InputArchive in;
+  in.load_from(in_bytes);
+  train::detail::EarlyStop resumed({"test_accuracy", 2, 0});
+  resumed.load(&in);
+  EXPECT_EQ(resumed.best_text(), "0.6 at epoch 3");
+  EXPECT_TRUE(resumed.after_epoch(5, eval(9, 0.55), nullptr, 0, cpu)) << "the resumed count goes on: 2 epochs without";
+  train::detail::EarlyStop fresh({"test_accuracy", 2, 0});
+  fresh.load(nullptr);  // a checkpoint without it
+  EXPECT_EQ(fresh.best_text(), "");
+}
+
+// Off: never stops. On other ranks than 0 without a process group: rank 0 decides, so never.
+TEST(EarlyStop, OffOrNotRankZeroNeverStopsAlone) {
+  train::detail::EarlyStop off;
+  EXPECT_FALSE(off.enabled());
+  EXPECT_FALSE(off.after_epoch(9, eval(1, 0), nullptr, 0, at::Device(at::kCPU)));
+  train::detail::EarlyStop rank1({"test_loss", 1, 0});
+  EXPECT_FALSE(rank1.after_epoch(1, eval(1, 0), nullptr, 1, at::Device(at::kCPU)));
+  EXPECT_FALSE(rank1.after_epoch(2, eval(1, 0), nullptr, 1, at::Device(at::kCPU)));
+}
+
+TEST(EarlyStop, TheFlagsAreChecked) {
+  train::TrainSpec spec;
+  train::RunConfig run;
+  run.early_stop_metric = "test_accuracy";
+  EXPECT_THROW(train::detail::resolve_early_stopping(spec, run), train::ConfigError) << "no eval_data";
+  spec.eval_data = std::make_shared<train::InMemoryDataset>(torch::zeros({2, 1}), torch::zeros({2}));
+  EXPECT_EQ(train::detail::resolve_early_stopping(spec, run).patience, 3);
+  run.early_stop_patience = 0;
+  EXPECT_THROW(train::detail::resolve_early_stopping(spec, run), train::ConfigError);
+  run.early_stop_patience = 1;
+  run.early_stop_min_delta = -1;
+  EXPECT_THROW(train::detail::resolve_early_stopping(spec, run), train::ConfigError);
+  run.early_stop_min_delta.reset();
+  run.early_stop_metric = "accuracy";
+  try {
+    train::detail::resolve_early_stopping(spec, run);
+    FAIL() << "expected a ConfigError";
+  } catch (const train::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--early-stop-metric: expected test_loss or test_accuracy"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("found 'accuracy'"), std::string::npos) << e.what();
+  }
+}
