@@ -1,0 +1,158 @@
+// AVX2 versions of the fused pooling row kernels, for CPUs without AVX-512 (AMD EPYC before Zen 4,
+// Intel before Skylake-SP): 8 outputs per step, vmaskmovps for the row's tail. Compiled with
+// -mavx2 only, no -mfma (models/CMakeLists.txt), so no multiply and add can fuse into one rounding:
+// the same bits as the portable kernels. Callers check avx2_kernels_available() (fused.cpp) first.
+// As in fused_avx512.cpp, nothing here may instantiate an inline or template function shared with
+// other files (DropoutMask::hash, std::min...): the linker could keep this file's AVX2 copy.
+#include "fused_kernels.h"
+
+#if defined(TRAIN_AVX2_KERNELS)
+#include <immintrin.h>
+#endif
+
+namespace train::models::detail {
+
+#if defined(TRAIN_AVX2_KERNELS)
+
+namespace {
+
+// DropoutMask::hash, spelled out here (see the file's opening comment).
+uint64_t block_hash(const DropoutMask& m, int64_t block) {
+  uint64_t z = m.seed ^ (static_cast<uint64_t>(block) * 0xd1b54a32d192ed03ULL);
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// All-ones in lanes 0 .. count-1 (count may be <= 0 or >= 8).
+__m256i first_lanes(int count) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(count), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// Keep lanes (all-ones) of DropoutMask::value for the 8 flat elements i0 .. i0 + 7: element i's
+// 16-bit uniform is bits 16 * (i & 3) of hash(i / 4), i.e. 16-bit word i - 4 * (i0 / 4) of the
+// three consecutive block hashes stored little-endian.
+__m256i keep8(const DropoutMask& m, int64_t i0) {
+  const int64_t b0 = i0 >> 2;
+  // An aligned i0 (MNIST's rows are 12 outputs) needs two blocks only.
+  alignas(32) uint64_t h[4] = {block_hash(m, b0), block_hash(m, b0 + 1),
+                               (i0 & 3) ? block_hash(m, b0 + 2) : 0, 0};
+  const __m128i words = _mm_loadu_si128(reinterpret_cast<const __m128i*>(
+      reinterpret_cast<const uint16_t*>(h) + (i0 & 3)));
+  const __m256i u = _mm256_cvtepu16_epi32(words);
+  // u >= threshold, in signed 32-bit lanes (u < 2^16, threshold <= 2^16).
+  return _mm256_xor_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(m.threshold)), u),
+                          _mm256_set1_epi32(-1));
+}
+
+// Lane j of the result: the even (odd = 1) element 2j of the 16 floats lo, hi.
+__m256 deinterleave(__m256 lo, __m256 hi, int odd) {
+  const __m256 s = odd ? _mm256_shuffle_ps(lo, hi, 0xDD) : _mm256_shuffle_ps(lo, hi, 0x88);
+  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(s), 0xD8));
+}
+
+// ATen's max_pool step: a strictly greater value or a NaN replaces the maximum (and its code).
+void take_if_greater(__m256 x, int code, __m256& v, __m256i& k) {
+  const __m256 t = _mm256_or_ps(_mm256_cmp_ps(x, v, _CMP_GT_OQ), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  v = _mm256_blendv_ps(v, x, t);
+  k = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(k), _mm256_castsi256_ps(_mm256_set1_epi32(code)), t));
+}
+
+// The low bytes of k's 8 lanes (each 0..15), stored to codes[0 .. count-1].
+void store_codes(__m256i k, uint8_t* codes, int count) {
+  const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(k), _mm256_extracti128_si256(k, 1));
+  const __m128i b = _mm_packus_epi16(w, w);
+  if (count >= 8) {
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(codes), b);
+    return;
+  }
+  alignas(16) uint8_t tmp[16];
+  _mm_store_si128(reinterpret_cast<__m128i*>(tmp), b);
+  for (int j = 0; j < count; ++j) codes[j] = tmp[j];
+}
+
+// codes[0 .. count-1] as 8 int32 lanes (0 beyond count).
+__m256i load_codes(const uint8_t* codes, int count) {
+  if (count >= 8) return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
+  alignas(16) uint8_t tmp[16] = {};
+  for (int j = 0; j < count; ++j) tmp[j] = codes[j];
+  return _mm256_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(tmp)));
+}
+
+}  // namespace
+
+extern const bool kAvx2KernelsBuiltIn = true;
+
+void pool_forward_row_avx2(const float* r0, const float* r1, int64_t n, float* out, uint8_t* codes,
+                           const DropoutMask* mask, int64_t first) {
+  const __m256 zero = _mm256_setzero_ps();
+  for (int64_t ox = 0; ox < n; ox += 8) {
+    const int count = static_cast<int>(n - ox < 8 ? n - ox : 8);
+    const __m256i lo = first_lanes(2 * count), hi = first_lanes(2 * count - 8);
+    const __m256 t0 = _mm256_maskload_ps(r0 + 2 * ox, lo), t1 = _mm256_maskload_ps(r0 + 2 * ox + 8, hi);
+    const __m256 b0 = _mm256_maskload_ps(r1 + 2 * ox, lo), b1 = _mm256_maskload_ps(r1 + 2 * ox + 8, hi);
+    __m256 v = deinterleave(t0, t1, 0);
+    __m256i k = _mm256_setzero_si256();
+    take_if_greater(deinterleave(t0, t1, 1), 1, v, k);
+    take_if_greater(deinterleave(b0, b1, 0), 2, v, k);
+    take_if_greater(deinterleave(b0, b1, 1), 3, v, k);
+    // relu as ATen's vmaxps(0, v): 0 > v ? 0 : v; the gradient passes where r > 0 or NaN.
+    __m256 r = _mm256_blendv_ps(v, zero, _mm256_cmp_ps(zero, v, _CMP_GT_OQ));
+    const __m256 pass = _mm256_or_ps(_mm256_cmp_ps(r, zero, _CMP_GT_OQ), _mm256_cmp_ps(r, r, _CMP_UNORD_Q));
+    k = _mm256_or_si256(k, _mm256_andnot_si256(_mm256_castps_si256(pass), _mm256_set1_epi32(kKilled)));
+    if (mask) {
+      const __m256i keep = keep8(*mask, first + ox);
+      // r * m with m = scale or 0, as at::mul(x, mask) computes it (0 * inf is NaN, and so on).
+      r = _mm256_mul_ps(r, _mm256_and_ps(_mm256_castsi256_ps(keep), _mm256_set1_ps(mask->scale)));
+      k = _mm256_or_si256(k, _mm256_andnot_si256(keep, _mm256_set1_epi32(kDropped)));
+    }
+    _mm256_maskstore_ps(out + ox, first_lanes(count), r);
+    store_codes(k, codes + ox, count);
+  }
+}
+
+void pool_backward_row_avx2(const float* g, const uint8_t* codes, int64_t n, float scale, float* r0,
+                            float* r1) {
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256 vscale = _mm256_set1_ps(scale);
+  const __m256i none = _mm256_setzero_si256();
+  for (int64_t ox = 0; ox < n; ox += 8) {
+    const int count = static_cast<int>(n - ox < 8 ? n - ox : 8);
+    const __m256i lo = first_lanes(2 * count), hi = first_lanes(2 * count - 8);
+    const __m256i k = load_codes(codes + ox, count);
+    const __m256 gv = _mm256_maskload_ps(g + ox, first_lanes(count));
+    const __m256i kept = _mm256_cmpeq_epi32(_mm256_and_si256(k, _mm256_set1_epi32(kDropped)), none);
+    const __m256i alive = _mm256_cmpeq_epi32(_mm256_and_si256(k, _mm256_set1_epi32(kKilled)), none);
+    const __m256 gm = _mm256_mul_ps(gv, _mm256_and_ps(_mm256_castsi256_ps(kept), vscale));
+    const __m256 v = _mm256_and_ps(_mm256_castsi256_ps(alive), _mm256_add_ps(zero, gm));
+    const __m256i pos = _mm256_and_si256(k, _mm256_set1_epi32(3));
+    auto at = [&](int p) {
+      return _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(pos, _mm256_set1_epi32(p))), v);
+    };
+    const __m256 p0 = at(0), p1 = at(1), p2 = at(2), p3 = at(3);
+    // Interleave (p0, p1) into row r0 and (p2, p3) into r1: unpack works within 128-bit halves.
+    const __m256 a_lo = _mm256_unpacklo_ps(p0, p1), a_hi = _mm256_unpackhi_ps(p0, p1);
+    const __m256 c_lo = _mm256_unpacklo_ps(p2, p3), c_hi = _mm256_unpackhi_ps(p2, p3);
+    _mm256_maskstore_ps(r0 + 2 * ox, lo, _mm256_permute2f128_ps(a_lo, a_hi, 0x20));
+    _mm256_maskstore_ps(r0 + 2 * ox + 8, hi, _mm256_permute2f128_ps(a_lo, a_hi, 0x31));
+    _mm256_maskstore_ps(r1 + 2 * ox, lo, _mm256_permute2f128_ps(c_lo, c_hi, 0x20));
+    _mm256_maskstore_ps(r1 + 2 * ox + 8, hi, _mm256_permute2f128_ps(c_lo, c_hi, 0x31));
+  }
+}
+
+#else  // no AVX2 kernels in this build
+
+extern const bool kAvx2KernelsBuiltIn = false;
+void pool_forward_row_avx2(const float* r0, const float* r1, int64_t n, float* out, uint8_t* codes,
+                           const DropoutMask* mask, int64_t first) {
+  pool_forward_row_portable(r0, r1, n, out, codes, mask, first);
+}
+void pool_backward_row_avx2(const float* g, const uint8_t* codes, int64_t n, float scale, float* r0,
+                            float* r1) {
+  pool_backward_row_portable(g, codes, n, scale, r0, r1);
+}
+
+#endif
+
+}  // namespace train::models::detail
