@@ -1,5 +1,5 @@
 // AVX2 versions of the fused pooling row kernels, for CPUs without AVX-512 (AMD EPYC before Zen 4,
-// Intel before Skylake-SP): 8 outputs per step, vmaskmovps for the row's tail. Compiled with
+// Intel before Skylake-SP): 8 outputs per step, vmaskmovps for the row's tail only. Compiled with
 // -mavx2 only, no -mfma (models/CMakeLists.txt), so no multiply and add can fuse into one rounding:
 // the same bits as the portable kernels. Callers check avx2_kernels_available() (fused.cpp) first.
 // As in fused_avx512.cpp, nothing here may instantiate an inline or template function shared with
@@ -28,6 +28,22 @@ uint64_t block_hash(const DropoutMask& m, int64_t block) {
 // All-ones in lanes 0 .. count-1 (count may be <= 0 or >= 8).
 __m256i first_lanes(int count) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(count), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// Floats p[0 .. lanes-1] (0 beyond): a plain load for a whole vector, vmaskmovps only for a
+// row's tail (slow on some AMD CPUs), nothing for none.
+__m256 load_lanes(const float* p, int lanes) {
+  if (lanes >= 8) return _mm256_loadu_ps(p);
+  return lanes <= 0 ? _mm256_setzero_ps() : _mm256_maskload_ps(p, first_lanes(lanes));
+}
+
+// Stores lanes 0 .. lanes-1 of v to p[0 .. lanes-1], as load_lanes loads them.
+void store_lanes(float* p, int lanes, __m256 v) {
+  if (lanes >= 8) {
+    _mm256_storeu_ps(p, v);
+  } else if (lanes > 0) {
+    _mm256_maskstore_ps(p, first_lanes(lanes), v);
+  }
 }
 
 // Keep lanes (all-ones) of DropoutMask::value for the 8 flat elements i0 .. i0 + 7: element i's
@@ -89,9 +105,9 @@ void pool_forward_row_avx2(const float* r0, const float* r1, int64_t n, float* o
   const __m256 zero = _mm256_setzero_ps();
   for (int64_t ox = 0; ox < n; ox += 8) {
     const int count = static_cast<int>(n - ox < 8 ? n - ox : 8);
-    const __m256i lo = first_lanes(2 * count), hi = first_lanes(2 * count - 8);
-    const __m256 t0 = _mm256_maskload_ps(r0 + 2 * ox, lo), t1 = _mm256_maskload_ps(r0 + 2 * ox + 8, hi);
-    const __m256 b0 = _mm256_maskload_ps(r1 + 2 * ox, lo), b1 = _mm256_maskload_ps(r1 + 2 * ox + 8, hi);
+    const int lo = 2 * count, hi = 2 * count - 8;  // lanes of the two input vectors per row
+    const __m256 t0 = load_lanes(r0 + 2 * ox, lo), t1 = load_lanes(r0 + 2 * ox + 8, hi);
+    const __m256 b0 = load_lanes(r1 + 2 * ox, lo), b1 = load_lanes(r1 + 2 * ox + 8, hi);
     __m256 v = deinterleave(t0, t1, 0);
     __m256i k = _mm256_setzero_si256();
     take_if_greater(deinterleave(t0, t1, 1), 1, v, k);
@@ -107,7 +123,7 @@ void pool_forward_row_avx2(const float* r0, const float* r1, int64_t n, float* o
       r = _mm256_mul_ps(r, _mm256_and_ps(_mm256_castsi256_ps(keep), _mm256_set1_ps(mask->scale)));
       k = _mm256_or_si256(k, _mm256_andnot_si256(keep, _mm256_set1_epi32(kDropped)));
     }
-    _mm256_maskstore_ps(out + ox, first_lanes(count), r);
+    store_lanes(out + ox, count, r);
     store_codes(k, codes + ox, count);
   }
 }
@@ -119,9 +135,9 @@ void pool_backward_row_avx2(const float* g, const uint8_t* codes, int64_t n, flo
   const __m256i none = _mm256_setzero_si256();
   for (int64_t ox = 0; ox < n; ox += 8) {
     const int count = static_cast<int>(n - ox < 8 ? n - ox : 8);
-    const __m256i lo = first_lanes(2 * count), hi = first_lanes(2 * count - 8);
+    const int lo = 2 * count, hi = 2 * count - 8;  // lanes of the two output vectors per row
     const __m256i k = load_codes(codes + ox, count);
-    const __m256 gv = _mm256_maskload_ps(g + ox, first_lanes(count));
+    const __m256 gv = load_lanes(g + ox, count);
     const __m256i kept = _mm256_cmpeq_epi32(_mm256_and_si256(k, _mm256_set1_epi32(kDropped)), none);
     const __m256i alive = _mm256_cmpeq_epi32(_mm256_and_si256(k, _mm256_set1_epi32(kKilled)), none);
     const __m256 gm = _mm256_mul_ps(gv, _mm256_and_ps(_mm256_castsi256_ps(kept), vscale));
@@ -134,10 +150,10 @@ void pool_backward_row_avx2(const float* g, const uint8_t* codes, int64_t n, flo
     // Interleave (p0, p1) into row r0 and (p2, p3) into r1: unpack works within 128-bit halves.
     const __m256 a_lo = _mm256_unpacklo_ps(p0, p1), a_hi = _mm256_unpackhi_ps(p0, p1);
     const __m256 c_lo = _mm256_unpacklo_ps(p2, p3), c_hi = _mm256_unpackhi_ps(p2, p3);
-    _mm256_maskstore_ps(r0 + 2 * ox, lo, _mm256_permute2f128_ps(a_lo, a_hi, 0x20));
-    _mm256_maskstore_ps(r0 + 2 * ox + 8, hi, _mm256_permute2f128_ps(a_lo, a_hi, 0x31));
-    _mm256_maskstore_ps(r1 + 2 * ox, lo, _mm256_permute2f128_ps(c_lo, c_hi, 0x20));
-    _mm256_maskstore_ps(r1 + 2 * ox + 8, hi, _mm256_permute2f128_ps(c_lo, c_hi, 0x31));
+    store_lanes(r0 + 2 * ox, lo, _mm256_permute2f128_ps(a_lo, a_hi, 0x20));
+    store_lanes(r0 + 2 * ox + 8, hi, _mm256_permute2f128_ps(a_lo, a_hi, 0x31));
+    store_lanes(r1 + 2 * ox, lo, _mm256_permute2f128_ps(c_lo, c_hi, 0x20));
+    store_lanes(r1 + 2 * ox + 8, hi, _mm256_permute2f128_ps(c_lo, c_hi, 0x31));
   }
 }
 
