@@ -37,35 +37,64 @@ __m256 load_lanes(const float* p, int lanes) {
   return lanes <= 0 ? _mm256_setzero_ps() : _mm256_maskload_ps(p, first_lanes(lanes));
 }
 
-// Stores lanes 0 .. lanes-1 of v to p[0 .. lanes-1], as load_lanes loads them.
+// Stores lanes 0 .. lanes-1 of v to p[0 .. lanes-1]. The tail in 4-, 2- and 1-float stores:
+// vmaskmovps stores measured 3x slower per row of 12 outputs on a Xeon.
 void store_lanes(float* p, int lanes, __m256 v) {
   if (lanes >= 8) {
     _mm256_storeu_ps(p, v);
-  } else if (lanes > 0) {
-    _mm256_maskstore_ps(p, first_lanes(lanes), v);
+    return;
+  }
+  __m128 part = _mm256_castps256_ps128(v);
+  if (lanes >= 4) {
+    _mm_storeu_ps(p, part);
+    part = _mm256_extractf128_ps(v, 1);
+    p += 4;
+    lanes -= 4;
+  }
+  if (lanes >= 2) {
+    _mm_storel_pi(reinterpret_cast<__m64*>(p), part);
+    part = _mm_movehl_ps(part, part);
+    p += 2;
+    lanes -= 2;
+  }
+  if (lanes == 1) _mm_store_ss(p, part);
+}
+
+// The forward works on 8 outputs in the order kSwapped = 0, 1, 4, 5, 2, 3, 6, 7, the order an in-lane
+// shuffle leaves them in; one cross-lane permute (kUnswap, its own inverse) puts each result back.
+constexpr int kUnswap = 0xD8;  // 64-bit chunks 0, 2, 1, 3
+
+// The 16-bit words 2s .. 2s + 15 (bytes) of hi:lo, for s = 0 .. 3 (alignr wants an immediate).
+__m128i words_from(__m128i hi, __m128i lo, int64_t s) {
+  switch (s) {
+    case 0: return lo;
+    case 1: return _mm_alignr_epi8(hi, lo, 2);
+    case 2: return _mm_alignr_epi8(hi, lo, 4);
+    default: return _mm_alignr_epi8(hi, lo, 6);
   }
 }
 
-// Keep lanes (all-ones) of DropoutMask::value for the 8 flat elements i0 .. i0 + 7: element i's
-// 16-bit uniform is bits 16 * (i & 3) of hash(i / 4), i.e. 16-bit word i - 4 * (i0 / 4) of the
-// three consecutive block hashes stored little-endian.
-__m256i keep8(const DropoutMask& m, int64_t i0) {
+// Keep lanes (all-ones) of DropoutMask::value for the 8 flat elements i0 .. i0 + 7, in the order
+// kSwapped: element i's 16-bit uniform is bits 16 * (i & 3) of hash(i / 4), i.e. word i - 4 * (i0 / 4)
+// of the consecutive block hashes taken as one little-endian number. Built in registers: a wide load
+// of narrow stores would stall.
+__m256i keep8_swapped(const DropoutMask& m, int64_t i0) {
   const int64_t b0 = i0 >> 2;
+  const __m128i lo = _mm_set_epi64x(static_cast<long long>(block_hash(m, b0 + 1)),
+                                    static_cast<long long>(block_hash(m, b0)));
   // An aligned i0 (MNIST's rows are 12 outputs) needs two blocks only.
-  alignas(32) uint64_t h[4] = {block_hash(m, b0), block_hash(m, b0 + 1),
-                               (i0 & 3) ? block_hash(m, b0 + 2) : 0, 0};
-  const __m128i words = _mm_loadu_si128(reinterpret_cast<const __m128i*>(
-      reinterpret_cast<const uint16_t*>(h) + (i0 & 3)));
+  const __m128i hi = (i0 & 3) ? _mm_cvtsi64_si128(static_cast<long long>(block_hash(m, b0 + 2)))
+                              : _mm_setzero_si128();
+  const __m128i words = _mm_shuffle_epi32(words_from(hi, lo, i0 & 3), 0xD8);  // word pairs 0, 2, 1, 3
   const __m256i u = _mm256_cvtepu16_epi32(words);
   // u >= threshold, in signed 32-bit lanes (u < 2^16, threshold <= 2^16).
   return _mm256_xor_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(m.threshold)), u),
                           _mm256_set1_epi32(-1));
 }
 
-// Lane j of the result: the even (odd = 1) element 2j of the 16 floats lo, hi.
-__m256 deinterleave(__m256 lo, __m256 hi, int odd) {
-  const __m256 s = odd ? _mm256_shuffle_ps(lo, hi, 0xDD) : _mm256_shuffle_ps(lo, hi, 0x88);
-  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(s), 0xD8));
+// The even (odd = 1) elements of the 16 floats lo, hi, in the order kSwapped.
+__m256 deinterleave_swapped(__m256 lo, __m256 hi, int odd) {
+  return odd ? _mm256_shuffle_ps(lo, hi, 0xDD) : _mm256_shuffle_ps(lo, hi, 0x88);
 }
 
 // ATen's max_pool step: a strictly greater value or a NaN replaces the maximum (and its code).
@@ -75,7 +104,8 @@ void take_if_greater(__m256 x, int code, __m256& v, __m256i& k) {
   k = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(k), _mm256_castsi256_ps(_mm256_set1_epi32(code)), t));
 }
 
-// The low bytes of k's 8 lanes (each 0..15), stored to codes[0 .. count-1].
+// The low bytes of k's 8 lanes (each 0..15), stored to codes[0 .. count-1]. The tail goes
+// through a register, not a stack buffer: a wide load after narrow stores stalls.
 void store_codes(__m256i k, uint8_t* codes, int count) {
   const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(k), _mm256_extracti128_si256(k, 1));
   const __m128i b = _mm_packus_epi16(w, w);
@@ -83,17 +113,16 @@ void store_codes(__m256i k, uint8_t* codes, int count) {
     _mm_storel_epi64(reinterpret_cast<__m128i*>(codes), b);
     return;
   }
-  alignas(16) uint8_t tmp[16];
-  _mm_store_si128(reinterpret_cast<__m128i*>(tmp), b);
-  for (int j = 0; j < count; ++j) codes[j] = tmp[j];
+  uint64_t bytes = static_cast<uint64_t>(_mm_cvtsi128_si64(b));
+  for (int j = 0; j < count; ++j, bytes >>= 8) codes[j] = static_cast<uint8_t>(bytes);
 }
 
 // codes[0 .. count-1] as 8 int32 lanes (0 beyond count).
 __m256i load_codes(const uint8_t* codes, int count) {
   if (count >= 8) return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
-  alignas(16) uint8_t tmp[16] = {};
-  for (int j = 0; j < count; ++j) tmp[j] = codes[j];
-  return _mm256_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(tmp)));
+  uint64_t bytes = 0;
+  for (int j = 0; j < count; ++j) bytes |= static_cast<uint64_t>(codes[j]) << (8 * j);
+  return _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(bytes)));
 }
 
 }  // namespace
@@ -108,23 +137,23 @@ void pool_forward_row_avx2(const float* r0, const float* r1, int64_t n, float* o
     const int lo = 2 * count, hi = 2 * count - 8;  // lanes of the two input vectors per row
     const __m256 t0 = load_lanes(r0 + 2 * ox, lo), t1 = load_lanes(r0 + 2 * ox + 8, hi);
     const __m256 b0 = load_lanes(r1 + 2 * ox, lo), b1 = load_lanes(r1 + 2 * ox + 8, hi);
-    __m256 v = deinterleave(t0, t1, 0);
+    __m256 v = deinterleave_swapped(t0, t1, 0);
     __m256i k = _mm256_setzero_si256();
-    take_if_greater(deinterleave(t0, t1, 1), 1, v, k);
-    take_if_greater(deinterleave(b0, b1, 0), 2, v, k);
-    take_if_greater(deinterleave(b0, b1, 1), 3, v, k);
+    take_if_greater(deinterleave_swapped(t0, t1, 1), 1, v, k);
+    take_if_greater(deinterleave_swapped(b0, b1, 0), 2, v, k);
+    take_if_greater(deinterleave_swapped(b0, b1, 1), 3, v, k);
     // relu as ATen's vmaxps(0, v): 0 > v ? 0 : v; the gradient passes where r > 0 or NaN.
     __m256 r = _mm256_blendv_ps(v, zero, _mm256_cmp_ps(zero, v, _CMP_GT_OQ));
     const __m256 pass = _mm256_or_ps(_mm256_cmp_ps(r, zero, _CMP_GT_OQ), _mm256_cmp_ps(r, r, _CMP_UNORD_Q));
     k = _mm256_or_si256(k, _mm256_andnot_si256(_mm256_castps_si256(pass), _mm256_set1_epi32(kKilled)));
     if (mask) {
-      const __m256i keep = keep8(*mask, first + ox);
+      const __m256i keep = keep8_swapped(*mask, first + ox);
       // r * m with m = scale or 0, as at::mul(x, mask) computes it (0 * inf is NaN, and so on).
       r = _mm256_mul_ps(r, _mm256_and_ps(_mm256_castsi256_ps(keep), _mm256_set1_ps(mask->scale)));
       k = _mm256_or_si256(k, _mm256_andnot_si256(keep, _mm256_set1_epi32(kDropped)));
     }
-    store_lanes(out + ox, count, r);
-    store_codes(k, codes + ox, count);
+    store_lanes(out + ox, count, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(r), kUnswap)));
+    store_codes(_mm256_permute4x64_epi64(k, kUnswap), codes + ox, count);
   }
 }
 
