@@ -15,6 +15,10 @@
 // Together with a fixed --threads, a CPU run then gives the same params_sha256 on any x86-64
 // (tests/libtrain/invariant_test.cpp; docs/design.md, Determinism). It is slower: a test and
 // debugging setting, not a training one.
+//
+// TRAIN_FUSED_KERNELS=auto|portable|avx2|avx512 picks the fused kernels' version alone (every one
+// gives the same bits), for tests and benchmarks; the models read it, and it is checked here
+// first so that a version this CPU lacks stops the run before the rendezvous.
 #include "cpu_kernels.h"
 
 #include "train/error.h"
@@ -26,7 +30,33 @@
 
 namespace train::detail {
 
+namespace {
+
+void check_fused_kernels_env() {
+  const char* env = std::getenv("TRAIN_FUSED_KERNELS");
+  const std::string value = env != nullptr ? env : "";
+  if (value.empty() || value == "auto" || value == "portable") return;
+  if (value != "avx2" && value != "avx512") {
+    throw ConfigError("TRAIN_FUSED_KERNELS=" + value + ": expected auto, portable, avx2 or avx512.",
+                      "unset it: the best version this CPU has runs, and every version gives the same bits.");
+  }
+  bool has = false;
+#if defined(__x86_64__) && defined(__GNUC__)
+  has = value == "avx2" ? __builtin_cpu_supports("avx2")
+                        : __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+#endif
+  if (!has) {
+    throw ConfigError("TRAIN_FUSED_KERNELS=" + value + ": expected a version this CPU has, found a CPU without " +
+                          (value == "avx2" ? "AVX2" : "AVX-512 F/BW/DQ/VL") + ".",
+                      "unset it, or set portable.");
+  }
+}
+
+}  // namespace
+
 void apply_cpu_kernels_env() {
+  check_fused_kernels_env();
   const char* env = std::getenv("TRAIN_CPU_KERNELS");
   const std::string value = env != nullptr ? env : "";
   if (value.empty() || value == "auto") return;

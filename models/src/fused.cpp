@@ -3,6 +3,7 @@
 #include "train/models/fused.h"
 
 #include "fused_kernels.h"
+#include "train/error.h"
 #include "train/models/dropout.h"
 
 #include <ATen/Parallel.h>
@@ -17,6 +18,7 @@
 #include <string>
 #include <cstring>
 #include <optional>
+#include <vector>
 
 namespace train::models {
 
@@ -78,32 +80,76 @@ bool avx512_kernels_available() {
 #endif
 }
 
+bool avx2_kernels_available() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool ok = kAvx2KernelsBuiltIn && __builtin_cpu_supports("avx2");
+  return ok;
+#else
+  return false;
+#endif
+}
+
 }  // namespace detail
 
 namespace {
 
-std::atomic<bool> g_force_portable{false};
-
 struct Kernels {
+  const char* isa;
   detail::ForwardRow forward;
   detail::BackwardRow backward;
 };
 
-// TRAIN_CPU_KERNELS=portable (docs/reference.md): CPU runs whose bits don't depend on the x86-64
-// CPU, so the portable kernels (the same bits as the AVX-512 ones; one path less to trust).
-bool portable_from_env() {
-  static const bool portable = [] {
-    const char* env = std::getenv("TRAIN_CPU_KERNELS");
-    return env != nullptr && std::string(env) == "portable";
-  }();
-  return portable;
+const Kernels kPortable{"portable", detail::pool_forward_row_portable, detail::pool_backward_row_portable};
+const Kernels kAvx2{"avx2", detail::pool_forward_row_avx2, detail::pool_backward_row_avx2};
+const Kernels kAvx512{"avx512", detail::pool_forward_row_avx512, detail::pool_backward_row_avx512};
+
+// The version force_fused_kernels() picked; null: none (auto).
+std::atomic<const Kernels*> g_forced{nullptr};
+
+bool cpu_has(const Kernels& k) {
+  if (&k == &kAvx512) return detail::avx512_kernels_available();
+  if (&k == &kAvx2) return detail::avx2_kernels_available();
+  return true;
 }
 
-Kernels kernels() {
-  if (!g_force_portable.load(std::memory_order_relaxed) && !portable_from_env() && detail::avx512_kernels_available()) {
-    return {detail::pool_forward_row_avx512, detail::pool_backward_row_avx512};
+// A version by name, checked against this build and CPU; null for "auto".
+const Kernels* by_name(const std::string& isa, const std::string& what) {
+  if (isa == "auto") return nullptr;
+  for (const Kernels* k : {&kPortable, &kAvx2, &kAvx512}) {
+    if (isa != k->isa) continue;
+    if (!cpu_has(*k)) {
+      std::string have;
+      for (const std::string& name : fused_kernels_available()) have += (have.empty() ? "" : ", ") + name;
+      throw ConfigError(what + ": the " + isa + " fused kernels can't run here: expected a version this " +
+                            "build and CPU have (" + have + "), found " + isa + ".",
+                        "set auto (the best this CPU has) or portable.");
+    }
+    return k;
   }
-  return {detail::pool_forward_row_portable, detail::pool_backward_row_portable};
+  throw ConfigError(what + ": expected auto, portable, avx2 or avx512, found '" + isa + "'.",
+                    "set auto (the best this CPU has); the others are for tests and benchmarks.");
+}
+
+// TRAIN_FUSED_KERNELS (docs/reference.md): a version for tests and benchmarks; else
+// TRAIN_CPU_KERNELS=portable, for CPU runs whose bits don't depend on the x86-64 CPU, takes the
+// portable kernels (the same bits as the others; one path less to trust); else the best.
+const Kernels& from_env() {
+  static const Kernels* const chosen = [] {
+    const char* fused = std::getenv("TRAIN_FUSED_KERNELS");
+    if (fused != nullptr && *fused != '\0') {
+      if (const Kernels* k = by_name(fused, std::string("TRAIN_FUSED_KERNELS=") + fused)) return k;
+    }
+    const char* cpu = std::getenv("TRAIN_CPU_KERNELS");
+    if (cpu != nullptr && std::string(cpu) == "portable") return &kPortable;
+    if (detail::avx512_kernels_available()) return &kAvx512;
+    return detail::avx2_kernels_available() ? &kAvx2 : &kPortable;
+  }();
+  return *chosen;
+}
+
+const Kernels& kernels() {
+  const Kernels* forced = g_forced.load(std::memory_order_relaxed);
+  return forced != nullptr ? *forced : from_env();
 }
 
 struct Geometry {
@@ -115,7 +161,7 @@ struct Geometry {
 // `codes` may be null (no backward needed).
 void forward_kernel(const float* x, float* out, uint8_t* codes, const Geometry& g,
                     const std::optional<detail::DropoutMask>& mask) {
-  const Kernels k = kernels();
+  const Kernels& k = kernels();
   at::parallel_for(0, g.planes, 8, [&](int64_t begin, int64_t end) {
     std::vector<uint8_t> scratch(codes ? 0 : g.ow);
     for (int64_t plane = begin; plane < end; ++plane) {
@@ -132,7 +178,7 @@ void forward_kernel(const float* x, float* out, uint8_t* codes, const Geometry& 
 
 void backward_kernel(const float* grad_out, const uint8_t* codes, float* grad_x, const Geometry& g,
                      float scale) {
-  const Kernels k = kernels();
+  const Kernels& k = kernels();
   at::parallel_for(0, g.planes, 8, [&](int64_t begin, int64_t end) {
     for (int64_t plane = begin; plane < end; ++plane) {
       float* gp = grad_x + plane * g.h * g.w;
@@ -176,11 +222,19 @@ class MaxPool2ReluDropout : public torch::autograd::Function<MaxPool2ReluDropout
 
 }  // namespace
 
-std::string fused_kernels_isa() {
-  return kernels().forward == detail::pool_forward_row_avx512 ? "avx512" : "portable";
+std::string fused_kernels_isa() { return kernels().isa; }
+
+std::vector<std::string> fused_kernels_available() {
+  std::vector<std::string> names;
+  for (const Kernels* k : {&kPortable, &kAvx2, &kAvx512}) {
+    if (cpu_has(*k)) names.emplace_back(k->isa);
+  }
+  return names;
 }
 
-void force_portable_fused_kernels(bool on) { g_force_portable.store(on); }
+void force_fused_kernels(const std::string& isa) { g_forced.store(by_name(isa, "force_fused_kernels(\"" + isa + "\")")); }
+
+void force_portable_fused_kernels(bool on) { g_forced.store(on ? &kPortable : nullptr); }
 
 at::Tensor max_pool2_relu_dropout(const at::Tensor& x, double p, bool training) {
   const bool drop = training && p > 0.0;

@@ -1,6 +1,7 @@
-// Row kernels behind max_pool2_relu_dropout (models/src/fused.cpp): a portable version and an
-// AVX-512 one (fused_avx512.cpp, built with AVX-512 flags, used only where the CPU has them).
-// Both compute exactly the composed ATen ops' values; tests run both.
+// Row kernels behind max_pool2_relu_dropout (models/src/fused.cpp): a portable version, an AVX2
+// one (fused_avx2.cpp) and an AVX-512 one (fused_avx512.cpp), each vector file built with its own
+// flags and used only where the CPU has them. All compute exactly the composed ATen ops' values;
+// tests run every version the CPU has.
 #pragma once
 
 #include "dropout_mask.h"
@@ -38,5 +39,14 @@ void pool_forward_row_avx512(const float* r0, const float* r1, int64_t n, float*
                              uint8_t* codes, const DropoutMask* mask, int64_t first);
 void pool_backward_row_avx512(const float* g, const uint8_t* codes, int64_t n, float scale,
                               float* r0, float* r1);
+
+/// True when the AVX2 kernels were compiled in and this CPU has AVX2. Defined in fused.cpp.
+bool avx2_kernels_available();
+/// Whether fused_avx2.cpp was built with the AVX2 kernels (data only, no code).
+extern const bool kAvx2KernelsBuiltIn;
+void pool_forward_row_avx2(const float* r0, const float* r1, int64_t n, float* out, uint8_t* codes,
+                           const DropoutMask* mask, int64_t first);
+void pool_backward_row_avx2(const float* g, const uint8_t* codes, int64_t n, float scale, float* r0,
+                            float* r1);
 
 }  // namespace train::models::detail

@@ -4,14 +4,15 @@
 //
 // float32 results depend on the kernels a CPU gets, so the runs use the kernels meant to be the
 // same on every x86-64 CPU (libtrain/src/cpu_kernels.cpp): TRAIN_CPU_KERNELS=portable (oneDNN,
-// NNPACK and the AVX-512 fused kernels off), ATEN_CPU_CAPABILITY=default (ATen's non-vectorized
+// NNPACK and the AVX2/AVX-512 fused kernels off), ATEN_CPU_CAPABILITY=default (ATen's non-vectorized
 // kernels), MKL_CBWR=COMPATIBLE (MKL's SSE2 branch), glibc's libm without its FMA variants, one
 // thread. They are not enough everywhere: on an Intel Xeon with AVX-512 every Fashion-MNIST run
 // gave other bits than on the AMD EPYC they were recorded on (the CIFAR-10 runs matched), with
 // the same build of the commit before (8630986). So the portable records are kept per CPU model
 // ("portable on <model name>"), each recorded with a build whose numbers are right; a CPU with no
 // record set fails with the lines to record. One more run, with the CPU knobs those settings
-// override set to another CPU's values, must give the same bits.
+// override set to another CPU's values, must give the same bits, and so must one per vector
+// version of the built-in models' fused kernels (AVX2, AVX-512) this CPU has.
 //
 // On AMD EPYC the test also checks the records kept from before the Trainer refactor (AVX2
 // pinning, which gives per-CPU results: MKL_CBWR=AVX2 falls back to MKL's AUTO branch on AMD).
@@ -26,6 +27,8 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <string>
+#include <vector>
 
 using train::test::run_program;
 
@@ -46,6 +49,19 @@ const std::vector<std::string> kAmdEpycEnv = {"ATEN_CPU_CAPABILITY=avx2", "ONEDN
 std::string train_bin(const std::string& name) {
   const char* dir = std::getenv("TRAIN_INVARIANT_BIN_DIR");  // to record with another build
   return dir != nullptr ? std::string(dir) + "/" + name : train::test::bin(name);
+}
+
+// The vector versions of the built-in models' fused kernels this CPU can run (TRAIN_FUSED_KERNELS).
+std::vector<std::string> fused_kernel_versions() {
+  std::vector<std::string> out;
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (__builtin_cpu_supports("avx2")) out.push_back("avx2");
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl")) {
+    out.push_back("avx512");
+  }
+#endif
+  return out;
 }
 
 std::string cpu_model() {
@@ -168,6 +184,11 @@ TEST(Invariant, RecordedParamsSha256AreUnchanged) {
   // capped at SSE4.x as on an old CPU): the settings above must leave them no say.
   runs.push_back({"w1-other-cpu", runs.front().command, "w1",
                   {"ONEDNN_MAX_CPU_ISA=SSE41", "MKL_ENABLE_INSTRUCTIONS=SSE4_2"}});
+  // w1 again with each vector version of the fused kernels this CPU has instead of the portable
+  // one (TRAIN_FUSED_KERNELS wins over TRAIN_CPU_KERNELS=portable for them): the same bits.
+  for (const std::string& isa : fused_kernel_versions()) {
+    runs.push_back({"w1-fused-" + isa, runs.front().command, "w1", {"TRAIN_FUSED_KERNELS=" + isa}});
+  }
   const std::string cpu = cpu_model();
   const std::string portable = kPortablePrefix + cpu;
   const std::string lines = check_runs(portable, kPortableEnv, runs);
@@ -191,4 +212,10 @@ TEST(Invariant, UnknownCpuKernelsSettingIsRefused) {
   auto r = run_program({train_bin("train"), "--data", "/nonexistent", "--device", "cpu"}, {"TRAIN_CPU_KERNELS=fast"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("TRAIN_CPU_KERNELS=fast: expected auto or portable."), std::string::npos) << r.err;
+}
+
+TEST(Invariant, UnknownFusedKernelsSettingIsRefused) {
+  auto r = run_program({train_bin("train"), "--data", "/nonexistent", "--device", "cpu"}, {"TRAIN_FUSED_KERNELS=sse9"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("TRAIN_FUSED_KERNELS=sse9: expected auto, portable, avx2 or avx512."), std::string::npos) << r.err;
 }

@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <limits>
@@ -130,21 +132,24 @@ bool bitwise_equal(const torch::Tensor& a, const torch::Tensor& b) {
 
 }  // namespace
 
-// Both kernel sets (AVX-512 where this CPU has it, and the portable one) run every case.
-class FusedPoolReluDropout : public ::testing::TestWithParam<bool> {
+// Every version of the fused kernels runs every case: portable, and AVX2 and AVX-512 where this
+// build and CPU have them (skipped with the reason otherwise).
+class FusedPoolReluDropout : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    force_portable_fused_kernels(GetParam());
-    std::cout << "[ fused kernels: " << fused_kernels_isa() << " ]" << std::endl;
-    if (!GetParam() && fused_kernels_isa() != "avx512") {
-      std::cout << "[ this CPU has no AVX-512: the portable kernels run in both passes ]" << std::endl;
+    const auto have = fused_kernels_available();
+    if (std::find(have.begin(), have.end(), GetParam()) == have.end()) {
+      GTEST_SKIP() << "the " << GetParam() << " fused kernels can't run here: this build and CPU have "
+                   << ::testing::PrintToString(have);
     }
+    force_fused_kernels(GetParam());
+    std::cout << "[ fused kernels: " << fused_kernels_isa() << " ]" << std::endl;
   }
-  void TearDown() override { force_portable_fused_kernels(false); }
+  void TearDown() override { force_fused_kernels("auto"); }
 };
 
-INSTANTIATE_TEST_SUITE_P(Kernels, FusedPoolReluDropout, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "portable" : "best"; });
+INSTANTIATE_TEST_SUITE_P(Kernels, FusedPoolReluDropout, ::testing::Values("portable", "avx2", "avx512"),
+                         [](const auto& info) { return info.param; });
 
 TEST_P(FusedPoolReluDropout, EqualsComposedOpsBitForBit) {
   struct Case {
@@ -241,4 +246,76 @@ TEST_P(FusedPoolReluDropout, NoGradPathAndOtherDtypesFallBack) {
   torch::manual_seed(3);
   auto b = max_pool2_relu_dropout(x, 0.25, true);
   EXPECT_TRUE(bitwise_equal(a, b));
+}
+
+namespace {
+
+// Random input for the version-against-portable test: normal values, ties (small integers) and,
+// with `specials`, NaN, +inf and -inf at random places.
+torch::Tensor pool_input(const std::vector<int64_t>& shape, bool ties, bool specials) {
+  auto x = ties ? torch::randint(-2, 3, shape).to(torch::kFloat) : torch::randn(shape);
+  if (specials) {
+    const auto u = torch::rand(shape);
+    x.masked_fill_(u < 0.05, std::numeric_limits<float>::quiet_NaN());
+    x.masked_fill_((u >= 0.05) & (u < 0.1), -std::numeric_limits<float>::infinity());
+    x.masked_fill_(u > 0.97, std::numeric_limits<float>::infinity());
+  }
+  return x;
+}
+
+// Output and input gradient of one fused call with the given version, from a fixed generator state.
+std::pair<torch::Tensor, torch::Tensor> fused_run(const std::string& isa, const torch::Tensor& x, double p,
+                                                  bool training, const torch::Tensor& g) {
+  force_fused_kernels(isa);
+  auto xi = x.clone().requires_grad_(true);
+  torch::manual_seed(77);
+  auto y = max_pool2_relu_dropout(xi, p, training);
+  y.backward(g);
+  force_fused_kernels("auto");
+  return {y.detach(), xi.grad()};
+}
+
+}  // namespace
+
+// Every vector version gives the portable version's bits, output and gradient, NaN payloads
+// included: row lengths 1 to 40 outputs (every tail of the 8- and 16-wide steps), odd input
+// sizes, rows whose first flat index isn't a multiple of 4 (the dropout hash's block), ties,
+// NaN and infinities, with and without dropout.
+TEST_P(FusedPoolReluDropout, EveryVersionGivesThePortableBits) {
+  torch::manual_seed(11);
+  int cases = 0;
+  for (int64_t w = 2; w <= 81; w += (w < 36 ? 1 : 5)) {
+    for (int64_t h : {2, 3, 6}) {
+      const bool ties = (w + h) % 3 == 0, specials = (w + h) % 2 == 0;
+      const double p = w % 4 == 0 ? 0.0 : (w % 4 == 1 ? 0.25 : 0.5);
+      const bool training = w % 5 != 0;
+      SCOPED_TRACE("w=" + std::to_string(w) + " h=" + std::to_string(h) + " p=" + std::to_string(p) +
+                   (training ? " train" : " eval") + (ties ? " ties" : "") + (specials ? " NaN/inf" : ""));
+      const auto x = pool_input({2, 3, h, w}, ties, specials);
+      const auto g = torch::randn({2, 3, h / 2, w / 2});
+      const auto [y0, g0] = fused_run("portable", x, p, training, g);
+      const auto [y1, g1] = fused_run(GetParam(), x, p, training, g);
+      EXPECT_TRUE(bitwise_equal(y0, y1)) << "forward";
+      EXPECT_TRUE(bitwise_equal(g0, g1)) << "backward";
+      ++cases;
+    }
+  }
+  EXPECT_GT(cases, 100);
+}
+
+TEST(FusedKernels, ForcingAVersionThisCpuLacksIsAConfigError) {
+  EXPECT_THROW(force_fused_kernels("sse9"), train::ConfigError);
+  const auto have = fused_kernels_available();
+  ASSERT_FALSE(have.empty());
+  EXPECT_EQ(have.front(), "portable");
+  for (const std::string isa : {"avx2", "avx512"}) {
+    if (std::find(have.begin(), have.end(), isa) != have.end()) continue;
+    EXPECT_THROW(force_fused_kernels(isa), train::ConfigError) << isa;
+  }
+  force_fused_kernels("portable");
+  EXPECT_EQ(fused_kernels_isa(), "portable");
+  force_fused_kernels("auto");
+  if (std::getenv("TRAIN_FUSED_KERNELS") == nullptr && std::getenv("TRAIN_CPU_KERNELS") == nullptr) {
+    EXPECT_EQ(fused_kernels_isa(), have.back()) << "auto: the best version this CPU has";
+  }
 }

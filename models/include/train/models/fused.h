@@ -4,6 +4,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <string>
+#include <vector>
 
 namespace train::models {
 
@@ -16,10 +17,19 @@ namespace train::models {
 /// composed ops.
 at::Tensor max_pool2_relu_dropout(const at::Tensor& x, double p, bool training);
 
-/// "avx512" where the AVX-512 kernels are built in and the CPU has AVX-512 F/BW/DQ/VL, else
-/// "portable". Both give the same bits.
+/// The version of the fused kernels that runs now: "avx512" (AVX-512 F/BW/DQ/VL), "avx2" or
+/// "portable". All give the same bits. By default the best one this build and CPU have; the
+/// environment (TRAIN_FUSED_KERNELS, TRAIN_CPU_KERNELS=portable) or force_fused_kernels() pick
+/// another. Throws ConfigError when TRAIN_FUSED_KERNELS names a version that can't run here.
 std::string fused_kernels_isa();
-/// true: use the portable kernels even where AVX-512 is available (tests, debugging).
+/// The versions this build and CPU can run, "portable" first, then "avx2" and "avx512" where
+/// compiled in and the CPU has the instructions.
+std::vector<std::string> fused_kernels_available();
+/// Runs the version `isa` from now on ("portable", "avx2", "avx512"), or goes back to the
+/// environment's choice ("auto"): for tests and benchmarks. Throws ConfigError for another name
+/// or a version not in fused_kernels_available().
+void force_fused_kernels(const std::string& isa);
+/// true: force_fused_kernels("portable"); false: force_fused_kernels("auto").
 void force_portable_fused_kernels(bool on);
 
 }  // namespace train::models
