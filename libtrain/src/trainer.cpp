@@ -205,6 +205,7 @@ void Trainer::Run::connect() {
   f.graph_step = choose_step().graph;
   f.peer_kernels = dev->peer_kernels();
   f.peer_access_to_other = env.local_world_size == 2 && dev->peer_access(1 - env.local_rank);
+  f.accumulate_or_clip = accumulate > 1 || clip != nullptr;
   plan = detail::plan_comm(c, f);
   detail::check_stall_timeout(c.distributed.stall_timeout_sec.value_or(0), c.distributed.timeout_sec);
   run_log->record().connecting();

@@ -98,3 +98,27 @@ TEST(CommPlan, PeerOnTakesUpToEightLocalGpusAndKeepsNccl) {
   EXPECT_EQ(p.backend, Backend::nccl);
   EXPECT_TRUE(p.peer);
 }
+
+// With accumulation or clipping the graph step averages with NCCL inside the graph: the peer
+// all-reduce and "between" gave other bits than the eager step on 2 GPUs, so they are not taken,
+// and the log says why.
+TEST(CommPlan, AccumulationOrClippingAveragesWithNcclInsideTheGraph) {
+  train::TrainConfig c;
+  CommFacts f = two_local_gpus();
+  f.accumulate_or_clip = true;
+  auto p = plan_comm(c, f);
+  EXPECT_FALSE(p.peer);
+  EXPECT_EQ(p.graph_average, GraphAverage::in_graph);
+  EXPECT_EQ(p.backend, Backend::nccl);
+  EXPECT_NE(p.why.find("the peer all-reduce (--peer-allreduce off is implied) did not give the eager step's bits"),
+            std::string::npos) << p.why;
+  c.gpu.graph_allreduce = train::GraphAllreduce::between;
+  p = plan_comm(c, f);
+  EXPECT_EQ(p.graph_average, GraphAverage::in_graph);
+  EXPECT_NE(p.why.find("--graph-allreduce between did not give"), std::string::npos) << p.why;
+  f.accumulate_or_clip = false;
+  EXPECT_EQ(plan_comm(c, f).graph_average, GraphAverage::between) << "without them the flag holds";
+  f.graph_step = false;
+  f.accumulate_or_clip = true;
+  EXPECT_TRUE(plan_comm(c, f).why.empty()) << "an eager step averages as it always does";
+}

@@ -3,6 +3,8 @@
 
 #include "cuda/peer_allreduce.h"
 
+#include <string>
+
 namespace train::detail {
 
 CommPlan plan_comm(const TrainConfig& c, const CommFacts& f) {
@@ -13,6 +15,17 @@ CommPlan plan_comm(const TrainConfig& c, const CommFacts& f) {
   const bool asked = peer == Switch::on || (peer == Switch::automatic && f.world_size == 2);
   plan.peer = f.gpu && f.graph_step && f.world_size > 1 && f.world_size <= kPeerMaxRanks && asked &&
               plan.graph_average == GraphAverage::in_graph && f.peer_kernels;
+  // A faster path gives the plain one's bits or is not taken: with accumulation or clipping, the
+  // graph step averages with NCCL inside the graph (the one measured equal to the eager step).
+  if (f.gpu && f.graph_step && f.world_size > 1 && f.accumulate_or_clip &&
+      (plan.graph_average == GraphAverage::between || plan.peer)) {
+    plan.why = std::string("the CUDA graph step averages with NCCL inside the graph: with --accumulate-steps or "
+                           "--clip-grad-norm, ") +
+               (plan.peer ? "the peer all-reduce (--peer-allreduce off is implied)" : "--graph-allreduce between") +
+               " did not give the eager step's bits on 2 GPUs, so it is not used";
+    plan.peer = false;
+    plan.graph_average = GraphAverage::in_graph;
+  }
   const BackendKind backend = c.distributed.backend;
   if (backend == BackendKind::gloo) {
     plan.backend = Backend::gloo;
@@ -23,7 +36,7 @@ CommPlan plan_comm(const TrainConfig& c, const CommFacts& f) {
   // SLURM's per-task binding, where this can't be checked here).
   const bool two_local_gpus = f.world_size == 2 && f.local_world_size == 2 && f.device_index == f.local_rank &&
                               f.peer_access_to_other;
-  if (backend == BackendKind::automatic && plan.peer && two_local_gpus) {
+  if (backend == BackendKind::automatic && plan.peer && two_local_gpus && plan.why.empty()) {
     plan.backend = Backend::gloo;
     plan.why = "backend gloo (--backend auto): the 2 GPUs average gradients inside the CUDA graph through each "
                "other's memory, and an NCCL process group would only slow the step; --backend nccl keeps NCCL";

@@ -22,6 +22,9 @@ struct CommFacts {
   bool graph_step = false;       ///< the step is captured in a CUDA graph (step_choice.h)
   bool peer_kernels = false;     ///< this build has the peer all-reduce kernel
   bool peer_access_to_other = false;  ///< two local ranks: this GPU reads the other one's memory
+  /// --accumulate-steps > 1 or --clip-grad-norm: of the graph step's averages, only NCCL's inside
+  /// the graph gave the eager step's bits (2x H200; the peer all-reduce and "between" did not).
+  bool accumulate_or_clip = false;
 };
 
 struct CommPlan {

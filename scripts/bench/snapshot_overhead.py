@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""What snapshots in memory cost on the CPU: the same 2-rank run with --snapshot-every auto (the
+default) and 0, alternating, under `trainctl local` (TRAIN_SNAPSHOT_DIR stands in for a SLURM job's
+/dev/shm folder). Reports each run's steady images/s (the done line's images_per_sec_steady, which
+counts the snapshots' time on the training thread) and the overhead, best against best and median
+against median (issue 32; docs/benchmarks.md). Not a test. Example:
+  scripts/bench/snapshot_overhead.py --rounds 3 --epochs 1
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_once(build, every, args, work):
+    ck = os.path.join(work, f"ck-{every}")
+    snaps = os.path.join(work, f"snaps-{every}")
+    shutil.rmtree(ck, ignore_errors=True)
+    shutil.rmtree(snaps, ignore_errors=True)
+    env = dict(os.environ, TRAIN_SNAPSHOT_DIR=snaps)
+    cmd = [os.path.join(build, "trainctl"), "local", "--nproc", str(args.world), "--no-prefix", "--",
+           os.path.join(build, "train"), "--epochs", str(args.epochs), "--threads", str(args.threads),
+           "--batch-size", str(args.batch_size), "--limit-test-samples", "1000", "--checkpoint-dir", ck,
+           "--snapshot-every", every, "--log-interval", "100000"]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=work)
+    if p.returncode != 0:
+        sys.exit(f"snapshot_overhead: {' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
+    done = json.loads([l for l in p.stdout.splitlines() if l.startswith('{"event"')][-1])
+    written = next((l for l in p.stderr.splitlines() if "snapshots: " in l and " written" in l), "")
+    return done["images_per_sec_steady"], done["params_sha256"], written.split("snapshots: ", 1)[-1][:60]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--world", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--build", default=os.path.join(REPO, "build", "bin"))
+    args = p.parse_args()
+    work = tempfile.mkdtemp(prefix="snapshot-overhead-")
+    rates = {"auto": [], "0": []}
+    shas = set()
+    for r in range(args.rounds):
+        for every in ("auto", "0") if r % 2 == 0 else ("0", "auto"):
+            ips, sha, written = run_once(args.build, every, args, work)
+            rates[every].append(ips)
+            shas.add(sha)
+            print(f"round {r + 1}: --snapshot-every {every:4}: {ips:8.1f} img/s  {written}", flush=True)
+    shutil.rmtree(work, ignore_errors=True)
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    best = 1 - max(rates["auto"]) / max(rates["0"])
+    median = 1 - statistics.median(rates["auto"]) / statistics.median(rates["0"])
+    print(f"{cpu}, {args.world} ranks x {args.threads} thread(s), batch {args.batch_size}: snapshots cost "
+          f"{100 * best:.2f}% (best vs best), {100 * median:.2f}% (median vs median); "
+          f"params_sha256 {'equal' if len(shas) == 1 else 'DIFFERENT'} in all runs")
+
+
+if __name__ == "__main__":
+    main()
