@@ -110,7 +110,8 @@ void StepWatch::check_record(std::optional<PendingRestart>& pending) {
   } catch (const std::exception&) {
     return;  // a damaged record: the next look may find it whole
   }
-  if (!r || r->launch.number != pending->launch || r->launch.training <= 0 || r->state != "running") return;
+  // Any state: a relaunch that trained to its end between two looks has its times all the same.
+  if (!r || r->launch.number != pending->launch || r->launch.training <= 0) return;
   const int index = pending->index;
   const PendingRestart p = *pending;
   RestartEntry done;
@@ -165,6 +166,7 @@ StepReport StepWatch::launch(const std::vector<std::string>& argv, int launch_nu
     check_record(pending);
   }
   close(err_pipe[0]);
+  check_record(pending);  // a launch that ended before the last look
   if (!partial_.empty()) feed("\n", report);
   int status = 0;
   while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
