@@ -111,7 +111,12 @@ void StepWatch::check_record(std::optional<PendingRestart>& pending) {
     return;  // a damaged record: the next look may find it whole
   }
   // Any state: a relaunch that trained to its end between two looks has its times all the same.
-  if (!r || r->launch.number != pending->launch || r->launch.training <= 0) return;
+  // Its process started after srun was (a second of slack for clocks): not a launch of an earlier
+  // run of the job (a requeue counts launches from 0 again).
+  if (!r || r->launch.number != pending->launch || r->launch.training <= 0 ||
+      r->launch.started < pending->launched_at - 1.0) {
+    return;
+  }
   const int index = pending->index;
   const PendingRestart p = *pending;
   RestartEntry done;
