@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "train/absolute_path.h"
 #include "train/error.h"
 #include "train/files.h"
 #include "train/launcher/env.h"
@@ -255,13 +256,6 @@ std::string flag_value(const std::vector<std::string>& args, const std::string& 
   return value;
 }
 
-std::string absolute_path(const std::string& path) {
-  if (path.empty() || path[0] == '/') return path;
-  char buf[4096];
-  const char* cwd = ::getcwd(buf, sizeof(buf));
-  return files::join(cwd ? cwd : ".", path);
-}
-
 // The record from the job's start, before train runs: the folders its arguments name, so that
 // `trainctl status` finds them while the first launch starts (train writes the same, and more).
 void start_record(const std::string& path, const std::vector<std::string>& program) {
@@ -270,11 +264,11 @@ void start_record(const std::string& path, const std::vector<std::string>& progr
     rec.job_id = env_or("SLURM_JOB_ID");
     if (rec.state.empty()) rec.state = "starting";
     const std::string ck = flag_value(program, "--checkpoint-dir");
-    if (!ck.empty()) rec.checkpoint_dir = absolute_path(ck);
+    if (!ck.empty()) rec.checkpoint_dir = files::absolute(ck);
     const std::string tb = flag_value(program, "--tensorboard");
-    if (!tb.empty()) rec.tensorboard_dir = absolute_path(tb);
+    if (!tb.empty()) rec.tensorboard_dir = files::absolute(tb);
     const std::string metrics = flag_value(program, "--metrics");
-    if (!metrics.empty()) rec.metrics_file = absolute_path(metrics);
+    if (!metrics.empty()) rec.metrics_file = files::absolute(metrics);
   });
 }
 

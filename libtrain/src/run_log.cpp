@@ -6,6 +6,7 @@
 #include "rollcall.h"
 #include "train/log.h"
 #include "train/process_group.h"
+#include "train/absolute_path.h"
 #include "train/run_record.h"
 #include "train/text.h"
 #include "train/train_spec.h"
@@ -16,7 +17,6 @@
 #include <cmath>
 #include <exception>
 #include <cstdlib>
-#include <filesystem>
 #include <set>
 
 namespace train::detail {
@@ -25,13 +25,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::string fmt(const char* f, double v) { return text::format(f, v); }
-
-std::string absolute(const std::string& path) {
-  if (path.empty()) return path;
-  std::error_code ec;
-  const std::filesystem::path p = std::filesystem::absolute(path, ec);
-  return ec ? path : p.lexically_normal().string();
-}
 
 }  // namespace
 
@@ -70,9 +63,9 @@ void RunRecordWriter::start(const TrainConfig& config, const DistEnv& env) {
     r.launch = times;
     r.state = "running";
     if (r.job_id.empty()) r.job_id = env.job_id;
-    r.checkpoint_dir = absolute(config.checkpoint.dir);
-    r.tensorboard_dir = absolute(config.logging.tensorboard);
-    r.metrics_file = absolute(config.logging.metrics);
+    r.checkpoint_dir = files::absolute(config.checkpoint.dir);
+    r.tensorboard_dir = files::absolute(config.logging.tensorboard);
+    r.metrics_file = files::absolute(config.logging.metrics);
     r.world_size = env.world_size;
     r.nodes = nodes;
   });
@@ -80,7 +73,7 @@ void RunRecordWriter::start(const TrainConfig& config, const DistEnv& env) {
 
 void RunRecordWriter::checkpoint(const std::string& path, int64_t step, int epoch) {
   update([&](RunRecord& r) {
-    r.last_checkpoint = absolute(path);
+    r.last_checkpoint = files::absolute(path);
     r.step = step;
     r.epoch = epoch;
   });

@@ -2,6 +2,7 @@
 // background, and the collective that finds the newest one any node holds.
 #include "snapshot.h"
 
+#include "train/absolute_path.h"
 #include "train/error.h"
 #include "train/files.h"
 #include "train/log.h"
@@ -18,20 +19,9 @@
 #include <cstring>
 #include <limits>
 
-#include <climits>
 #include <unistd.h>
 
 namespace train::detail {
-namespace {
-
-std::string absolute(const std::string& path) {
-  if (!path.empty() && path[0] == '/') return path;
-  char buf[PATH_MAX];
-  const char* cwd = ::getcwd(buf, sizeof(buf));
-  return files::join(cwd ? cwd : ".", path);
-}
-
-}  // namespace
 
 std::string snapshot_job_dir(const std::string& job_id) {
   if (job_id.empty()) return "";
@@ -42,7 +32,7 @@ std::string snapshot_dir(const std::string& job_id, const std::string& node, con
   const char* forced = std::getenv("TRAIN_SNAPSHOT_DIR");
   const std::string base = forced && *forced ? std::string(forced) : snapshot_job_dir(job_id);
   if (base.empty()) return "";
-  const std::string key = absolute(checkpoint_dir);
+  const std::string key = files::absolute(checkpoint_dir);
   Sha256 h;
   h.update(key.data(), key.size());
   return files::join(base, h.hex().substr(0, 16) + "-" + (node.empty() ? std::string("node") : node));
