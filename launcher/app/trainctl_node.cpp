@@ -117,8 +117,12 @@ Command add_local(CLI::App& app, const std::vector<std::string>& after_dashes) {
       "SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to every rank.\n"
       "When a rank fails, the others get SIGTERM (SIGKILL after the grace period) and trainctl\n"
       "exits with that rank's exit code, or 128+N when signal N killed it; 127 when PROGRAM\n"
-      "can't be found. Example:\n"
-      "  trainctl local --nproc 2 -- ./build/bin/train --epochs 1\n");
+      "can't be found. With --max-restarts N, a launch that lost a rank (killed by a signal, or\n"
+      "train's exit 79 for a dead or stalled rank) is started again, at most N times, as trainctl run\n"
+      "does in a SLURM allocation (one line per restart); the program resumes with --resume auto\n"
+      "from the newest snapshot in this machine's memory or checkpoint. Examples:\n"
+      "  trainctl local --nproc 2 -- ./build/bin/train --epochs 1\n"
+      "  trainctl local --nproc 2 --max-restarts 3 -- ./build/bin/train --checkpoint-dir ck --resume auto\n");
   auto options = std::make_shared<train::LocalLaunchOptions>();
   cmd->add_option("-n,--nproc", options->nproc, "number of ranks to start; required")
       ->check(CLI::Range(1, train::kMaxLocalRanks));
@@ -129,6 +133,10 @@ Command add_local(CLI::App& app, const std::vector<std::string>& after_dashes) {
       ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
   cmd->add_flag("--no-prefix", "pass the ranks' output through untouched (no '[rN] ' prefix)");
+  cmd->add_option("--max-restarts", options->max_restarts,
+                  "launch the ranks again after a lost or stalled rank, at most this often")
+      ->check(CLI::Range(0, train::kMaxLocalRestarts))
+      ->capture_default_str();
   cmd->add_option("PROGRAM", options->command, "the program and its arguments, after '--'; required");
   return {cmd, [options, cmd, &after_dashes]() {
     options->command.insert(options->command.end(), after_dashes.begin(), after_dashes.end());

@@ -53,6 +53,18 @@ int Supervisor::run() {
   return code;
 }
 
+LaunchEnd Supervisor::end() const {
+  LaunchEnd e;
+  e.first_failure = first_failure_;
+  e.by_request = by_request_;
+  e.failed_at = failed_at_;
+  if (first_failure_ >= 0) e.exit_code = exit_code_of(ranks_[static_cast<std::size_t>(first_failure_)].status);
+  for (const Rank& rank : ranks_) {
+    if (rank.ended_on_its_own && rank.exec_errno == 0) e.ended.emplace_back(rank.index, rank.status);
+  }
+  return e;
+}
+
 int Supervisor::exit_code_of(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
@@ -187,9 +199,11 @@ void Supervisor::reap() {
     if (got != rank.pid) continue;
     rank.running = false;
     rank.status = status;
+    rank.ended_on_its_own = !stopping_ || first_failure_ < 0;
     const bool failed = rank.exec_errno != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
     if (!failed || first_failure_ >= 0) continue;
     first_failure_ = rank.index;
+    failed_at_ = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     if (stopping_) continue;  // stopping on request: ranks ending now are expected
     int still_running = 0;
     for (const Rank& other : ranks_) still_running += other.running ? 1 : 0;
@@ -240,6 +254,10 @@ void Supervisor::loop() {
     int timeout = -1;
     if (kill_deadline_) timeout = ms_until(*kill_deadline_);
     if (drain_deadline) timeout = timeout < 0 ? ms_until(*drain_deadline) : std::min(timeout, ms_until(*drain_deadline));
+    if (tick_) {
+      tick_();
+      timeout = timeout < 0 ? kTickMs : std::min(timeout, kTickMs);
+    }
     const int ready = poll(fds.data(), fds.size(), timeout);
     if (ready < 0) {
       if (errno == EINTR) continue;
@@ -365,6 +383,10 @@ int launch_local(const LocalLaunchOptions& options) {
     throw ConfigError("--master-port " + std::to_string(options.master_port) +
                           ": expected a port in 1024-65535 (or none to pick a free one).", hint);
   }
+  if (options.max_restarts < 0 || options.max_restarts > kMaxLocalRestarts) {
+    throw ConfigError("--max-restarts " + std::to_string(options.max_restarts) + ": expected 0 to " +
+                          std::to_string(kMaxLocalRestarts) + ".", hint);
+  }
   if (!(options.grace_seconds >= 0.0)) {
     throw ConfigError("--grace-period " + std::to_string(options.grace_seconds) +
                           ": expected a non-negative number of seconds.", hint);
@@ -379,6 +401,7 @@ int launch_local(const LocalLaunchOptions& options) {
   for (int fd = STDIN_FILENO; fd <= STDERR_FILENO; ++fd) {
     if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) (void)open("/dev/null", O_RDWR);
   }
+  if (options.max_restarts > 0) return detail::launch_local_restarting(options, program);
   Supervisor supervisor(options, program);
   supervisor.open_dev_null();
   return supervisor.run();

@@ -77,6 +77,9 @@ void Supervisor::start_stopping(int sig) {
   kill_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                       std::chrono::duration<double>(options_.grace_seconds));
   signal_groups(sig, /*running_only=*/false);
+  // A stopped rank (SIGSTOP: a frozen rank) handles nothing until it runs again; SLURM sends
+  // SIGCONT with its SIGTERM too.
+  signal_groups(SIGCONT, /*running_only=*/true);
 }
 
 std::string Supervisor::grace_text() const {

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -27,10 +28,16 @@ constexpr std::size_t kMaxLineBytes = 1 << 20;
 constexpr std::size_t kReadChunk = 64 * 1024;
 /// After every rank has exited, how long processes they left behind may keep their output open.
 constexpr std::chrono::milliseconds kDrainTimeout{2000};
+/// How often (ms) the tick of set_tick() runs while the ranks run.
+constexpr int kTickMs = 500;
 
 /// Signals forwarded to the ranks; the first four also stop them.
 constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 constexpr int kForwardOnlySignals[] = {SIGUSR1, SIGUSR2};
+
+/// `trainctl local --max-restarts N` (local_restart.cpp): launches the ranks again after a lost or
+/// stalled rank. @return what the last launch returned.
+int launch_local_restarting(const LocalLaunchOptions& options, const std::string& program);
 
 /// strerror(err) as a string.
 std::string errno_text(int err);
@@ -59,7 +66,18 @@ struct Rank {
   bool running = false;
   int status = 0;
   int exec_errno = 0;
+  bool ended_on_its_own = false;  ///< it ended before trainctl began stopping the ranks (or ended first)
   Stream out, err;
+};
+
+/// How one launch of the ranks ended (for `trainctl local --max-restarts`).
+struct LaunchEnd {
+  int exit_code = 0;        ///< what trainctl local returns for it (the first failing rank's)
+  int first_failure = -1;   ///< that rank, -1 when every rank exited 0
+  bool by_request = false;  ///< trainctl got a stop signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT)
+  double failed_at = 0;     ///< wall-clock seconds when the first failure was seen (0: none)
+  /// Ranks that ended on their own, with their wait() status: {rank, status}.
+  std::vector<std::pair<int, int>> ended;
 };
 
 class Supervisor {
@@ -70,6 +88,10 @@ class Supervisor {
   ~Supervisor() { cleanup(); }
 
   int run();
+  /// After run(): how the launch ended.
+  LaunchEnd end() const;
+  /// Called about twice a second while the ranks run (a relaunch's run record is read there).
+  void set_tick(std::function<void()> tick) { tick_ = std::move(tick); }
 
  private:
   static int exit_code_of(int status);
@@ -120,6 +142,8 @@ class Supervisor {
   bool stdout_broken_ = false;
   bool stderr_broken_ = false;
   std::optional<Clock::time_point> kill_deadline_;
+  double failed_at_ = 0;
+  std::function<void()> tick_;
 };
 
 }  // namespace train::detail

@@ -18,12 +18,12 @@
 #include <string>
 #include <vector>
 
-#include "train/absolute_path.h"
 #include "train/error.h"
 #include "train/files.h"
 #include "train/launcher/env.h"
 #include "train/launcher/local_launch.h"
 #include "train/launcher/restart.h"
+#include "restart_record.h"
 #include "train/run_record.h"
 #include "train/subprocess.h"
 #include "train/text.h"
@@ -31,14 +31,18 @@
 namespace train {
 namespace {
 
+using detail::PendingRestart;
+using detail::begin_restart;
+using detail::complete_restart;
+using detail::now_seconds;
+using detail::record_at_end;
+using detail::settle_state;
+using detail::start_record;
+
 volatile sig_atomic_t g_got_term = 0;
 
 void on_term(int) { g_got_term = 1; }
 void on_ignored(int) {}
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 void say(const std::string& text) { std::cerr << "trainctl run: " << text << std::endl; }
 
@@ -57,14 +61,6 @@ void install_handlers() {
   sa.sa_handler = on_ignored;
   for (int sig : {SIGUSR1, SIGUSR2}) sigaction(sig, &sa, nullptr);
 }
-
-// A relaunch waiting to be seen training: its run-record entry is completed once train writes the record.
-struct PendingRestart {
-  int index = -1;  // into the record's restarts
-  int launch = 0;  // the relaunch's number (TRAIN_RESTART_COUNT)
-  double failed_at = 0;
-  double launched_at = 0;
-};
 
 class StepWatch {
  public:
@@ -101,37 +97,8 @@ void StepWatch::feed(const std::string& chunk, StepReport& report) {
   }
 }
 
-// Once the relaunch has trained its first step (train's record says so), the restart's entry gets
-// the launch's times, the step it resumed from and the seconds from the failure to then.
 void StepWatch::check_record(std::optional<PendingRestart>& pending) {
-  if (!pending || record_.empty()) return;
-  std::optional<RunRecord> r;
-  try {
-    r = RunRecord::load(record_);
-  } catch (const std::exception&) {
-    return;  // a damaged record: the next look may find it whole
-  }
-  // Any state: a relaunch that trained to its end between two looks has its times all the same.
-  // Its process started after srun was (a second of slack for clocks): not a launch of an earlier
-  // run of the job (a requeue counts launches from 0 again).
-  if (!r || r->launch.number != pending->launch || r->launch.training <= 0 ||
-      r->launch.started < pending->launched_at - 1.0) {
-    return;
-  }
-  const int index = pending->index;
-  const PendingRestart p = *pending;
-  RestartEntry done;
-  const std::string error = RunRecord::update(record_, [&](RunRecord& rec) {
-    if (index >= static_cast<int>(rec.restarts.size())) return;
-    RestartEntry& e = rec.restarts[index];
-    e.launch = rec.launch;
-    e.relaunched = p.launched_at;
-    e.resumed_step = rec.launch.resumed_step;
-    e.seconds = std::max(0.0, rec.launch.training - p.failed_at);
-    done = e;
-  });
-  if (error.empty() && done.number > 0) say(describe_restart(done, max_) + " (training again)");
-  pending.reset();
+  complete_restart(record_, pending, max_, say);
 }
 
 StepReport StepWatch::launch(const std::vector<std::string>& argv, int launch_number,
@@ -215,63 +182,6 @@ void check_inside_allocation(const RunRequest& request) {
   }
 }
 
-// The run record when the step ended (std::nullopt: none or unreadable).
-std::optional<RunRecord> record_at_end(const std::string& path) {
-  if (path.empty()) return std::nullopt;
-  try {
-    return RunRecord::load(path);
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-}
-
-// The run record's state once no launch follows, where train left it "running" (a rank was lost
-// and no restart follows) or trainctl run left it "restarting".
-void settle_state(const std::string& path, const StepReport& r) {
-  if (path.empty() || files::read_text(path).empty()) return;  // no record: nothing to settle
-  RunRecord::update(path, [&](RunRecord& rec) {
-    if (rec.state != "running" && rec.state != "restarting" && !rec.state.empty()) return;
-    const int rc = step_exit_code(r);
-    rec.state = rc == 0                                 ? "done"
-                : r.got_term                            ? "cancelled"
-                : rc == train_exit::kPreempted          ? "preempted"
-                                                        : "failed";
-  });
-}
-
-// The last value of `flag` among the program's arguments (`--flag V`, `--flag=V`, or with
-// underscores), as train reads it: its last copy wins. "" when absent.
-std::string flag_value(const std::vector<std::string>& args, const std::string& flag) {
-  std::string under = flag;
-  for (size_t i = 2; i < under.size(); ++i) {
-    if (under[i] == '-') under[i] = '_';
-  }
-  std::string value;
-  for (size_t i = 0; i < args.size(); ++i) {
-    for (const std::string& f : {flag, under}) {
-      if (args[i] == f && i + 1 < args.size()) value = args[i + 1];
-      if (args[i].rfind(f + "=", 0) == 0) value = args[i].substr(f.size() + 1);
-    }
-  }
-  return value;
-}
-
-// The record from the job's start, before train runs: the folders its arguments name, so that
-// `trainctl status` finds them while the first launch starts (train writes the same, and more).
-void start_record(const std::string& path, const std::vector<std::string>& program) {
-  if (path.empty()) return;
-  RunRecord::update(path, [&](RunRecord& rec) {
-    rec.job_id = env_or("SLURM_JOB_ID");
-    if (rec.state.empty()) rec.state = "starting";
-    const std::string ck = flag_value(program, "--checkpoint-dir");
-    if (!ck.empty()) rec.checkpoint_dir = files::absolute(ck);
-    const std::string tb = flag_value(program, "--tensorboard");
-    if (!tb.empty()) rec.tensorboard_dir = files::absolute(tb);
-    const std::string metrics = flag_value(program, "--metrics");
-    if (!metrics.empty()) rec.metrics_file = files::absolute(metrics);
-  });
-}
-
 // After a step that failed for good, the snapshots its ranks left in the nodes' memory (train
 // removes them itself when a run ends; a failed one leaves them for a restart): one task a node
 // removes the job's folder, so that no snapshot outlives the job. Errors are ignored.
@@ -308,7 +218,7 @@ int run_step(const RunRequest& request) {
                                              down_nodes(report), static_cast<int>(shape.nodes().size()));
     if (!d.restart) {
       if (!d.why.empty()) say(d.why + ".");
-      settle_state(record, report);
+      settle_state(record, step_exit_code(report), report.got_term);
       const int code = step_exit_code(report);
       const bool ended_by_train = code == train_exit::kDone || code == train_exit::kPreempted ||
                                   code == train_exit::kInterrupted || code == train_exit::kTerminated;
@@ -316,33 +226,10 @@ int run_step(const RunRequest& request) {
       return step_exit_code(report);
     }
     if (d.exclude) shape = without_nodes(shape, d.nodes);
-    RestartEntry entry;
-    entry.number = launch + 1;
-    entry.cause = d.cause;
-    entry.nodes = d.nodes;
-    entry.excluded = d.exclude;
-    entry.exit_code = step_exit_code(report);
-    entry.time = watch.failed_at();
-    if (at_end && at_end->progress_time > 0) {
-      entry.failed_step = at_end->progress_step;
-      entry.failed_step_time = at_end->progress_time;
-    }
-    int index = -1;
-    if (!record.empty()) {
-      const std::string error = RunRecord::update(record, [&](RunRecord& rec) {
-        rec.state = "restarting";
-        rec.restarts.push_back(entry);
-        index = static_cast<int>(rec.restarts.size()) - 1;
-      });
-      if (!error.empty()) say("warning: the run record " + record + " could not be written: " + error);
-    }
-    pending = PendingRestart{index, launch + 1, watch.failed_at(), 0};
-    const int64_t reached = at_end && at_end->progress_time > 0 ? at_end->progress_step : step;
-    say(describe_restart(entry, request.max_restarts) + "; relaunching on " +
-        std::to_string(shape.nodes().size()) + " node(s), " + std::to_string(shape.tasks()) +
-        " task(s), from the newest snapshot or checkpoint" +
-        (reached >= 0 ? " (train had reached step " + std::to_string(reached) + ")" : "") + ", " +
-        std::to_string(static_cast<int>(now_seconds() - watch.failed_at() + 0.5)) + " s after the failure.");
+    pending = begin_restart(record, launch, d, step_exit_code(report), watch.failed_at(), at_end, request.max_restarts,
+                            "relaunching on " + std::to_string(shape.nodes().size()) + " node(s), " +
+                                std::to_string(shape.tasks()) + " task(s)",
+                            say);
     previous = PastFailure{d.cause, step};
   }
 }

@@ -8,12 +8,14 @@
 #include "train/text.h"
 #include "train/train_spec.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 namespace train::detail {
 namespace {
@@ -174,8 +176,16 @@ void CheckpointSession::enable_snapshots(const DistEnv& env, std::optional<int64
     return;
   }
   snapshots_.writer = env.local_rank == 0;
+  // CPU ranks whose threads take every core: the background write runs on a core that trains.
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  snapshots_.shares_cores =
+      device_.is_cpu() && static_cast<int64_t>(env.local_world_size) * at::get_num_threads() >= static_cast<int64_t>(cores);
   log::info("snapshots in memory: " + snapshots_.store->dir() + " on each node, " +
-            (every ? "every " + std::to_string(*every) + " steps" : std::string("auto (at most 0.5% of the training time)")));
+            (every ? "every " + std::to_string(*every) + " steps"
+                   : std::string("auto (at most 0.5% of the training time") +
+                         (snapshots_.shares_cores ? ", the background write counted: the ranks' threads take every core"
+                                                  : "") +
+                         ")"));
 }
 
 void CheckpointSession::start_snapshots(int64_t step) {
@@ -188,10 +198,12 @@ void CheckpointSession::snapshot(TrainingState& state, const Progress& progress,
   const auto t0 = Clock::now();
   const int64_t step = progress.step;
   Snapshots& s = snapshots_;
-  const double proposal = rank_ == 0 ? static_cast<double>(s.clock.propose(
-                                           s.last_cost, std::chrono::duration<double>(t0 - s.last_end).count(),
-                                           step - s.last_step))
-                                     : 0.0;
+  // On cores the ranks all train on, the writer's time is taken from training as well.
+  const double cost = s.last_cost + (s.shares_cores && s.store ? s.store->last_write_seconds() : 0.0);
+  const double proposal =
+      rank_ == 0 ? static_cast<double>(s.clock.propose(cost, std::chrono::duration<double>(t0 - s.last_end).count(),
+                                                       step - s.last_step))
+                 : 0.0;
   at::Tensor t = at::zeros({2}, at::TensorOptions().dtype(at::kDouble).device(device_));
   t.narrow(0, 0, 1).copy_(loss_sum.detach().reshape({1}));
   t.narrow(0, 1, 1).fill_(proposal);
@@ -205,11 +217,21 @@ void CheckpointSession::snapshot(TrainingState& state, const Progress& progress,
   s.last_end = Clock::now();
   s.last_cost = std::chrono::duration<double>(s.last_end - t0).count();
   s.last_step = step;
+  ++s.totals.taken;
+  s.totals.seconds += s.last_cost;
+}
+
+SnapshotTotals CheckpointSession::snapshot_totals() const {
+  SnapshotTotals t = snapshots_.totals;
+  if (snapshots_.store) t.write_seconds = snapshots_.store->write_seconds();
+  return t;
 }
 
 void CheckpointSession::drop_snapshots() {
   snapshots_.active = false;
   if (!snapshots_.store) return;
+  snapshots_.store->wait();
+  snapshots_.totals.write_seconds = snapshots_.store->write_seconds();
   if (snapshots_.writer) {
     log::info("snapshots: " + std::to_string(snapshots_.store->written()) + " written, " +
               std::to_string(snapshots_.store->dropped()) + " dropped (a write was running); removed " +

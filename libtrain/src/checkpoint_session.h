@@ -47,6 +47,14 @@ struct CheckpointBytes {
 CheckpointBytes serialize_checkpoint(TrainingState& state, const Progress& progress, const at::Tensor& loss_sum,
                                      const at::Device& device);
 
+/// Snapshots taken by this rank and their seconds: on the training thread (every rank: the agreement,
+/// and on the node's writer the state's serialization) and in the background write (the writer).
+struct SnapshotTotals {
+  int64_t taken = 0;
+  double seconds = 0;
+  double write_seconds = 0;
+};
+
 class CheckpointSession {
  public:
   /// A checkpoint that became durable: its file, what it resumes at, the seconds writing took.
@@ -109,6 +117,8 @@ class CheckpointSession {
   void snapshot(TrainingState& state, const Progress& progress, const at::Tensor& loss_sum);
   /// At the run's end (done, stopped): this node's snapshots of the run are removed.
   void drop_snapshots();
+  /// What the snapshots cost this rank so far (the done line's snapshot fields).
+  SnapshotTotals snapshot_totals() const;
 
   /// Rank 0 at the start: warns for each deadline (`deadlines`) shorter than a checkpoint of
   /// `state` would take, estimated from its size and the folder's measured write speed. Each
@@ -130,6 +140,8 @@ class CheckpointSession {
     std::optional<int64_t> every;          // --snapshot-every (unset: auto)
     SnapshotClock clock{std::nullopt, 0};
     double last_cost = 0;                  // rank 0: the last snapshot's seconds on the training thread
+    bool shares_cores = false;             // CPU ranks x threads >= cores: the background write slows training
+    SnapshotTotals totals;
     std::chrono::steady_clock::time_point last_end{};
     int64_t last_step = 0;
   };

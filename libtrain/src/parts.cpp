@@ -170,6 +170,11 @@ std::string to_json(const TrainResult& r) {
   j["train_seconds"] = r.train_seconds;
   j["eval_seconds"] = r.eval_seconds;
   j["checkpoint_seconds"] = r.checkpoint_seconds;
+  if (r.snapshots > 0) {
+    j["snapshots"] = r.snapshots;
+    j["snapshot_seconds"] = r.snapshot_seconds;
+    j["snapshot_write_seconds"] = r.snapshot_write_seconds;
+  }
   j["world_size"] = r.world_size;
   if (!r.precision.empty()) j["precision"] = r.precision;
   j["params_sha256"] = r.params_sha256;

@@ -69,6 +69,7 @@ bool SnapshotStore::write_async(std::shared_ptr<const std::string> bytes, int64_
       return e.what();
     }
     last_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    total_seconds_ = total_seconds_.load() + last_seconds_.load();  // one writer at a time
     ++written_;
     return "";
   });

@@ -67,12 +67,14 @@ class SnapshotStore {
   int64_t written() const { return written_.load(); }        ///< snapshots written so far
   int64_t dropped() const { return dropped_.load(); }        ///< snapshots dropped (a write was running)
   double last_write_seconds() const { return last_seconds_.load(); }  ///< the last background write's duration
+  double write_seconds() const { return total_seconds_.load(); }      ///< all background writes' time
 
  private:
   CheckpointDir dir_;
   std::future<std::string> writing_;
   std::atomic<int64_t> written_{0}, dropped_{0};
   std::atomic<double> last_seconds_{0};
+  std::atomic<double> total_seconds_{0};
 };
 
 /// When snapshots are taken: every N steps, or (auto) as often as costs at most kBudget of the

@@ -127,6 +127,10 @@ TrainResult Trainer::Run::finish() {
   result.skipped_steps = stops->nonfinite().skipped();
   result.stopped_early = early_stop.stopped();
   result.checkpoint_seconds = checkpoints->waited_seconds();
+  const auto snaps = checkpoints->snapshot_totals();
+  result.snapshots = snaps.taken;
+  result.snapshot_seconds = snaps.seconds;
+  result.snapshot_write_seconds = snaps.write_seconds;
   result.epochs = std::min(prog().epoch, epochs);
   result.steps = prog().step;
   result.train_loss = prog().last_train_loss;

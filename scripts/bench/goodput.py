@@ -33,6 +33,11 @@ changes the world size).
 Needs the local cluster (scripts/local-slurm.sh start) and a build (scripts/build.sh); runs as the
 user who owns the cluster's processes (root on the test machines: it signals the tasks). Not a test.
 Example: scripts/bench/goodput.py --interval 120 --failures kill,stall,preempt,node
+
+--launcher local runs the same job without SLURM, as `trainctl local --nproc N --max-restarts 20`
+(ranks on this machine, restarted by trainctl local, snapshots in this machine's memory) with the
+failures `kill` and `stall`; with --device cuda it is the GPU path (a GPU machine has no SLURM):
+  scripts/bench/goodput.py --launcher local --device cuda --build build-gpu/bin --interval 30 --failures kill,stall,kill
 """
 import argparse
 import json
@@ -65,17 +70,21 @@ def slurm_env():
     return env
 
 
-def step_seconds(build, threads, limit_test, batch):
-    """One optimizer step's seconds at 2 ranks on this host (trainctl local, 150 steps)."""
-    p = run([os.path.join(build, "trainctl"), "local", "--nproc", "2", "--no-prefix", "--",
-             os.path.join(build, "train"), "--epochs", "1", "--max-steps", "150", "--threads", str(threads),
-             "--batch-size", str(batch), "--limit-test-samples", str(limit_test)], env=slurm_env())
+def step_seconds(build, args):
+    """One optimizer step's seconds at --nproc ranks on this host (trainctl local, 150 steps, or
+    3000 on a GPU)."""
+    steps = 3000 if args.device == "cuda" else 150
+    p = run([os.path.join(build, "trainctl"), "local", "--nproc", str(args.nproc), "--no-prefix", "--",
+             os.path.join(build, "train"), "--epochs", "1000", "--max-steps", str(steps), "--threads", str(args.threads),
+             "--batch-size", str(args.batch_size), "--limit-test-samples", str(args.limit_test_samples),
+             "--device", args.device], env=slurm_env())
     done = json.loads([l for l in p.stdout.splitlines() if l.startswith('{"event"')][-1])
-    return 2 * batch / done["images_per_sec_steady"]
+    return args.nproc * args.batch_size / done["images_per_sec_steady"]
 
 
-def task_pid(job, procid):
-    """The train task of `job` with this SLURM_PROCID (its /proc/PID/environ), or None."""
+def task_pid(job, procid, marker=None):
+    """The train task of `job` with this SLURM_PROCID (its /proc/PID/environ), or None. With
+    `marker` (trainctl local), the rank `procid` (RANK) whose environment holds `marker`."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -88,7 +97,10 @@ def task_pid(job, procid):
                 env = f.read().split(b"\0")
         except OSError:
             continue
-        if f"SLURM_JOB_ID={job}".encode() in env and f"SLURM_PROCID={procid}".encode() in env:
+        if marker is not None:
+            if marker.encode() in env and f"RANK={procid}".encode() in env:
+                return int(entry)
+        elif f"SLURM_JOB_ID={job}".encode() in env and f"SLURM_PROCID={procid}".encode() in env:
             return int(entry)
     return None
 
@@ -107,10 +119,10 @@ def slurmd_pid(node):
     return None
 
 
-def inject(kind, job, env):
+def inject(kind, job, env, marker=None):
     """Injects one failure now; returns its Unix time, or None when its target was not found."""
     if kind in ("kill", "stall"):
-        pid = task_pid(job, 1)
+        pid = task_pid(job, 1, marker)
         if pid is None:
             return None
         t = time.time()
@@ -176,15 +188,19 @@ class Watch:
         return before[-1][1] + (t - before[-1][0]) * rate
 
 
+def train_args(args, steps):
+    return ["--epochs", "1000", "--max-steps", str(steps), "--threads", str(args.threads),
+            "--batch-size", str(args.batch_size), "--limit-test-samples", str(args.limit_test_samples),
+            "--checkpoint-dir", "checkpoints", "--snapshot-every", args.snapshot_every,
+            "--stall-timeout", str(args.stall_timeout), "--log-interval", "200", "--device", args.device]
+
+
 def write_job(work, build, args, steps, env):
-    train_args = ["--epochs", "1000", "--max-steps", str(steps), "--threads", str(args.threads),
-                  "--batch-size", str(args.batch_size), "--limit-test-samples", str(args.limit_test_samples),
-                  "--checkpoint-dir", "checkpoints", "--snapshot-every", args.snapshot_every,
-                  "--stall-timeout", str(args.stall_timeout), "--log-interval", "200"]
+    train_args_ = train_args(args, steps)
     script = os.path.join(work, "job.sh")
     run([os.path.join(build, "trainctl"), "sbatch", "--nodes", "2", "--ntasks-per-node", "1", "--cpus-per-task",
          str(args.threads), "--max-restarts", "20", "--job-name", "goodput", "--no-preflight", "--out", script,
-         "--"] + train_args, env=env, cwd=work)
+         "--"] + train_args_, env=env, cwd=work)
     return script
 
 
@@ -194,16 +210,11 @@ def submit(work, script, build, env):
     return p.stdout.strip().split(";")[0]
 
 
-def run_job(args, build, steps, failures, env):
-    """Runs one job, injecting `failures` every args.interval seconds of its training; returns what
-    the watch saw, the injections [(kind, time)], the first training time and the end time."""
-    work = tempfile.mkdtemp(prefix="goodput-", dir=args.work_root)
-    os.makedirs(os.path.join(work, "logs"), exist_ok=True)
-    job = submit(work, write_job(work, build, args, steps, env), build, env)
-    watch = Watch(os.path.join(work, ".train", "runs", job + ".json"))
+def watch_job(args, watch, failures, job, env, finished, cancel, marker=None):
+    """Injects `failures` every args.interval seconds of training while reading the run record;
+    returns the injections [(kind, time)], the first training time and the end time."""
     injected, pending = [], list(failures)
     first, end, next_at = None, None, None
-    print(f"goodput: job {job} in {work}: {steps} steps, failures {','.join(failures) or 'none'}", flush=True)
     while True:
         time.sleep(0.1)
         watch.poll()
@@ -214,23 +225,60 @@ def run_job(args, build, steps, failures, env):
             if first is not None:
                 next_at = first + args.interval
         if pending and next_at is not None and now >= next_at:
-            t = inject(pending[0], job, env)
+            t = inject(pending[0], job, env, marker)
             if t is not None:
                 print(f"goodput: {pending[0]} at {t - first:.1f} s", flush=True)
                 injected.append((pending.pop(0), t))
                 next_at = t + args.interval
-        if watch.record.get("state") in ("done", "failed", "cancelled", "nonfinite") and not pending:
-            if job_state(job, env) not in ("RUNNING", "PENDING", "REQUEUED", "COMPLETING"):
-                end = watch.record.get("updated", now)
-                break
+        if watch.record.get("state") in ("done", "failed", "cancelled", "nonfinite") and not pending and finished():
+            end = watch.record.get("updated", now)
+            break
         if now - (first or now) > args.interval * (len(failures) + 4) + 600:
-            run(["scancel", job], check=False, env=env)
-            sys.exit(f"goodput: job {job} did not end in time; cancelled. Its log: {work}/logs")
+            cancel()
+            sys.exit(f"goodput: job {job} did not end in time; cancelled.")
+    return injected, first, end
+
+
+def run_job(args, build, steps, failures, env):
+    """Runs one job, injecting `failures` every args.interval seconds of its training; returns what
+    the watch saw, the injections [(kind, time)], the first training time and the end time."""
+    work = tempfile.mkdtemp(prefix="goodput-", dir=args.work_root)
+    os.makedirs(os.path.join(work, "logs"), exist_ok=True)
+    job = submit(work, write_job(work, build, args, steps, env), build, env)
+    watch = Watch(os.path.join(work, ".train", "runs", job + ".json"))
+    print(f"goodput: job {job} in {work}: {steps} steps, failures {','.join(failures) or 'none'}", flush=True)
+    injected, first, end = watch_job(
+        args, watch, failures, job, env,
+        finished=lambda: job_state(job, env) not in ("RUNNING", "PENDING", "REQUEUED", "COMPLETING"),
+        cancel=lambda: run(["scancel", job], check=False, env=env))
     state = job_state(job, env)
     log = "".join(open(os.path.join(work, "logs", f)).read() for f in sorted(os.listdir(os.path.join(work, "logs"))))
     events = [json.loads(l) for l in log.splitlines() if l.startswith('{"event"')]
     return dict(job=job, work=work, watch=watch, injected=injected, first=first, end=end, state=state,
                 done=events[-1] if events else {})
+
+
+def run_local(args, build, steps, failures, env):
+    """The same job under `trainctl local --max-restarts` (no SLURM): --nproc ranks on this machine."""
+    work = tempfile.mkdtemp(prefix="goodput-", dir=args.work_root)
+    record = os.path.join(work, "run.json")
+    env = dict(env, TRAIN_RUN_RECORD=record, TRAIN_SNAPSHOT_DIR=os.path.join("/dev/shm", os.path.basename(work)))
+    cmd = [os.path.join(build, "trainctl"), "local", "--nproc", str(args.nproc), "--max-restarts", "20",
+           "--grace-period", "3", "--no-prefix", "--", os.path.join(build, "train")] + train_args(args, steps) + \
+          ["--resume", "auto"]
+    out, err = open(os.path.join(work, "out.log"), "w"), open(os.path.join(work, "err.log"), "w")
+    proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=work)
+    job = f"local-{proc.pid}"
+    print(f"goodput: {job} in {work}: {steps} steps, failures {','.join(failures) or 'none'}", flush=True)
+    watch = Watch(record)
+    injected, first, end = watch_job(args, watch, failures, job, env, finished=lambda: proc.poll() is not None,
+                                     cancel=proc.kill, marker=f"TRAIN_RUN_RECORD={record}")
+    proc.wait()
+    out.close()
+    err.close()
+    events = [json.loads(l) for l in open(os.path.join(work, "out.log")) if l.startswith('{"event"')]
+    return dict(job=job, work=work, watch=watch, injected=injected, first=first, end=end,
+                state="COMPLETED" if proc.returncode == 0 else f"exit {proc.returncode}", done=events[-1] if events else {})
 
 
 def breakdown(res):
@@ -323,30 +371,44 @@ def main():
     p.add_argument("--build", default=os.path.join(REPO, "build", "bin"))
     p.add_argument("--work-root", default=None, help="where the jobs' folders go (default: the system's temp)")
     p.add_argument("--json", default=None, help="also write the results to this file")
+    p.add_argument("--launcher", default="slurm", choices=["slurm", "local"],
+                   help="slurm: a trainctl sbatch job on the local cluster (default); local: trainctl local "
+                        "--max-restarts on this machine (kill and stall only)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="train's --device (default cpu)")
+    p.add_argument("--nproc", type=int, default=2, help="ranks with --launcher local (default 2)")
     args = p.parse_args()
     failures = [f for f in args.failures.split(",") if f]
+    kinds = KINDS if args.launcher == "slurm" else ("kill", "stall")
     for f in failures:
-        if f not in KINDS:
-            p.error(f"--failures: expected some of {','.join(KINDS)}, found '{f}'")
+        if f not in kinds:
+            p.error(f"--failures: expected some of {','.join(kinds)} with --launcher {args.launcher}, found '{f}'")
     if "node" in failures[:-1]:
         p.error("--failures: 'node' leaves the job one node: put it last")
+    if args.launcher == "slurm" and args.nproc != 2:
+        p.error("--nproc: the SLURM job has 2 nodes x 1 task; --nproc is for --launcher local")
     env = slurm_env()
-    if run(["sinfo", "-h"], check=False, env=env).returncode != 0:
+    if args.launcher == "slurm" and run(["sinfo", "-h"], check=False, env=env).returncode != 0:
         sys.exit("goodput: no SLURM cluster answers. Hint: scripts/local-slurm.sh start")
-    step = step_seconds(args.build, args.threads, args.limit_test_samples, args.batch_size)
+    step = step_seconds(args.build, args)
     tail = args.interval if args.tail is None else args.tail
     steps = int((args.interval * len(failures) + tail) / step)
-    print(f"goodput: a step takes {1000 * step:.1f} ms at 2 ranks here: {steps} steps for "
+    print(f"goodput: a step takes {1000 * step:.2f} ms at {args.nproc} ranks here: {steps} steps for "
           f"{args.interval * len(failures) + tail:.0f} s of training", flush=True)
-    baseline = run_job(args, args.build, steps, [], env) if args.baseline else None
+    run_one = run_job if args.launcher == "slurm" else run_local
+    baseline = run_one(args, args.build, steps, [], env) if args.baseline else None
     try:
-        res = run_job(args, args.build, steps, failures, env)
+        res = run_one(args, args.build, steps, failures, env)
     finally:
         if "node" in failures:
             restore_node2(env)
     out = report(res, breakdown(res), baseline)
-    out.update(interval=args.interval, stall_timeout=args.stall_timeout, step_seconds=step,
+    gpu = run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], check=False).stdout.strip() \
+        if args.device == "cuda" else ""
+    out.update(interval=args.interval, stall_timeout=args.stall_timeout, step_seconds=step, launcher=args.launcher,
+               device=args.device, nproc=args.nproc, gpu=gpu,
                cpu=next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?"))
+    if gpu:
+        print(f"GPUs: {gpu.splitlines()[0]} x {len(gpu.splitlines())}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2)

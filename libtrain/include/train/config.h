@@ -208,6 +208,9 @@ struct TrainResult {
   double train_seconds = 0;           ///< this process's time in training steps
   double eval_seconds = 0;            ///< this process's time evaluating
   double checkpoint_seconds = 0;      ///< time training waited for checkpoints (rank 0: the state's copy; the file is written in the background)
+  int64_t snapshots = 0;              ///< snapshots in memory taken (0: none; the done line then has no snapshot fields)
+  double snapshot_seconds = 0;        ///< training time they took on this rank (the agreement and, on a node's writer, the state's copy)
+  double snapshot_write_seconds = 0;  ///< their background writes' time (checksum and file), on a node's writer
   int world_size = 1;
   std::string precision;              ///< what the steps computed in: fp32, tf32 or bf16 (--precision auto resolved)
   std::string params_sha256;

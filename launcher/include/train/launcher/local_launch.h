@@ -12,6 +12,8 @@ namespace train {
 
 /// Most ranks `trainctl local` starts on one machine.
 constexpr int kMaxLocalRanks = 1024;
+/// Most restarts `trainctl local --max-restarts` allows (as trainctl run).
+constexpr int kMaxLocalRestarts = 1000;
 /// Exit status when the program can't be found or executed (as in POSIX shells).
 constexpr int kExitProgramNotFound = 127;
 
@@ -22,6 +24,10 @@ struct LocalLaunchOptions {
   int master_port = 0;                    ///< MASTER_PORT; 0 picks a free port with find_free_port()
   bool prefix_output = true;              ///< prefix every line of rank r's stdout/stderr with "[rN] "
   double grace_seconds = 10.0;            ///< SIGTERM -> SIGKILL delay when stopping ranks
+  /// Launches of all ranks again after a lost rank (one killed by a signal other than SIGTERM/SIGINT)
+  /// or train's exit 79 (a dead or stalled rank), as `trainctl run` decides (decide_restart in
+  /// restart.h); 0: none (the default, as torchrun's --max-restarts).
+  int max_restarts = 0;
   std::vector<std::string> command;       ///< program and its arguments
 };
 
@@ -37,6 +43,13 @@ struct LocalLaunchOptions {
 ///   period, and the failure is reported on stderr naming the rank.
 /// - Output lines stay whole: stdout goes to stdout, stderr to stderr, each line written at once.
 /// - When it returns, no process of the ranks' process groups is left running.
+///
+/// With `max_restarts` > 0, a launch that ended with a lost or stalled rank is started again (all
+/// ranks, a new MASTER_PORT unless one is given, TRAIN_RESTART_COUNT=1, 2, ...), at most that
+/// often; a failure that is not a lost rank (exit 1, 2, 65, 75, a stop signal to trainctl), the
+/// same failure at the same step twice in a row, or the last restart used ends it. One line per
+/// restart on stderr. The ranks get TRAIN_RUN_RECORD and TRAIN_SNAPSHOT_DIR (a run record in a
+/// temporary folder and a folder in /dev/shm, both removed at the end) unless they are set.
 ///
 /// Installs signal handlers for its duration: one call at a time per process.
 /// @return 0 when every rank exited 0; else the exit code of the first rank that failed, or
