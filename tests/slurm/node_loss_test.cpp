@@ -32,21 +32,36 @@ int slurmd_pid(const std::string& node) {
   return -1;
 }
 
-// Starts node2's slurmd again (scripts/local-slurm.sh start starts what is missing) and resumes the
-// node, then waits up to 60 s for sinfo to call it idle.
+// node2's state in `scontrol show node`: IDLE, MIXED, DOWN+NOT_RESPONDING, IDLE+COMPLETING, ...
+std::string node2_state(const Env& env) {
+  const auto p = test::run_process({test::find_on_path("scontrol"), "show", "node", "node2"}, env, 20);
+  const std::size_t at = p->out().find("State=");
+  return at == std::string::npos ? "" : p->out().substr(at + 6, p->out().find_first_of(" \n", at) - at - 6);
+}
+
+// Starts node2's slurmd again (scripts/local-slurm.sh start starts what is missing). The node may
+// then stay COMPLETING until SLURM gives up on the dead slurmd's job end (over a minute): setting it
+// DOWN ends that, and RESUME returns it. Waits up to 180 s for scontrol to say IDLE.
 class Node2Back {
  public:
   explicit Node2Back(const Env& env) : env_(env) {}
   ~Node2Back() {
     test::run_process({source_path("scripts/local-slurm.sh"), "start"}, env_, 120);
-    test::run_process({test::find_on_path("scontrol"), "update", "nodename=node2", "state=resume"}, env_, 20);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (std::chrono::steady_clock::now() < deadline) {
-      const auto s = test::run_process({test::find_on_path("sinfo"), "-h", "-n", "node2", "-o", "%t"}, env_, 20);
-      if (test::last_line(s->out()) == "idle") return;
+    const std::string scontrol = test::find_on_path("scontrol");
+    const auto start = std::chrono::steady_clock::now();
+    auto last_nudge = start - std::chrono::seconds(60);
+    std::string state;
+    while (std::chrono::steady_clock::now() - start < std::chrono::seconds(180)) {
+      state = node2_state(env_);
+      if (state == "IDLE") return;
+      if (std::chrono::steady_clock::now() - last_nudge > std::chrono::seconds(20)) {
+        test::run_process({scontrol, "update", "nodename=node2", "state=down", "reason=node_loss_test"}, env_, 20);
+        test::run_process({scontrol, "update", "nodename=node2", "state=resume"}, env_, 20);
+        last_nudge = std::chrono::steady_clock::now();
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
     }
-    ADD_FAILURE() << "node2 did not come back to idle after the test";
+    ADD_FAILURE() << "node2 did not come back to IDLE after the test (State=" << state << ")";
   }
 
  private:
@@ -89,7 +104,10 @@ TEST_F(SlurmTest, ANodeThatDiesIsLeftOutAndTheJobFinishesOnFewerNodes) {
   ASSERT_FALSE(job.id.empty());
   ASSERT_TRUE(killed);
   const std::string log = test::read_text(dir.file("logs/ddp-" + job.id + ".out"));
-  EXPECT_EQ(job_state(job.id, env_), "COMPLETED") << log;
+  // The job's script ended with 0; node2's share of the job may still be ending (its slurmd died).
+  EXPECT_EQ(job.sbatch_exit, 0) << job.sbatch_err << log;
+  const std::string state = job_state(job.id, env_);
+  EXPECT_TRUE(state == "COMPLETED" || state == "COMPLETING") << state << "\n" << log;
   const nlohmann::json done = done_line(log);
   EXPECT_EQ(done.value("event", ""), "done") << log;
   EXPECT_EQ(done.value("world_size", 0), 1) << log;

@@ -1,4 +1,4 @@
-// What the SLURM job tests share (slurm_test.cpp, restart_test.cpp): the fixture that needs a live
+// What the SLURM job tests share (slurm_test.cpp, slurm_restart_test.cpp, node_loss_test.cpp): the fixture that needs a live
 // cluster, submitting a job and waiting for it, its state and done line, the reference run under
 // `trainctl local`, and finding a job's train task. Test code only.
 #pragma once

@@ -3,7 +3,7 @@
 // `trainctl local`; the preflight stopping a bad job; staged data in an array chain; a preemption
 // signal, requeue and resume; `trainctl sbatch --submit/--test-only` and its cluster checks;
 // generated scripts accepted by `sbatch --test-only`; `trainctl hostnames` against scontrol.
-// Restarts inside the allocation are in restart_test.cpp and node_loss_test.cpp.
+// Restarts inside the allocation are in slurm_restart_test.cpp and node_loss_test.cpp.
 // A cluster that doesn't answer is a failure (start it), unless TRAIN_TEST_SLURM=0 skips them.
 #include <gtest/gtest.h>
 #include <pwd.h>
