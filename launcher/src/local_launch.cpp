@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "local_supervisor.h"
+#include "train/launcher/restart.h"
 #include "train/error.h"
 
 namespace train {
@@ -205,17 +206,21 @@ void Supervisor::reap() {
     first_failure_ = rank.index;
     failed_at_ = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     if (stopping_) continue;  // stopping on request: ranks ending now are expected
+    const bool lost = (WIFSIGNALED(status) && WTERMSIG(status) != SIGTERM && WTERMSIG(status) != SIGINT) ||
+                      (WIFEXITED(status) && WEXITSTATUS(status) == train_exit::kStalled);
+    const double grace = options_.max_restarts > 0 && lost ? std::min(options_.grace_seconds, kLostRankGraceSeconds)
+                                                           : options_.grace_seconds;
     int still_running = 0;
     for (const Rank& other : ranks_) still_running += other.running ? 1 : 0;
     say("rank " + std::to_string(rank.index) + " (pid " + std::to_string(rank.pid) + ") " +
         describe_status(rank) +
         (still_running > 0 ? "; stopping the other " + std::to_string(still_running) +
-                                 " rank(s) (SIGTERM, SIGKILL after " + grace_text() + ")"
+                                 " rank(s) (SIGTERM, SIGKILL after " + grace_text(grace) + ")"
                            : "") +
         (rank.exec_errno != 0 ? ". Hint: check that '" + program_ +
                                     "' is an executable for this machine (a script needs a #! line)."
                               : ""));
-    start_stopping(SIGTERM);
+    start_stopping(SIGTERM, grace);
   }
 }
 

@@ -71,19 +71,19 @@ void Supervisor::signal_groups(int sig, bool running_only) {
   }
 }
 
-void Supervisor::start_stopping(int sig) {
+void Supervisor::start_stopping(int sig, double grace) {
   if (stopping_) return;
   stopping_ = true;
   kill_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                      std::chrono::duration<double>(options_.grace_seconds));
+                                      std::chrono::duration<double>(grace >= 0 ? grace : options_.grace_seconds));
   signal_groups(sig, /*running_only=*/false);
   // A stopped rank (SIGSTOP: a frozen rank) handles nothing until it runs again; SLURM sends
   // SIGCONT with its SIGTERM too.
   signal_groups(SIGCONT, /*running_only=*/true);
 }
 
-std::string Supervisor::grace_text() const {
-  std::string s = std::to_string(options_.grace_seconds);
+std::string Supervisor::grace_text(double grace) const {
+  std::string s = std::to_string(grace >= 0 ? grace : options_.grace_seconds);
   s.erase(s.find_last_not_of('0') + 1);
   if (!s.empty() && s.back() == '.') s.pop_back();
   return s + " s";

@@ -28,6 +28,11 @@ constexpr std::size_t kMaxLineBytes = 1 << 20;
 constexpr std::size_t kReadChunk = 64 * 1024;
 /// After every rank has exited, how long processes they left behind may keep their output open.
 constexpr std::chrono::milliseconds kDrainTimeout{2000};
+/// With --max-restarts, the seconds the other ranks get before SIGKILL when one was lost (killed by
+/// a signal, or train's exit 79): they can't finish a collective or agree a checkpoint without it,
+/// and a GPU rank waiting for the lost one's data may never return to handle SIGTERM (srun's
+/// --kill-on-bad-exit does not wait either).
+constexpr double kLostRankGraceSeconds = 1.0;
 /// How often (ms) the tick of set_tick() runs while the ranks run.
 constexpr int kTickMs = 500;
 
@@ -101,8 +106,10 @@ class Supervisor {
   void install_signal_handlers();
   void restore_signal_handlers();
   void signal_groups(int sig, bool running_only);
-  void start_stopping(int sig);
-  std::string grace_text() const;
+  /// Signals every rank's group with `sig` (and SIGCONT); SIGKILL follows after `grace` seconds
+  /// (default: --grace-period).
+  void start_stopping(int sig, double grace = -1);
+  std::string grace_text(double grace = -1) const;
   void on_signal_received(int sig);
 
   std::vector<std::vector<std::string>> build_environments() const;

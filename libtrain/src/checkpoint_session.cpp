@@ -182,7 +182,7 @@ void CheckpointSession::enable_snapshots(const DistEnv& env, std::optional<int64
       device_.is_cpu() && static_cast<int64_t>(env.local_world_size) * at::get_num_threads() >= static_cast<int64_t>(cores);
   log::info("snapshots in memory: " + snapshots_.store->dir() + " on each node, " +
             (every ? "every " + std::to_string(*every) + " steps"
-                   : std::string("auto (at most 0.5% of the training time") +
+                   : std::string("auto (at most 0.8% of the training time") +
                          (snapshots_.shares_cores ? ", the background write counted: the ranks' threads take every core"
                                                   : "") +
                          ")"));

@@ -83,7 +83,7 @@ class SnapshotStore {
 /// every rank takes the same steps.
 class SnapshotClock {
  public:
-  static constexpr double kBudget = 0.005;  ///< auto: a snapshot's cost over the time between two
+  static constexpr double kBudget = 0.008;  ///< auto: a snapshot's cost over the time between two
   static constexpr int64_t kFirst = 5;      ///< auto: the first snapshot this many steps after the start
   static constexpr int64_t kMaxInterval = 10000000;
 
