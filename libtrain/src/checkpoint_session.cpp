@@ -182,9 +182,10 @@ void CheckpointSession::enable_snapshots(const DistEnv& env, std::optional<int64
       device_.is_cpu() && static_cast<int64_t>(env.local_world_size) * at::get_num_threads() >= static_cast<int64_t>(cores);
   log::info("snapshots in memory: " + snapshots_.store->dir() + " on each node, " +
             (every ? "every " + std::to_string(*every) + " steps"
-                   : std::string("auto (at most 0.8% of the training time") +
-                         (snapshots_.shares_cores ? ", the background write counted: the ranks' threads take every core"
-                                                  : "") +
+                   : std::string("auto (at most ") +
+                         (snapshots_.shares_cores
+                              ? "0.7% of the training time, the background write counted: the ranks' threads take every core"
+                              : "0.5% of the training time") +
                          ")"));
 }
 
@@ -202,7 +203,9 @@ void CheckpointSession::snapshot(TrainingState& state, const Progress& progress,
   const double cost = s.last_cost + (s.shares_cores && s.store ? s.store->last_write_seconds() : 0.0);
   const double proposal =
       rank_ == 0 ? static_cast<double>(s.clock.propose(cost, std::chrono::duration<double>(t0 - s.last_end).count(),
-                                                       step - s.last_step))
+                                                       step - s.last_step,
+                                                       s.shares_cores ? SnapshotClock::kSharedCoresBudget
+                                                                      : SnapshotClock::kBudget))
                  : 0.0;
   at::Tensor t = at::zeros({2}, at::TensorOptions().dtype(at::kDouble).device(device_));
   t.narrow(0, 0, 1).copy_(loss_sum.detach().reshape({1}));

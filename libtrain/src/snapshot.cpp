@@ -38,11 +38,11 @@ std::string snapshot_dir(const std::string& job_id, const std::string& node, con
   return files::join(base, h.hex().substr(0, 16) + "-" + (node.empty() ? std::string("node") : node));
 }
 
-int64_t SnapshotClock::propose(double last_cost_seconds, double train_seconds, int64_t steps) const {
+int64_t SnapshotClock::propose(double last_cost_seconds, double train_seconds, int64_t steps, double budget) const {
   if (every_) return *every_;
   if (!(last_cost_seconds > 0) || steps < 1 || !(train_seconds > 0)) return kFirst;
   const double step_seconds = train_seconds / static_cast<double>(steps);
-  const double interval = std::ceil(last_cost_seconds / (kBudget * step_seconds));
+  const double interval = std::ceil(last_cost_seconds / (budget * step_seconds));
   return static_cast<int64_t>(std::min(static_cast<double>(kMaxInterval), std::max(1.0, interval)));
 }
 

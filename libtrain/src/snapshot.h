@@ -83,7 +83,10 @@ class SnapshotStore {
 /// every rank takes the same steps.
 class SnapshotClock {
  public:
-  static constexpr double kBudget = 0.008;  ///< auto: a snapshot's cost over the time between two
+  /// auto, where the ranks' threads take every core and the background write counts too (it runs on
+  /// a core that trains): a larger share, or snapshots would come too seldom to spare recomputing.
+  static constexpr double kSharedCoresBudget = 0.007;
+  static constexpr double kBudget = 0.005;  ///< auto: a snapshot's cost over the time between two
   static constexpr int64_t kFirst = 5;      ///< auto: the first snapshot this many steps after the start
   static constexpr int64_t kMaxInterval = 10000000;
 
@@ -94,7 +97,7 @@ class SnapshotClock {
   bool due(int64_t step) const { return step >= next_; }
   /// The interval after a snapshot: fixed, or auto from the last snapshot's cost (0: none yet) and
   /// `train_seconds` spent on `steps` steps since the snapshot before.
-  int64_t propose(double last_cost_seconds, double train_seconds, int64_t steps) const;
+  int64_t propose(double last_cost_seconds, double train_seconds, int64_t steps, double budget = kBudget) const;
   /// The next snapshot comes `interval` steps after `step`.
   void advance(int64_t step, int64_t interval) { next_ = step + std::max<int64_t>(1, interval); }
   int64_t next() const { return next_; }

@@ -164,10 +164,12 @@ TEST(SnapshotClock, AutoKeepsTheCostWithinItsShareOfTheTrainingTime) {
   SnapshotClock clock(std::nullopt, /*start=*/100);
   EXPECT_EQ(clock.next(), 100 + SnapshotClock::kFirst);
   EXPECT_EQ(clock.propose(0.0, 1.0, 5), SnapshotClock::kFirst);  // no cost measured yet
-  // 20 ms a snapshot, 0.2 s a step: 0.02 / (0.008 * 0.2) = 12.5, so every 13 steps.
-  EXPECT_EQ(clock.propose(0.02, 2.0, 10), 13);
-  // 20 ms a snapshot, 200 us a step (a GPU): 12500 steps, about 2.5 s of training.
-  EXPECT_NEAR(static_cast<double>(clock.propose(0.02, 0.002, 10)), 12500.0, 1.0);
+  // 20 ms a snapshot, 0.2 s a step: 0.02 / (0.005 * 0.2) = 20 steps.
+  EXPECT_EQ(clock.propose(0.02, 2.0, 10), 20);
+  // 20 ms a snapshot, 200 us a step (a GPU): 20000 steps, about 4 s of training.
+  EXPECT_NEAR(static_cast<double>(clock.propose(0.02, 0.002, 10)), 20000.0, 1.0);
+  // Where the write counts too (CPU ranks on every core), the budget is 0.7%: 0.02 / (0.007 * 0.2) = 14.3.
+  EXPECT_EQ(clock.propose(0.02, 2.0, 10, SnapshotClock::kSharedCoresBudget), 15);
   EXPECT_EQ(clock.propose(1e-9, 100.0, 10), 1);  // never less than every step
 }
 
