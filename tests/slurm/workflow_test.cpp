@@ -22,6 +22,7 @@
 
 #include "test_process.h"
 #include "slurm_util.h"
+#include "slurm_jobs.h"
 #include "test_util.h"
 #include "train/subprocess.h"
 
@@ -38,14 +39,10 @@ using test::TestProcess;
 /// themselves take seconds; the margin is for the queue, which other suites' training jobs share.
 constexpr double kWaitSeconds = 240;
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-std::string source_path(const std::string& rel) { return std::string(TRAIN_SOURCE_DIR) + "/" + rel; }
-std::string bin(const std::string& name) { return std::string(TRAIN_BINARY_DIR) + "/bin/" + name; }
-
-bool exists(const std::string& path) {
-  struct stat st {};
-  return stat(path.c_str(), &st) == 0;
-}
+using slurmtest::bin;
+using slurmtest::contains;
+using slurmtest::exists;
+using slurmtest::source_path;
 
 void write_text(const std::string& path, const std::string& text, mode_t mode = 0644) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
