@@ -28,7 +28,7 @@ t0=$(date +%s)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAIN_USE_CCACHE=OFF \
   -DCMAKE_PREFIX_PATH="$prefix" >"$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
 grep "NCCL path" "$out/configure.log"
-cmake --build build-gpu -j "$(nproc)" --target train_program trainctl transformer_bench ddp_test dist_train_test gpu_train_test fused_optim_test hung_rank_test network_health_test \
+cmake --build build-gpu -j "$(nproc)" --target train_program trainctl transformer_bench gru_bench ddp_test dist_train_test gpu_train_test fused_optim_test hung_rank_test network_health_test \
   >"$out/build.log" 2>&1 || { grep -E "error|Error" -A3 "$out/build.log" | head -60; exit 1; }
 echo "built in $(( $(date +%s) - t0 )) s"
 rc=0

@@ -8,6 +8,9 @@ Not part of libtrain. Each mirrors libtrain's definition exactly:
   transformer  the pre-norm causal encoder of scripts/bench/transformer/encoder.h with an LM head, AdamW
                (torch's defaults but lr 5e-4), the same warm-up + cosine per step, on the generated
                "stride" sequences of scripts/bench/transformer/tokens.h
+  gru          the GRU classifier of scripts/bench/gru/gru.h (one layer, hidden 32, a linear head on the
+               last hidden state, 4 classes), AdamW (torch's defaults but lr 2e-3), the same warm-up +
+               cosine per step, on the generated "sign" sequences of scripts/bench/gru/sequences.h
 """
 import math
 import os
@@ -20,7 +23,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reference_mnist import Net as MnistNet  # noqa: E402  (the existing Python MNIST peer's model)
 
-WARMUP_FRACTION = 0.05  # resnet18 and transformer: the share of the run's steps that warm up linearly
+WARMUP_FRACTION = 0.05  # resnet18, transformer and gru: the share of the run's steps that warm up linearly
 
 
 # ---- ResNet-18, CIFAR variant (kuangliu/pytorch-cifar) ----
@@ -126,6 +129,42 @@ def stride_sequences(n, seq, vocab, seed, strides=16):
     return s[:, :-1].contiguous(), s[:, 1:].contiguous()
 
 
+# ---- the recurrent model ----
+
+GRU_CLASSES = 4  # the sign patterns of sign_sequences' rule
+
+
+class GRUClassifier(nn.Module):
+    """sequences [b, seq, features] -> class scores [b, 4]: a one-layer GRU (batch first) and a linear
+    head on its last hidden state. torch's default initialisation, as gru.h's C++ module has."""
+
+    def __init__(self, features, hidden):
+        super().__init__()
+        self.gru = nn.GRU(features, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, GRU_CLASSES)
+
+    def forward(self, x):
+        _, h = self.gru(x)
+        return self.head(h[-1])
+
+
+def gru_params(features, hidden):
+    """All parameters: the GRU's three gates (input and hidden weights, two biases) and the head."""
+    return 3 * hidden * (features + hidden + 2) + hidden * GRU_CLASSES + GRU_CLASSES
+
+
+def sign_sequences(n, seq, features, seed):
+    """n sequences of standard-normal features [n, seq, features] (float32) and their classes [n]
+    (int64): 2 * [sum of feature 0 over the first half > 0] + [its sum over the second half > 0].
+    The four classes are equally likely; a model must carry the first half's sign to the end."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, seq, features, generator=g)
+    half = seq // 2
+    first = x[:, :half, 0].sum(1) > 0
+    second = x[:, half:, 0].sum(1) > 0
+    return x, first.long() * 2 + second.long()
+
+
 # ---- recipes ----
 
 def warmup_cosine(base, step, total, warmup_fraction=WARMUP_FRACTION):
@@ -147,25 +186,29 @@ class Workload:
         self.name, self.a = name, args
         if name == "transformer":
             self.dims = (args.layers, args.d_model, args.heads, args.ffn, args.seq_len, args.vocab)
+        if name == "gru":
+            self.dims = (args.features, args.hidden)
 
     def model(self):
         if self.name == "mnist":
             return MnistNet()
         if self.name == "resnet18":
             return ResNet18()
+        if self.name == "gru":
+            return GRUClassifier(*self.dims)
         return Encoder(*self.dims)
 
     def loss(self, out, y):
         if self.name == "mnist":
             return F.nll_loss(out, y)
-        if self.name == "resnet18":
+        if self.name in ("resnet18", "gru"):
             return F.cross_entropy(out, y)
         return F.cross_entropy(out.reshape(-1, out.shape[-1]).float(), y.reshape(-1))
 
     def base_lr(self):
         if self.a.lr:
             return self.a.lr
-        return {"mnist": 1.0, "resnet18": 0.1, "transformer": 5e-4}[self.name]
+        return {"mnist": 1.0, "resnet18": 0.1, "transformer": 5e-4, "gru": 2e-3}[self.name]
 
     def lr_at(self, step, total, steps_per_epoch):
         if self.name == "mnist":
@@ -189,10 +232,13 @@ class Workload:
 
     def data(self, n, dev, seed):
         """n resident training samples on dev: random images (throughput doesn't depend on them; pass
-        --data for the real files) or the transformer's generated sequences."""
+        --data for the real files) or the transformer's and the GRU's generated sequences."""
         g = torch.Generator().manual_seed(seed)
         if self.name == "transformer":
             x, y = stride_sequences(n, self.a.seq_len, self.a.vocab, seed)
+            return x.to(dev), y.to(dev)
+        if self.name == "gru":
+            x, y = sign_sequences(n, self.a.seq_len, self.a.features, seed)
             return x.to(dev), y.to(dev)
         shape = (n, 1, 28, 28) if self.name == "mnist" else (n, 3, 32, 32)
         x = torch.randn(shape, generator=g)

@@ -1,5 +1,6 @@
-"""Python peers of libtrain's three-workload benchmark: DDP with the data resident on the device, in
-three modes, printing one JSON line per run. Not part of libtrain; torch only.
+"""Python peers of libtrain's workload benchmark (mnist, resnet18, transformer, gru): DDP with the
+data resident on the device, in three modes, printing one JSON line per run. Not part of libtrain;
+torch only.
 
   eager    plain DDP, torch.optim's default optimizers
   graph    the whole step (forward, backward with DDP's all-reduce, optimizer) captured in one CUDA
@@ -15,7 +16,10 @@ usage (one process per rank: torchrun, or --spawn N which starts N ranks itself)
 --mode, --precision and --batch-size take comma lists: every combination runs in this one process
 group (one start-up for many rows). Throughput: samples/s over the timed `--steps` steps after
 `--warmup` steps (graph: after the 11 eager warm-up iterations and the capture, --warmup replays).
-The transformer rows add tokens_per_sec and mfu (FLOPs per sequence: bench_models.py).
+The transformer rows add tokens_per_sec and mfu (FLOPs per sequence: bench_models.py); the gru
+rows add model_params (--features, --hidden and --seq-len size it, as gru_bench's flags do):
+  torchrun --nproc_per_node 2 scripts/bench/peers.py --workload gru --mode eager,graph \
+      --precision fp32,bf16 --batch-size 64,512 --steps 300 --warmup 30 --device cuda
 On the CPU (--device cpu, Gloo: validation only) graph mode runs its step uncaptured and says so.
 """
 import argparse
@@ -56,7 +60,7 @@ def peak_tflops(device_name, precision):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--workload", choices=["mnist", "resnet18", "transformer"], required=True)
+    p.add_argument("--workload", choices=["mnist", "resnet18", "transformer", "gru"], required=True)
     p.add_argument("--mode", default="eager", help="comma list of eager, graph, compile")
     p.add_argument("--precision", default="fp32", help="comma list of fp32, bf16 (bf16 autocast)")
     p.add_argument("--batch-size", default="64", help="per rank; comma list")
@@ -76,8 +80,11 @@ def parse_args(argv=None):
     p.add_argument("--d-model", type=int, default=512)
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--ffn", type=int, default=2048)
-    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--seq-len", type=int, default=0, help="transformer: tokens per sequence (default 256); "
+                   "gru: time steps per sequence (default 32)")
     p.add_argument("--vocab", type=int, default=8192)
+    p.add_argument("--features", type=int, default=4, help="gru: features per time step")
+    p.add_argument("--hidden", type=int, default=32, help="gru: hidden units")
     a = p.parse_args(argv)
     a.modes = [m for m in a.mode.split(",") if m]
     a.precisions = [m for m in a.precision.split(",") if m]
@@ -97,6 +104,10 @@ def parse_args(argv=None):
         p.error(f"--steps must be >= 1 and --warmup >= 0, found {a.steps} and {a.warmup}")
     if a.workload == "transformer" and a.d_model % a.heads:
         p.error(f"--d-model {a.d_model} must be a multiple of --heads {a.heads}")
+    a.seq_len = a.seq_len or (32 if a.workload == "gru" else 256)
+    if a.workload == "gru" and (a.seq_len < 2 or a.features < 1 or a.hidden < 1):
+        p.error(f"gru: expected --seq-len >= 2 (the rule compares two halves), --features and --hidden >= 1, "
+                f"found {a.seq_len}, {a.features} and {a.hidden}")
     return a
 
 
@@ -254,6 +265,9 @@ class Run:
             # per card: each rank's sequences/s x FLOPs per sequence / the card's dense peak
             r["mfu"] = round(sps / self.world * r["flops_per_seq"] / (peak * 1e12), 4) if peak else None
             r["model_params"] = bm.transformer_params(*self.wl.dims)[0]
+        if self.wl.name == "gru":
+            r["model_params"] = bm.gru_params(*self.wl.dims)
+            r["seq_len"] = self.a.seq_len
         return r
 
 

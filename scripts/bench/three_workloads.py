@@ -1,11 +1,14 @@
-"""The three-workload GPU benchmark (issue 22): libtrain against the Python peers on the same
-GPUs, in one invocation. Not part of libtrain.
+"""The three-workload GPU benchmark (issue 22), with a fourth, small recurrent workload (issue 33):
+libtrain against the Python peers on the same GPUs, in one invocation. Not part of libtrain.
 
   mnist        `train --model mnist` (Adadelta) on Fashion-MNIST        batch 64 and 512 per GPU
   resnet18     `train --model resnet18` (SGD Nesterov, warm-up + cosine) on CIFAR-10's layout
                (random records from make_cifar10.py unless --cifar-data holds real ones)      128 and 512
   transformer  build/bin/transformer_bench, a user's program on the Trainer API (AdamW,
                warm-up + cosine), 6 x 512, 8 heads, FFN 2048, sequence 256, vocabulary 8192     16 and 64
+  gru          build/bin/gru_bench, a user's program on the Trainer API (fused AdamW, warm-up +
+               cosine): a 1-layer GRU, 4 features, hidden 32, sequence 32, 4 classes (3,780
+               parameters), on generated sequences                                            64 and 512
 
 For each workload, world size (--nproc) and precision (fp32, bf16): libtrain's rows (each a
 `train` run of 2 short epochs; images_per_sec = the steady epoch; `step` = what the log's
@@ -13,12 +16,14 @@ For each workload, world size (--nproc) and precision (fp32, bf16): libtrain's r
 process group, and last, while --budget-s lasts, its torch.compile mode (slow to compile).
 Runs that don't fit the budget are skipped and listed. Rows go to --results (JSON lines:
 workload, impl, mode, precision, world_size, batch_size, images_per_sec, step for libtrain,
-tokens_per_sec and mfu for the transformer); the table gives each libtrain row's ratio against
-the fastest Python peer of the same workload, world, batch and precision, and against eager.
+tokens_per_sec and mfu for the transformer, model_params for the gru); the table gives each
+libtrain row's ratio against the fastest Python peer of the same workload, world, batch and
+precision, and against eager.
 
 usage (GPU node, after scripts/gpu-check.sh built build-gpu/):
   python3 scripts/bench/three_workloads.py --build build-gpu --mnist-data DIR [--nproc 1,2]
-  python3 scripts/bench/three_workloads.py --device cpu --tiny --build build     # CPU validation
+  python3 scripts/bench/three_workloads.py --build build-gpu --workloads gru --nproc 1,2   # the GRU alone
+  python3 scripts/bench/three_workloads.py --device cpu --tiny --build build --precisions fp32  # CPU check
   python3 scripts/bench/three_workloads.py --table RESULTS.jsonl                 # the table again
 """
 import argparse
@@ -35,15 +40,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-WORKLOADS = ("mnist", "resnet18", "transformer")
-BATCHES = {"mnist": [64, 512], "resnet18": [128, 512], "transformer": [16, 64]}
+WORKLOADS = ("mnist", "resnet18", "transformer", "gru")
+BATCHES = {"mnist": [64, 512], "resnet18": [128, 512], "transformer": [16, 64], "gru": [64, 512]}
 # Steps of each libtrain epoch and of peers.py's timed window / warm-up, per workload, on a GPU.
-STEPS = {"mnist": (300, 300, 30), "resnet18": (40, 40, 10), "transformer": (40, 40, 5)}
-TINY_STEPS = {"mnist": (4, 4, 2), "resnet18": (2, 2, 1), "transformer": (6, 6, 2)}
+STEPS = {"mnist": (300, 300, 30), "resnet18": (40, 40, 10), "transformer": (40, 40, 5), "gru": (300, 300, 30)}
+TINY_STEPS = {"mnist": (4, 4, 2), "resnet18": (2, 2, 1), "transformer": (6, 6, 2), "gru": (4, 4, 2)}
+# The programs each workload's libtrain rows run (besides trainctl for several ranks).
+PROGRAMS = {"mnist": "train", "resnet18": "train", "transformer": "transformer_bench", "gru": "gru_bench"}
 MNIST_TRAIN = 60000
 CIFAR_TRAIN = 50000
 TRANSFORMER = {"layers": 6, "d_model": 512, "heads": 8, "ffn": 2048, "seq_len": 256, "vocab": 8192}
 TINY_TRANSFORMER = {"layers": 2, "d_model": 32, "heads": 4, "ffn": 64, "seq_len": 16, "vocab": 32}
+GRU = {"features": 4, "hidden": 32, "seq_len": 32}
+TINY_GRU = {"features": 4, "hidden": 16, "seq_len": 16}
 
 
 def parse_args():
@@ -162,7 +171,7 @@ def launch_prefix(a, world, python_program=False):
 
 
 def libtrain_cmd(a, wl, world, batch, precision, data):
-    """The `train` (or transformer_bench) command of one libtrain row: 2 epochs of `steps` steps."""
+    """The `train` (transformer_bench, gru_bench) command of one libtrain row: 2 epochs of `steps` steps."""
     steps = (TINY_STEPS if a.tiny else STEPS)[wl][0]
     cpu = a.device == "cpu"
     # --tf32 off: the Python peers turn TF32 off in cuBLAS and cuDNN; libtrain's --tf32 auto would
@@ -172,9 +181,10 @@ def libtrain_cmd(a, wl, world, batch, precision, data):
     if not cpu:
         common += ["--tf32", "off"]
     test = "16" if a.tiny else "1000"
-    if wl == "transformer":
+    if wl in ("transformer", "gru"):
         n = steps * batch * world
-        cmd = [os.path.join(a.build, "bin", "transformer_bench")] + dims_flags(a.dims) + [
+        dims = a.dims if wl == "transformer" else a.gru_dims
+        cmd = [os.path.join(a.build, "bin", PROGRAMS[wl])] + dims_flags(dims) + [
             "--train-sequences", str(n), "--eval-sequences", str(16 if a.tiny else 2 * batch)]
     else:
         n = min(MNIST_TRAIN if wl == "mnist" else CIFAR_TRAIN, steps * batch * world)
@@ -204,6 +214,9 @@ def libtrain_row(a, wl, world, batch, precision, data, env):
         sps = row["images_per_sec"]
         row.update(tokens_per_sec=round(sps * a.dims["seq_len"], 1), flops_per_seq=flops,
                    mfu=mfu(a, sps / world, flops, row["precision"]))
+    extra = [r for r in rows if r.get("event") == "gru"]
+    if wl == "gru" and extra:
+        row.update(model_params=extra[-1]["params"], seq_len=extra[-1]["seq_len"])
     return row
 
 
@@ -221,6 +234,8 @@ def peer_rows(a, wl, world, modes, env, timeout):
         "--steps", str(steps), "--warmup", str(warmup), "--device", a.device, "--threads", "1"]
     if wl == "transformer":
         cmd += dims_flags(a.dims)
+    if wl == "gru":
+        cmd += dims_flags(a.gru_dims)
     rc, out, err = run_cmd(cmd, timeout, env)
     rows = [r for r in json_lines(out) if r.get("impl") == "python"]
     if rc != 0:
@@ -277,6 +292,7 @@ def setup(a):
     override = [int(b) for b in a.batch_sizes.split(",") if b]
     a.batches = {w: override or ([4, 8] if a.tiny else BATCHES[w]) for w in WORKLOADS}
     a.dims = TINY_TRANSFORMER if a.tiny else TRANSFORMER
+    a.gru_dims = TINY_GRU if a.tiny else GRU
     a.device_name = device_name(a)
     a.run_id = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     if not a.commit:
@@ -284,16 +300,21 @@ def setup(a):
                                   text=True).stdout.strip() or "unknown"
     a.clock, a.rows = Clock(a.budget_s), []
     os.makedirs(os.path.dirname(os.path.abspath(a.results)), exist_ok=True)
-    missing = [t for exe, t in (("train", "train_program"), ("trainctl", "trainctl"),
-                                ("transformer_bench", "transformer_bench"))
-               if not os.path.exists(os.path.join(a.build, "bin", exe))]
+    build_programs(a)
+
+
+def build_programs(a):
+    """Builds the programs the chosen workloads run where build/ is a Ninja tree that lacks them."""
+    exes = ["train", "trainctl"] + sorted({PROGRAMS[w] for w in a.workload_list} - {"train"})
+    target = lambda exe: "train_program" if exe == "train" else exe  # noqa: E731
+    missing = [target(exe) for exe in exes if not os.path.exists(os.path.join(a.build, "bin", exe))]
     if missing and os.path.exists(os.path.join(a.build, "build.ninja")):
         print(f"three_workloads: building {', '.join(missing)} in {a.build}", flush=True)
         subprocess.run(["cmake", "--build", a.build, "-j", str(os.cpu_count() or 2), "--target"] + missing)
-    for exe in ("train", "trainctl", "transformer_bench"):
+    for exe in exes:
         if not os.path.exists(os.path.join(a.build, "bin", exe)):
             sys.exit(f"three_workloads: {a.build}/bin/{exe} is missing; build it: cmake --build {a.build} "
-                     "--target train_program trainctl transformer_bench")
+                     f"--target {' '.join(target(e) for e in exes)}")
 
 
 def main():
