@@ -24,9 +24,10 @@ NonFiniteWatch::NonFiniteWatch(const TrainConfig& c, torch::nn::Module& model, c
   for (const auto& p : model.named_parameters()) params_.emplace_back(p.key(), p.value());
   stride_ = static_cast<int64_t>(params_.size()) + 1;
   first_ = at::full(c10::IntArrayRef{}, -1, at::TensorOptions().dtype(at::kLong).device(device));
+  step_dev_ = at::zeros({}, first_.options());  // here, not in a capture: a graph's pool would own it
 }
 
-at::Tensor NonFiniteWatch::note(const at::Tensor& loss, int64_t step, bool shared_norms) {
+at::Tensor NonFiniteWatch::bad_values(const at::Tensor& loss, bool shared_norms) {
   norms_in_.clear();
   with_grad_.clear();
   norms_in_.push_back(loss.detach().to(at::kFloat).reshape({}));
@@ -50,12 +51,32 @@ at::Tensor NonFiniteWatch::note(const at::Tensor& loss, int64_t step, bool share
     values = at::stack(norms);
   }
   norms_in_.clear();  // the gradients are not held past the step
-  const at::Tensor bad = values.isfinite().logical_not();
-  // The first non-finite entry: the loss (0) before any gradient (1 + its position).
-  const at::Tensor code = bad.to(at::kInt).argmax().to(at::kLong) + step * stride_;
+  return values.isfinite().logical_not();
+}
+
+at::Tensor NonFiniteWatch::record(const at::Tensor& bad, const at::Tensor& code) {
   at::Tensor any = bad.any();
-  first_ = at::where(first_.lt(0).logical_and(any), code, first_);
+  first_.copy_(at::where(first_.lt(0).logical_and(any), code, first_));
   return any;
+}
+
+at::Tensor NonFiniteWatch::note(const at::Tensor& loss, int64_t step, bool shared_norms) {
+  const at::Tensor bad = bad_values(loss, shared_norms);
+  // The first non-finite entry: the loss (0) before any gradient (1 + its position).
+  return record(bad, bad.to(at::kInt).argmax().to(at::kLong) + step * stride_);
+}
+
+void NonFiniteWatch::note_in_capture(const at::Tensor& loss) {
+  const at::Tensor bad = bad_values(loss, /*shared_norms=*/true);
+  record(bad, bad.to(at::kInt).argmax().to(at::kLong) + step_dev_ * stride_);
+  step_dev_.add_(1);
+  counter_next_ = -1;  // capturing ran nothing: the first replay sets the counter
+}
+
+void NonFiniteWatch::before_replay() {
+  if (counter_next_ != pending_step_) step_dev_.fill_(pending_step_);
+  counter_next_ = pending_step_ + 1;
+  noted_ = true;
 }
 
 void NonFiniteWatch::after_step(const at::Tensor& loss, int64_t step) { note(loss, step, /*shared_norms=*/true); }

@@ -37,6 +37,22 @@ class NonFiniteWatch {
   /// --nonfinite stop, after each step: notes (device ops, no host sync) whether the step's loss
   /// and its gradients' norm are finite, and the first step where they weren't.
   void after_step(const at::Tensor& loss, int64_t step);
+  /// A CUDA graph's capture, at the end of the captured step: the same note as after_step, its step
+  /// read from a device counter that the captured ops advance, so that each replay notes its own
+  /// step with no host work. Each replay of such a graph follows a before_replay().
+  void note_in_capture(const at::Tensor& loss);
+  /// The Trainer, before each step runs: the step's number (noted_in_graph() is false until a
+  /// replay notes it).
+  void step_begins(int64_t step) {
+    pending_step_ = step;
+    noted_ = false;
+  }
+  /// Before a replay of a graph that holds note_in_capture(): sets the device counter to the step
+  /// step_begins() named where it isn't that already (after an eager step), and counts the step noted.
+  void before_replay();
+  /// Whether the graph's replay noted this step (after_step is then not needed).
+  bool noted_in_graph() const { return noted_; }
+
   /// For the stop agreement: an int64 scalar on the device, 1 once a non-finite value was seen.
   at::Tensor flag() const;
   /// Every rank at once, syncs: whether any rank saw a non-finite value since the start (always
@@ -59,6 +75,10 @@ class NonFiniteWatch {
   // [loss, gradient norms...] as one vector's non-finite flags; sets first_ where none was yet.
   // Returns whether this step's were (a bool scalar on the device).
   at::Tensor note(const at::Tensor& loss, int64_t step, bool shared_norms = false);
+  // [loss, gradient norms...]'s non-finite flags (a bool vector on the device).
+  at::Tensor bad_values(const at::Tensor& loss, bool shared_norms);
+  // Sets first_ (in place: a graph may hold it) to `code` where none was yet; returns bad.any().
+  at::Tensor record(const at::Tensor& bad, const at::Tensor& code);
 
   bool skip_ = false;
   int64_t max_skips_ = 0;
@@ -70,6 +90,10 @@ class NonFiniteWatch {
   const GradClip* clip_ = nullptr;
   at::Tensor first_;  // int64 on the device: -1, or step * (n + 1) + (0: the loss | 1 + i: gradient i)
   int64_t stride_ = 1;
+  at::Tensor step_dev_;         // int64 on the device: the step the next replay notes (graph steps)
+  int64_t counter_next_ = -1;   // what step_dev_ holds for the next replay, as far as the host knows
+  int64_t pending_step_ = 0;
+  bool noted_ = false;
   int64_t in_a_row_ = 0, skipped_ = 0;
 };
 

@@ -295,6 +295,7 @@ void Trainer::Run::make_step() {
   parts.micro_batch = accumulate > 1 ? batch : 0;
   parts.clip = clip.get();
   stops->nonfinite().share_norms(clip.get());
+  if (!stops->nonfinite().skip_mode()) parts.watch = &stops->nonfinite();
   parts.before_update = update_gate();  // --nonfinite skip, the callbacks' on_before_optimizer_step
   if (faults.injects_nan()) {  // a test's NaN, before the backward, so that the gradients are NaN too
     injected_loss = [this, inner = spec->loss](const at::Tensor& out, const at::Tensor& target, Reduction r) {

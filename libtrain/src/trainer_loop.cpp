@@ -114,6 +114,7 @@ at::Tensor Trainer::Run::run_step(const at::Tensor& order, int64_t start, int64_
   if (profiler) profiler->before_step(step);
   if (where) where->begin_step(step);
   faults.before_step(step);
+  stops->nonfinite().step_begins(step);
   step_context.phase = "the training step";
   at::Tensor loss;
   try {
@@ -123,7 +124,9 @@ at::Tensor Trainer::Run::run_step(const at::Tensor& order, int64_t start, int64_
   }
   // A captured step replays without calling the loss: the injected NaN goes on its result.
   if (faults.nan_at(step)) loss = loss * std::numeric_limits<double>::quiet_NaN();
-  if (!stops->nonfinite().skip_mode()) stops->nonfinite().after_step(loss, step);
+  // A graph's replay noted the step itself, except an injected NaN put on its result here.
+  detail::NonFiniteWatch& watch = stops->nonfinite();
+  if (!watch.skip_mode() && (!watch.noted_in_graph() || faults.nan_at(step))) watch.after_step(loss, step);
   detail::mark_phase(where, detail::Phase::step_end);
   ++prog().epoch_steps;
   ++prog().step;

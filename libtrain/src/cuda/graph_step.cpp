@@ -5,6 +5,7 @@
 #include "comm/reducer.h"
 #include "cuda/adadelta_epilogue.h"
 #include "cuda/graph_comm.h"
+#include "nonfinite.h"
 #include "step/grad_clip.h"
 #include "step/train_step.h"
 #include "train/adadelta.h"
@@ -92,6 +93,7 @@ class CudaGraphStep : public TrainStep {
         inputs_[i].targets.copy_(b.targets, /*non_blocking=*/true);
       }
     }
+    if (parts_.watch != nullptr) parts_.watch->before_replay();
     graph_->replay();
     if (update_) {
       parts_.process_group->allreduce_sum(flat_grads_);  // queued on the device; the host goes on
@@ -225,6 +227,7 @@ class CudaGraphStep : public TrainStep {
     graph_->capture_begin();
     try {
       loss_ = step_on(parts_, graph_batches());
+      if (parts_.watch != nullptr) parts_.watch->note_in_capture(loss_);
     } catch (...) {
       abandon_capture(*graph_);
       throw;
@@ -305,6 +308,7 @@ class CudaGraphStep : public TrainStep {
       parts_.reducer->finish();
       comm_->join();
       if (!comm_->updated_in_buckets()) update(parts_);
+      if (parts_.watch != nullptr) parts_.watch->note_in_capture(loss_);
     } catch (...) {
       abandon_capture(*graph_);
       throw;
@@ -335,6 +339,7 @@ class CudaGraphStep : public TrainStep {
     try {
       flat_grads_.div_(static_cast<double>(parts_.world_size));
       update(parts_);
+      if (parts_.watch != nullptr) parts_.watch->note_in_capture(loss_);
     } catch (...) {
       abandon_capture(*update_);
       throw;

@@ -37,6 +37,8 @@ enum class GraphAverage {
 };
 
 /// What a step works on; owned by the Trainer.
+class NonFiniteWatch;  // nonfinite.h
+
 struct StepParts {
   Dataset* data = nullptr;
   ModelHandle* model = nullptr;
@@ -61,6 +63,9 @@ struct StepParts {
   /// forward and backward (0: the step is one batch).
   int64_t micro_batch = 0;
   GradClip* clip = nullptr;  ///< --clip-grad-norm, between the average and the update; null: none
+  /// --nonfinite stop: a CUDA graph notes each step's non-finite values inside the graph
+  /// (NonFiniteWatch::note_in_capture); null: the Trainer notes them after each step.
+  NonFiniteWatch* watch = nullptr;
 };
 
 /// A step's samples as micro-batches: spans[i] = (offset in the step, length), gather(i) the batch
