@@ -47,7 +47,6 @@ std::function<std::unique_ptr<Optimizer>(const Optimizer&, const std::vector<Opt
   };
 }
 
-template <class Options>
 ShardedOptimizer::Codec adam_codec(const std::string& name) {
   ShardedOptimizer::Codec c;
   c.name = name;
@@ -74,10 +73,10 @@ std::unique_ptr<ShardedOptimizer::Codec> codec_for(const Optimizer& o) {
   const std::type_info& type = typeid(o);
   ShardedOptimizer::Codec c;
   if (type == typeid(optim::FusedAdam)) {
-    c = adam_codec<torch::optim::AdamOptions>("train::optim::FusedAdam");
+    c = adam_codec("train::optim::FusedAdam");
     c.build = builder<optim::FusedAdam, torch::optim::AdamOptions>();
   } else if (type == typeid(optim::FusedAdamW)) {
-    c = adam_codec<torch::optim::AdamWOptions>("train::optim::FusedAdamW");
+    c = adam_codec("train::optim::FusedAdamW");
     c.build = builder<optim::FusedAdamW, torch::optim::AdamWOptions>();
   } else if (type == typeid(optim::FusedSGD)) {
     c.name = "train::optim::FusedSGD";

@@ -63,7 +63,6 @@ class ShardedOptimizer {
   std::vector<int> group_of_;                  // per reducer parameter: its group in full_, -1: none
   std::vector<std::vector<at::Tensor>> views_;  // per bucket: this rank's parameter slices (owned order)
   std::vector<at::Tensor> send_, gathered_;     // per bucket: this rank's chunk, and all ranks'
-  bool has_state_ = false;                      // the optimizer has state (stepped, or resumed with it)
   int64_t shard_bytes_ = 0, full_bytes_ = 0;
   std::string type_name_;
 };

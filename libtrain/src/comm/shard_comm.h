@@ -71,9 +71,8 @@ class ShardComm : public CommHook {
   void launch(Reducer& r, size_t k) override;
   void finalize(Reducer& r, size_t k) override;
 
-  struct Impl;
-
  private:
+  struct Impl;
   explicit ShardComm(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
