@@ -34,6 +34,12 @@ void Trainer::Run::check_sharding() {
                           detail::fmt("%g", clip->max_norm) + ".",
                       "leave one of them out (clipping a sharded gradient's total norm is not built yet).");
   }
+  if (!optimizer_step_hooks.empty()) {
+    throw ConfigError(source + ": expected no callback with on_before_optimizer_step, found " +
+                          std::to_string(optimizer_step_hooks.size()) + " (OptimizerStepCallback).",
+                      "leave one of them out: sharded, a parameter's .grad holds this rank's own gradient and "
+                      "the averaged one exists only in shards, so the hook would not see what the update uses.");
+  }
   const std::string refusal = detail::shard_refusal(*optimizer);
   if (!refusal.empty()) {
     throw ConfigError(source + ": " + refusal + ".",

@@ -263,6 +263,8 @@ TEST(ShardOptimizer, UnsupportedCombinationsAreUsageErrors) {
        "FusedAdamW or Adadelta"},
       {{program(), "--device", "cpu"}, {"SHARD_OPTIMIZER=torch-adamw", "SHARD_SPEC=1"},
        "TrainSpec::shard_optimizer: torch::optim::AdamW is not one libtrain shards"},
+      {{program(), "--device", "cpu", "--shard-optimizer"}, {"SHARD_HOOK=1"},
+       "--shard-optimizer: expected no callback with on_before_optimizer_step, found 1 (OptimizerStepCallback)."},
   };
   for (const Case& c : cases) {
     auto r = run_program(c.args, c.env, 120);

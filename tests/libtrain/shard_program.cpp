@@ -1,7 +1,8 @@
 // A small program on libtrain's public API for shard_optimizer_test.cpp: a two-layer perceptron on
 // random data (10 classes) whose optimizer SHARD_OPTIMIZER picks: adamw (train::optim::FusedAdamW,
 // the default), adam (FusedAdam), sgd (FusedSGD with momentum) or torch-adamw (torch::optim::AdamW,
-// which --shard-optimizer refuses). SHARD_SPEC=1 asks for sharding through TrainSpec::shard_optimizer.
+// which --shard-optimizer refuses). SHARD_SPEC=1 asks for sharding through TrainSpec::shard_optimizer;
+// SHARD_HOOK=1 adds a callback with on_before_optimizer_step (refused with sharding).
 #include <train/cli.h>
 #include <train/fused_optim.h>
 #include <train/trainer.h>
@@ -39,6 +40,11 @@ class ToyData : public train::Dataset {
   at::Tensor x_, y_;
 };
 
+class GradientReader : public train::OptimizerStepCallback {
+ public:
+  void on_before_optimizer_step(train::Trainer&) override {}
+};
+
 train::OptimizerBuilder optimizer(const std::string& kind, double lr) {
   return [kind, lr](const std::vector<at::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
     if (kind == "adam") return std::make_unique<train::optim::FusedAdam>(params, torch::optim::AdamOptions(lr));
@@ -66,6 +72,7 @@ train::TrainResult train_it(const train::TrainConfig& config, const train::cli::
   spec.batch_size = 32;
   spec.epochs = 2;
   spec.shard_optimizer = env_or("SHARD_SPEC", "") == "1";
+  if (env_or("SHARD_HOOK", "") == "1") spec.callbacks.push_back(std::make_shared<GradientReader>());
   return trainer.fit(spec);
 }
 
