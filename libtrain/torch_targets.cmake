@@ -14,6 +14,7 @@ add_library(train STATIC
   ${_train_src}/comm/comm_plan.cpp
   ${_train_src}/comm/eager_hooks.cpp
   ${_train_src}/comm/reducer.cpp
+  ${_train_src}/comm/shard_comm.cpp
   ${_train_src}/config.cpp
   ${_train_src}/cpu_kernels.cpp
   ${_train_src}/data.cpp
@@ -36,6 +37,7 @@ add_library(train STATIC
   ${_train_src}/profile.cpp
   ${_train_src}/process_group.cpp
   ${_train_src}/sampler.cpp
+  ${_train_src}/sharded_optimizer.cpp
   ${_train_src}/schedule.cpp
   ${_train_src}/step/eager_step.cpp
   ${_train_src}/step/grad_clip.cpp
@@ -47,6 +49,7 @@ add_library(train STATIC
   ${_train_src}/trainer_controls.cpp
   ${_train_src}/trainer_end.cpp
   ${_train_src}/trainer_loop.cpp
+  ${_train_src}/trainer_shard.cpp
   ${_train_src}/training_state.cpp)
 add_library(train::train ALIAS train)
 target_include_directories(train PUBLIC

@@ -63,6 +63,20 @@ void check_cpu_choices(const TrainConfig& c) {
   if (c.distributed.backend == BackendKind::nccl) bad("--backend nccl", "a CUDA device", "--device cpu", "use --backend gloo on CPU");
 }
 
+// --shard-optimizer's combinations that are not built yet (the Trainer checks the device --device
+// auto picks, and the optimizer, once they exist).
+void check_shard_optimizer(const TrainConfig& c) {
+  if (!c.distributed.shard_optimizer) return;
+  if (c.run.device == DeviceKind::cuda) {
+    bad("--shard-optimizer", "a CPU run", "--device cuda",
+        "leave --shard-optimizer out on GPUs, or train on the CPU with --device cpu (the sharded step is not yet on CUDA)");
+  }
+  if (c.run.clip_grad_norm) {
+    bad("--shard-optimizer", "a run without --clip-grad-norm", "--clip-grad-norm " + fmt("%g", *c.run.clip_grad_norm),
+        "leave one of them out (clipping a sharded gradient's total norm is not built yet)");
+  }
+}
+
 // The folder a path is in: "a/b" gives "a", "b" gives ".", "/b" gives "/".
 std::string parent_of(const std::string& path) {
   std::string p = path;
@@ -178,6 +192,7 @@ void validate(const TrainConfig& c) {
   check_counts(c);
   check_eval_only(c);
   check_cpu_choices(c);
+  check_shard_optimizer(c);
   check_output_paths(c);
   const CheckpointConfig& k = c.checkpoint;
   if (k.resume == ResumeMode::path && !files::is_regular_file(k.resume_path)) {

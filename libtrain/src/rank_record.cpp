@@ -34,6 +34,8 @@ const char* kind_name(CollectiveKind k) {
   switch (k) {
     case CollectiveKind::broadcast: return "broadcast";
     case CollectiveKind::barrier: return "barrier";
+    case CollectiveKind::reduce_scatter: return "reduce-scatter";
+    case CollectiveKind::all_gather: return "all-gather";
     default: return "all-reduce";
   }
 }
@@ -75,7 +77,7 @@ std::optional<RankPosition> decode(int rank, const std::string& text) {
   RankPosition p;
   p.rank = rank;
   if (!(s >> phase >> kind >> p.bucket >> p.step >> p.seq >> p.waiting >> p.seconds)) return std::nullopt;
-  if (phase < 0 || phase > static_cast<int>(Phase::epoch_end) || kind < 0 || kind > 3) return std::nullopt;
+  if (phase < 0 || phase > static_cast<int>(Phase::epoch_end) || kind < 0 || kind > static_cast<int>(CollectiveKind::all_gather)) return std::nullopt;
   p.phase = static_cast<Phase>(phase);
   p.kind = static_cast<CollectiveKind>(kind);
   return p;

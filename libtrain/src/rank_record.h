@@ -24,7 +24,7 @@ enum class Phase : uint8_t {
 const char* phase_name(Phase p);
 
 /// Collectives a rank may be blocked in (RollCallRecord::kind).
-enum class CollectiveKind : uint8_t { none, allreduce, broadcast, barrier };
+enum class CollectiveKind : uint8_t { none, allreduce, broadcast, barrier, reduce_scatter, all_gather };
 
 /// One rank's position. Written by the training thread (and the autograd engine's), read by the
 /// watchdog: relaxed atomics, a steady-clock read per change, no lock and no system call.

@@ -36,17 +36,21 @@ void save_model_atomically(torch::nn::Module& model, const std::string& path) {
 
 }  // namespace
 
-// Rank 0: a checkpoint at `p`; the rate it saves is the schedule's.
+// Every rank (a sharded optimizer's state is gathered); rank 0 writes a checkpoint at `p`; the rate
+// it saves is the schedule's.
 void Trainer::Run::write_checkpoint(Progress p, const at::Tensor& loss_sum) {
-  p.lr = schedule->lr();
-  checkpoints->write(state, p, loss_sum);
+  with_whole_optimizer_state([&] {
+    if (env.rank != 0) return;
+    p.lr = schedule->lr();
+    checkpoints->write(state, p, loss_sum);
+  });
 }
 
 // Every rank: a snapshot in the node's memory at the current step; the rate it saves is the schedule's.
 void Trainer::Run::take_snapshot() {
   Progress p = prog();
   p.lr = schedule->lr();
-  checkpoints->snapshot(state, p, state.loss_sum);
+  with_whole_optimizer_state([&] { checkpoints->snapshot(state, p, state.loss_sum); });
   run_log->record().progress(p.step, /*force=*/true);  // a restart resumes from here: its step is known
 }
 
@@ -85,10 +89,10 @@ void Trainer::Run::stop(const StopRequest& agreed) {
             std::to_string(prog().step));
   const bool keep = checkpoints->enabled();
   const at::Tensor loss_sum = keep ? checkpoints->shared_loss_sum(state.loss_sum) : at::Tensor();  // every rank takes part
-  if (keep && env.rank == 0) {
-    write_checkpoint(prog(), loss_sum);
-    checkpoints->collect(/*wait=*/true);
-  } else if (!keep) {
+  if (keep) {
+    write_checkpoint(prog(), loss_sum);  // every rank: a sharded optimizer's state is gathered
+    if (env.rank == 0) checkpoints->collect(/*wait=*/true);
+  } else {
     log::warn("no --checkpoint-dir: the progress of this run is lost");
   }
   if (pg) pg->barrier();  // the checkpoint is durable before anyone leaves

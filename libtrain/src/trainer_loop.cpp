@@ -98,7 +98,7 @@ bool Trainer::Run::train_epoch() {
   run_log->epoch_speed(static_cast<double>(prog().images_total - images_before), epoch_seconds);
   end_epoch(epoch_seconds);
   if (max_steps_reached) return false;
-  if (checkpoints->enabled() && env.rank == 0) {
+  if (checkpoints->enabled()) {  // every rank: a sharded optimizer's state is gathered; rank 0 writes
     detail::mark_phase(where, detail::Phase::checkpoint);
     Progress next = prog();
     next.epoch += 1;
@@ -156,7 +156,7 @@ bool Trainer::Run::after_step(detail::EpochTimer& timer) {
   if (checkpoint) {
     timer.pause();  // the epoch's training time leaves out the checkpoint's (the done line reports it)
     const at::Tensor loss_sum = checkpoints->shared_loss_sum(state.loss_sum);  // every rank takes part
-    if (env.rank == 0) write_checkpoint(prog(), loss_sum);
+    write_checkpoint(prog(), loss_sum);  // every rank takes part, rank 0 writes
     timer.resume();
   }
   // A snapshot's time counts as training time: its cost shows in the images/s (every rank takes part).

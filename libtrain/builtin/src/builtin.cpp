@@ -72,21 +72,25 @@ OptimizerSettings optimizer_settings(const Recipe& c, const catalog::Recipe& r) 
   return {kind, c.lr.value_or(r.lr), c.weight_decay.value_or(r.weight_decay), c.momentum, nesterov};
 }
 
-// On CUDA the fused optimizers (what Python runs with fused=True), which a CUDA graph captures.
-OptimizerBuilder optimizer_for(const OptimizerSettings& s) {
+// On CUDA the fused optimizers (what Python runs with fused=True), which a CUDA graph captures;
+// on the CPU too with --shard-optimizer (`fused`), which shards only those.
+OptimizerBuilder optimizer_for(const OptimizerSettings& s, bool fused) {
   const double lr = s.lr, wd = s.weight_decay, momentum = s.momentum;
   const bool nesterov = s.nesterov;
+  const auto use_fused = [fused](const std::vector<at::Tensor>& params) {
+    return fused || (!params.empty() && params.front().is_cuda());
+  };
   switch (s.kind) {
     case OptimizerKind::adam:
-      return [lr, wd](const std::vector<at::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
+      return [lr, wd, use_fused](const std::vector<at::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
         const auto o = torch::optim::AdamOptions(lr).weight_decay(wd);
-        if (!params.empty() && params.front().is_cuda()) return std::make_unique<optim::FusedAdam>(params, o);
+        if (use_fused(params)) return std::make_unique<optim::FusedAdam>(params, o);
         return std::make_unique<torch::optim::Adam>(params, o);
       };
     case OptimizerKind::adamw:
-      return [lr, wd](const std::vector<at::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
+      return [lr, wd, use_fused](const std::vector<at::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
         const auto o = torch::optim::AdamWOptions(lr).weight_decay(wd);
-        if (!params.empty() && params.front().is_cuda()) return std::make_unique<optim::FusedAdamW>(params, o);
+        if (use_fused(params)) return std::make_unique<optim::FusedAdamW>(params, o);
         return std::make_unique<torch::optim::AdamW>(params, o);
       };
     case OptimizerKind::adadelta:
@@ -94,9 +98,9 @@ OptimizerBuilder optimizer_for(const OptimizerSettings& s) {
         return std::make_unique<optim::Adadelta>(params, optim::AdadeltaOptions(lr).weight_decay(wd));
       };
     default:
-      return [lr, wd, momentum, nesterov](const std::vector<at::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
+      return [lr, wd, momentum, nesterov, use_fused](const std::vector<at::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
         const auto o = torch::optim::SGDOptions(lr).momentum(momentum).weight_decay(wd).nesterov(nesterov);
-        if (!params.empty() && params.front().is_cuda()) return std::make_unique<optim::FusedSGD>(params, o);
+        if (use_fused(params)) return std::make_unique<optim::FusedSGD>(params, o);
         return std::make_unique<torch::optim::SGD>(params, o);
       };
   }
@@ -189,7 +193,7 @@ TrainResult run_training(const TrainConfig& config, const Recipe& c, const DistE
     return (*built)->output_kind() == models::OutputKind::log_probs ? nll(out, target, r) : ce(out, target, r);
   });
   const OptimizerSettings optimizer = optimizer_settings(c, recipe);
-  spec.optimizer = optimizer_for(optimizer);
+  spec.optimizer = optimizer_for(optimizer, config.distributed.shard_optimizer);
   spec.recipe = recorded(c, optimizer);
   spec.lr_schedule = schedule_for(c, recipe);
   spec.batch_size = recipe.batch_size;

@@ -120,6 +120,11 @@ struct DistributedConfig {
   /// naming where each rank is. Unset (--stall-timeout 0): 10x the median step, at least 60 s,
   /// at most 80% of timeout_sec. Must be below timeout_sec.
   std::optional<double> stall_timeout_sec;
+  /// --shard-optimizer: ZeRO-1. The gradients are reduce-scattered, each rank updates its shard of
+  /// the parameters with its shard of the optimizer state (about 1/world of it), and the parameters
+  /// are all-gathered. CPU runs (Gloo, or shared memory on one machine) with train::optim::FusedSGD,
+  /// FusedAdam, FusedAdamW or Adadelta; checkpoints hold the whole state. false = TrainSpec::shard_optimizer.
+  bool shard_optimizer = false;
   /// --interface (or TRAIN_INTERFACE): the network interface, e.g. ib0, for Gloo, NCCL
   /// (NCCL_SOCKET_IFNAME) and the rendezvous store; "" = TRAIN_INTERFACE, else each library's own.
   std::string interface;

@@ -153,6 +153,12 @@ struct TrainSpec {
   /// (torch.nn.utils.clip_grad_norm_; TrainConfig::run.clip_grad_norm, --clip-grad-norm, wins when
   /// it is set). Unset: no clipping.
   std::optional<double> clip_grad_norm;
+  /// ZeRO-1 (TrainConfig::distributed.shard_optimizer, --shard-optimizer, also turns it on): each
+  /// rank keeps and updates the optimizer state of its shard of the parameters (about 1/world of
+  /// the state), the gradients reduce-scattered and the parameters all-gathered. CPU runs; the
+  /// optimizer must be train::optim::FusedSGD, FusedAdam, FusedAdamW (no amsgrad) or Adadelta.
+  /// Checkpoints hold the whole state: a run resumes sharded or not, on any world size.
+  bool shard_optimizer = false;
   /// Your program's own settings that shape the run (its recipe: optimizer, weight decay, data
   /// limits...), as name and value text. Checkpoints record them beside the Trainer's own
   /// (model_name, data_name, batch size, rate, schedule, seed, epochs); a resume whose values

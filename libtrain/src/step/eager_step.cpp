@@ -3,6 +3,7 @@
 
 #include "comm/reducer.h"
 #include "rollcall.h"
+#include "sharded_optimizer.h"
 #include "step/grad_clip.h"
 #include "user_code.h"
 
@@ -128,7 +129,11 @@ void update(const StepParts& p) {
     p.clip->norms = clip_grad_norm(p.clip->params, p.clip->max_norm);
   }
   at_phase(p, "the optimizer's step");
-  p.optimizer->step();
+  if (p.shard != nullptr) {
+    p.shard->step();
+  } else {
+    p.optimizer->step();
+  }
 }
 
 at::Tensor step_on(const StepParts& p, const StepBatches& batches) {

@@ -29,6 +29,7 @@ namespace train::detail {
 
 struct StepContext;  // user_code.h
 struct GradClip;     // step/grad_clip.h
+class ShardedOptimizer;  // sharded_optimizer.h
 
 /// Where a CUDA-graph step of several ranks averages the gradients.
 enum class GraphAverage {
@@ -66,6 +67,9 @@ struct StepParts {
   /// --nonfinite stop: a CUDA graph notes each step's non-finite values inside the graph
   /// (NonFiniteWatch::note_in_capture); null: the Trainer notes them after each step.
   NonFiniteWatch* watch = nullptr;
+  /// --shard-optimizer: updates this rank's shard and all-gathers the parameters instead of the
+  /// optimizer's step (the reducer's hooks then reduce-scatter); null: the optimizer's step.
+  ShardedOptimizer* shard = nullptr;
 };
 
 /// A step's samples as micro-batches: spans[i] = (offset in the step, length), gather(i) the batch
@@ -135,7 +139,8 @@ StepBatches batches_of(const StepParts& p, const at::Tensor& order, int64_t star
 /// Returns the step's loss (the weighted sum), added to the sum unless `add_to_sum` is false. One
 /// span: forward_backward itself.
 at::Tensor accumulate_backward(const StepParts& p, const StepBatches& b, bool add_to_sum = true);
-/// After the averaged backward: --clip-grad-norm's clipping, then the optimizer's step.
+/// After the averaged backward: --clip-grad-norm's clipping, then the optimizer's step (or the
+/// sharded one's).
 void update(const StepParts& p);
 /// The whole step: zero the gradients, the micro-batches' forward and backward (the reducer's
 /// hooks average after the last), update.

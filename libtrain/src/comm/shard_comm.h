@@ -1,0 +1,80 @@
+// ZeRO-1's communication (--shard-optimizer): each gradient bucket laid out flat with every
+// parameter starting on a multiple of kShardAlign elements and cut into one equal chunk per rank;
+// the averaged gradients reduce-scattered into this rank's chunk while the backward runs, and, after
+// this rank updated its chunk, every rank's chunk all-gathered back. Private.
+#pragma once
+
+#include "comm/reducer.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace train {
+class ProcessGroup;
+}  // namespace train
+
+namespace train::detail {
+
+/// Shard boundaries fall on multiples of this many elements of each parameter: ATen's CPU fused
+/// optimizer kernels treat an element alike (vector lanes, not the scalar tail) only when a slice
+/// starts where the whole tensor's vector loop would have a lane boundary (measured: cuts at 8
+/// keep the bits, cuts at odd places don't). 64 covers AVX-512 floats and doubles with unrolling.
+inline constexpr int64_t kShardAlign = 64;
+
+/// The elements of one parameter that this rank owns: parameter-relative [begin, begin + length),
+/// at `chunk_offset` in this rank's chunk of the bucket.
+struct OwnedSlice {
+  size_t param = 0;  ///< index into Reducer::params()
+  int64_t begin = 0, length = 0, chunk_offset = 0;
+};
+
+/// One bucket's flat layout: `world` chunks of `chunk` elements; parameter j (bucket order) at
+/// offsets[j], which is a multiple of kShardAlign, as is `chunk`.
+struct BucketShards {
+  int64_t chunk = 0;
+  std::vector<int64_t> offsets;
+  std::vector<OwnedSlice> owned;  ///< this rank's, in bucket order (only non-empty ones)
+  int64_t world = 1;
+  int64_t flat() const { return chunk * world; }  ///< the padded flat buffer's elements
+};
+
+/// The layout of every bucket for `rank` of `world`. `numels[k]` are bucket k's parameters'
+/// element counts in bucket order, `params[k]` their indices into Reducer::params().
+std::vector<BucketShards> plan_shards(const std::vector<std::vector<int64_t>>& numels,
+                                      const std::vector<std::vector<size_t>>& params, int world, int rank);
+
+/// The reducer's hook for a sharded optimizer: scales each gradient by 1/world into its bucket's
+/// flat buffer as DDP does and leaves this rank's chunk of the sum in grad_chunk(k). Ranks of one
+/// machine sum through shared memory (the same rank-ordered sum as DDP's: the same bits at any
+/// world size); others through the process group's reduce-scatter (Gloo; at 2 ranks the same bits,
+/// at more its own order). The parameters' .grad keep this rank's own (unaveraged) gradients.
+class ShardComm : public CommHook {
+ public:
+  /// Collective (the shared-memory set-up): every rank calls it alike. `why` gets the transport.
+  static std::shared_ptr<ShardComm> create(Reducer& reducer, ProcessGroup& pg, bool shared_memory, std::string* why);
+  ~ShardComm() override;
+
+  const std::vector<BucketShards>& layout() const;
+  /// This rank's chunk of bucket k's averaged gradients, valid after a synchronised backward.
+  const at::Tensor& grad_chunk(size_t k) const;
+  /// Collective: every rank's `mine` (bucket k's chunk, `chunk` elements of the bucket's dtype)
+  /// into `full` (world x chunk, rank order). Exact copies: no value changes a bit.
+  void all_gather(size_t k, const at::Tensor& mine, at::Tensor& full);
+  /// Collective: sums `t` over the ranks, in place (the process group's allreduce_sum).
+  void all_reduce_sum(at::Tensor& t);
+
+  void add(Reducer& r, size_t k, size_t i) override;
+  void launch(Reducer& r, size_t k) override;
+  void finalize(Reducer& r, size_t k) override;
+
+ private:
+  struct Impl;
+  explicit ShardComm(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace train::detail
