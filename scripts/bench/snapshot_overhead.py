@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What snapshots in memory cost on the CPU: the same 2-rank run with --snapshot-every auto (the
-default) and 0, alternating, under `trainctl local` (TRAIN_SNAPSHOT_DIR stands in for a SLURM job's
-/dev/shm folder). Reports each run's steady images/s (the done line's images_per_sec_steady, which
+default) and 0, alternating, under `trainctl local` (TRAIN_SNAPSHOT_DIR, a folder in /dev/shm, stands in
+for a SLURM job's). Reports each run's steady images/s (the done line's images_per_sec_steady, which
 counts the snapshots' time on the training thread) and the overhead, best against best and median
 against median; and, since run-to-run noise on a shared host is often larger than the effect, the
 overhead each auto run accounts for itself: the done line's snapshot_seconds (training thread) plus,
@@ -23,7 +23,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def run_once(build, every, args, work):
     ck = os.path.join(work, f"ck-{every}")
-    snaps = os.path.join(work, f"snaps-{every}")
+    # Node-local memory, as a SLURM job's default (/dev/shm/libtrain-UID-JOBID): not the work folder's disk.
+    snaps = os.path.join("/dev/shm", f"snapshot-overhead-{os.getpid()}-{every}")
     shutil.rmtree(ck, ignore_errors=True)
     shutil.rmtree(snaps, ignore_errors=True)
     env = dict(os.environ, TRAIN_SNAPSHOT_DIR=snaps)
@@ -32,6 +33,7 @@ def run_once(build, every, args, work):
            "--batch-size", str(args.batch_size), "--limit-test-samples", "1000", "--checkpoint-dir", ck,
            "--snapshot-every", every, "--log-interval", "100000"]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=work)
+    shutil.rmtree(snaps, ignore_errors=True)
     if p.returncode != 0:
         sys.exit(f"snapshot_overhead: {' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
     done = json.loads([l for l in p.stdout.splitlines() if l.startswith('{"event"')][-1])
