@@ -186,6 +186,10 @@ bool Supervisor::spawn(int r, const std::vector<std::string>& env_entries) {
 }
 
 void Supervisor::reap() {
+  // Ranks reaped in the pass that starts the stopping ended before any signal of ours: a rank
+  // killed with SIGKILL found after its peer's exit 79 (same pass, lower index first) is still the
+  // lost one.
+  const bool was_stopping = stopping_;
   for (Rank& rank : ranks_) {
     if (!rank.running) continue;
     int status = 0;
@@ -200,7 +204,7 @@ void Supervisor::reap() {
     if (got != rank.pid) continue;
     rank.running = false;
     rank.status = status;
-    rank.ended_on_its_own = !stopping_ || first_failure_ < 0;
+    rank.ended_on_its_own = !was_stopping || first_failure_ < 0;
     const bool failed = rank.exec_errno != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
     if (!failed || first_failure_ >= 0) continue;
     first_failure_ = rank.index;

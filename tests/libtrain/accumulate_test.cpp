@@ -1,6 +1,8 @@
 // Gradient accumulation (--accumulate-steps) and clipping (--clip-grad-norm) in whole runs of
 // `train` on the CPU: 4 micro-batches of 16 train as one batch of 64 (1 and 2 ranks), the step
 // count is the optimizer's, clipping above the norm changes no bit, bad values are usage errors.
+#include "param_diff.h"
+#include "run_helpers.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +13,8 @@
 #include <map>
 
 using train::test::bin;
+using train::test::done_json;
+using train::test::local_command;
 using train::test::run_program;
 
 namespace {
@@ -27,18 +31,6 @@ std::vector<std::string> train_args(const std::string& model_file, std::vector<s
   return a;
 }
 
-std::vector<std::string> local(int nproc, std::vector<std::string> args) {
-  std::vector<std::string> cmd = {bin("trainctl"), "local", "--nproc", std::to_string(nproc), "--no-prefix", "--"};
-  cmd.insert(cmd.end(), args.begin(), args.end());
-  return cmd;
-}
-
-nlohmann::json done(const train::test::RunResult& r) {
-  auto j = nlohmann::json::parse(train::test::last_line(r.out), nullptr, false);
-  EXPECT_FALSE(j.is_discarded()) << r.out << r.err;
-  return j;
-}
-
 struct Trained {
   nlohmann::json done;
   std::map<std::string, torch::Tensor> params;
@@ -49,9 +41,9 @@ Trained train_run(int ranks, const std::vector<std::string>& extra, const std::s
   train::test::TempDir d("accum-" + tag);
   const std::string file = d.file("model.pt");
   auto args = train_args(file, extra);
-  auto r = run_program(ranks > 1 ? local(ranks, args) : args);
+  auto r = run_program(ranks > 1 ? local_command(ranks, args) : args);
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  Trained t{done(r), {}};
+  Trained t{done_json(r), {}};
   torch::serialize::InputArchive archive;
   archive.load_from(file);
   for (const std::string& key : archive.keys()) {
@@ -63,20 +55,7 @@ Trained train_run(int ranks, const std::vector<std::string>& extra, const std::s
 }
 
 // The largest difference between two runs' parameters, relative to the largest parameter.
-double max_rel_diff(const Trained& a, const Trained& b) {
-  double diff = 0, scale = 0;
-  EXPECT_EQ(a.params.size(), b.params.size());
-  for (const auto& [name, t] : a.params) {
-    const auto it = b.params.find(name);
-    if (it == b.params.end()) {
-      ADD_FAILURE() << name << " missing";
-      continue;
-    }
-    diff = std::max(diff, (t - it->second).abs().max().item<double>());
-    scale = std::max(scale, t.abs().max().item<double>());
-  }
-  return diff / scale;
-}
+double max_rel_diff(const Trained& a, const Trained& b) { return train::test::max_rel_diff(a.params, b.params); }
 
 }  // namespace
 
@@ -123,7 +102,7 @@ TEST(ClipGradNorm, AboveTheNormChangesNoBitBelowItClips) {
     train::test::TempDir d("clip-run");
     auto r = run_program(train_args(d.file("m.pt"), extra));
     EXPECT_EQ(r.exit_code, 0) << r.err;
-    return std::make_pair(done(r), r.err);
+    return std::make_pair(done_json(r), r.err);
   };
   const auto [plain, plain_log] = run({"--max-steps", "6"});
   const auto [high, high_log] = run({"--max-steps", "6", "--clip-grad-norm", "1e30"});

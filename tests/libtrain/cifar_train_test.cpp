@@ -2,6 +2,7 @@
 // a torchvision root: the recipe's defaults, learning at world 1 and 2, and --augment crop,flip
 // resuming bit for bit after a preemption.
 #include "cifar_files.h"
+#include "run_helpers.h"
 #include "test_util.h"
 #include "train/files.h"
 
@@ -13,21 +14,11 @@
 #include <sstream>
 
 using train::test::bin;
+using train::test::done_json;
+using train::test::local_command;
 using train::test::run_program;
 
 namespace {
-
-nlohmann::json done(const train::test::RunResult& r) {
-  auto j = nlohmann::json::parse(train::test::last_line(r.out), nullptr, false);
-  EXPECT_FALSE(j.is_discarded()) << r.out << r.err;
-  return j.is_discarded() ? nlohmann::json::object() : j;
-}
-
-std::vector<std::string> local(int nproc, std::vector<std::string> args) {
-  std::vector<std::string> cmd = {bin("trainctl"), "local", "--nproc", std::to_string(nproc), "--no-prefix", "--"};
-  cmd.insert(cmd.end(), args.begin(), args.end());
-  return cmd;
-}
 
 std::vector<std::string> cifar_args(const std::string& data, std::vector<std::string> extra) {
   std::vector<std::string> a = {bin("train"), "--model", "cifar10", "--data", data, "--device", "cpu",
@@ -44,7 +35,7 @@ TEST(CifarTrain, TheRecipeIsTheDefault) {
   train::test::write_cifar_layout(d.file("data/cifar-10-batches-py"), /*binary=*/false, 120, 50);
   auto r = run_program(cifar_args(d.file("data"), {"--limit-train-samples", "512"}), {}, 300);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const auto j = done(r);
+  const auto j = done_json(r);
   EXPECT_EQ(j["epochs"], 4);
   EXPECT_EQ(j["steps"], 8);  // 512 / 256 a step, 4 epochs
   EXPECT_NE(r.err.find("for 4 epochs, batch 256 per rank x 1 ranks, lr 0.1,"), std::string::npos) << r.err;
@@ -61,9 +52,9 @@ TEST(CifarTrain, LearnsBothLayoutsAtWorldOneAndTwo) {
   for (const std::string layout : {"py", "bin"}) {
     for (const int world : {1, 2}) {
       auto args = cifar_args(d.file(layout), {"--batch-size", std::to_string(32 / world), "--lr", "0.02"});
-      auto r = run_program(world == 1 ? args : local(world, args), {}, 600);
+      auto r = run_program(world == 1 ? args : local_command(world, args), {}, 600);
       ASSERT_EQ(r.exit_code, 0) << layout << " world " << world << ": " << r.err;
-      const auto j = done(r);
+      const auto j = done_json(r);
       EXPECT_EQ(j["world_size"], world);
       EXPECT_EQ(j["epochs"], 4);
       EXPECT_GE(j.value("test_accuracy", 0.0), 0.5) << layout << " world " << world << ": " << r.err;
@@ -83,22 +74,22 @@ TEST(CifarTrain, AugmentedRunsResumeBitForBit) {
       std::vector<std::string> e = common;
       e.insert(e.end(), extra.begin(), extra.end());
       auto a = cifar_args(d.file("data"), e);
-      return world == 1 ? a : local(world, a);
+      return world == 1 ? a : local_command(world, a);
     };
     const std::string w = "world " + std::to_string(world) + ": ";
     auto whole = run_program(with({"--checkpoint-dir", d.file("whole" + std::to_string(world))}), {}, 600);
     ASSERT_EQ(whole.exit_code, 0) << w << whole.err;
-    const std::string sha = done(whole).value("params_sha256", "");
+    const std::string sha = done_json(whole).value("params_sha256", "");
     ASSERT_EQ(sha.size(), 64u);
 
     auto again = run_program(with({}), {}, 600);
     ASSERT_EQ(again.exit_code, 0) << w << again.err;
-    EXPECT_EQ(done(again).value("params_sha256", ""), sha) << w << "the same seed must give the same run";
+    EXPECT_EQ(done_json(again).value("params_sha256", ""), sha) << w << "the same seed must give the same run";
 
     auto plain = cifar_args(d.file("data"), {"--batch-size", std::to_string(20 / world), "--epochs", "2", "--lr", "0.02"});
-    auto unaugmented = run_program(world == 1 ? plain : local(world, plain), {}, 600);
+    auto unaugmented = run_program(world == 1 ? plain : local_command(world, plain), {}, 600);
     ASSERT_EQ(unaugmented.exit_code, 0) << w << unaugmented.err;
-    EXPECT_NE(done(unaugmented).value("params_sha256", ""), sha) << w << "--augment changed nothing";
+    EXPECT_NE(done_json(unaugmented).value("params_sha256", ""), sha) << w << "--augment changed nothing";
 
     // 50 steps an epoch: step 20 is mid-epoch 1, so resume continues the augmentation mid-epoch.
     const std::string ck = d.file("ck" + std::to_string(world));
@@ -107,12 +98,12 @@ TEST(CifarTrain, AugmentedRunsResumeBitForBit) {
     auto resumed = run_program(with({"--checkpoint-dir", ck}), {}, 600);
     ASSERT_EQ(resumed.exit_code, 0) << w << resumed.err;
     EXPECT_NE(resumed.err.find("resumed from"), std::string::npos) << resumed.err;
-    EXPECT_EQ(done(resumed).value("params_sha256", ""), sha) << w << "resume changed the numbers";
+    EXPECT_EQ(done_json(resumed).value("params_sha256", ""), sha) << w << "resume changed the numbers";
 
     // A checkpoint written with --augment refuses to resume without it (and the reverse).
     auto other = cifar_args(d.file("data"), {"--batch-size", std::to_string(20 / world), "--epochs", "2", "--lr", "0.02",
                                              "--augment", "flip", "--checkpoint-dir", ck});
-    auto refused = run_program(world == 1 ? other : local(world, other), {}, 600);
+    auto refused = run_program(world == 1 ? other : local_command(world, other), {}, 600);
     EXPECT_NE(refused.exit_code, 0) << w << refused.err;
     EXPECT_NE(refused.err.find("--augment crop,flip"), std::string::npos) << w << refused.err;
   }
@@ -130,7 +121,7 @@ TEST(CifarTrain, ResNet18TrainsWithWarmupCosinePerStep) {
                                           "--log-interval", "1", "--metrics", metrics});
   auto r = run_program(args, {}, 600);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const auto j = done(r);
+  const auto j = done_json(r);
   EXPECT_EQ(j["epochs"], 5);
   EXPECT_EQ(j["steps"], 10);  // 16 / 8 a step, 5 epochs
   std::vector<double> lrs, losses;

@@ -1,6 +1,7 @@
 // Multi-process training through `trainctl local` over Gloo on loopback: parity with a single
 // process, determinism, and a killed rank reported by the survivors.
 #include "gpu_count.h"
+#include "run_helpers.h"
 #include "test_util.h"
 #include "train/files.h"
 
@@ -9,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 using train::test::bin;
+using train::test::done_json;
+using train::test::local_command;
 using train::test::run_program;
 
 namespace {
@@ -17,18 +20,6 @@ std::vector<std::string> train_args(int batch, const std::string& samples = "200
   return {bin("train"), "--data", train::test::fashion_mnist_dir(), "--epochs", "1", "--limit-train-samples", samples,
           "--limit-test-samples", "2000", "--batch-size", std::to_string(batch), "--no-dropout", "--device", "cpu",
           "--threads", "1", "--log-interval", "50"};
-}
-
-std::vector<std::string> local(int nproc, std::vector<std::string> args) {
-  std::vector<std::string> cmd = {bin("trainctl"), "local", "--nproc", std::to_string(nproc), "--no-prefix", "--"};
-  cmd.insert(cmd.end(), args.begin(), args.end());
-  return cmd;
-}
-
-nlohmann::json done(const train::test::RunResult& r) {
-  auto j = nlohmann::json::parse(train::test::last_line(r.out), nullptr, false);
-  EXPECT_FALSE(j.is_discarded()) << r.out << r.err;
-  return j;
 }
 
 }  // namespace
@@ -46,9 +37,9 @@ TEST(DistTrain, TwoRanksMatchOneRankWithDoubleBatch) {
   };
   auto one = run_program(four_steps(64));
   ASSERT_EQ(one.exit_code, 0) << one.err;
-  auto two = run_program(local(2, four_steps(32)));
+  auto two = run_program(local_command(2, four_steps(32)));
   ASSERT_EQ(two.exit_code, 0) << two.err;
-  auto j1 = done(one), j2 = done(two);
+  auto j1 = done_json(one), j2 = done_json(two);
   EXPECT_EQ(j2["world_size"], 2);
   EXPECT_EQ(j1["steps"], 4);
   EXPECT_EQ(j2["steps"], 4);
@@ -73,7 +64,7 @@ TEST(DistTrain, FourAndEightRanksMatchOneRankWithTheWholeBatch) {
   };
   auto one = run_program(four_steps(64));
   ASSERT_EQ(one.exit_code, 0) << one.err;
-  const double l1 = done(one)["test_loss"];
+  const double l1 = done_json(one)["test_loss"];
   EXPECT_LT(l1, 2.2);  // the 4 steps trained something (2.30 is chance)
   struct Case {
     int ranks;
@@ -83,9 +74,9 @@ TEST(DistTrain, FourAndEightRanksMatchOneRankWithTheWholeBatch) {
   std::string eight_sha;
   for (const Case& c : {Case{4, {}, "shared memory"}, Case{4, {"--shm-allreduce", "off"}, "gloo"},
                         Case{8, {}, "shared memory"}, Case{8, {}, "shared memory, again"}}) {
-    auto many = run_program(local(c.ranks, four_steps(64 / c.ranks, c.extra)));
+    auto many = run_program(local_command(c.ranks, four_steps(64 / c.ranks, c.extra)));
     ASSERT_EQ(many.exit_code, 0) << many.err;
-    const auto j = done(many);
+    const auto j = done_json(many);
     EXPECT_EQ(j["world_size"], c.ranks);
     EXPECT_EQ(j["steps"], 4);
     const double l = j["test_loss"];
@@ -105,15 +96,15 @@ TEST(DistTrain, FourAndEightRanksMatchOneRankWithTheWholeBatch) {
 
 TEST(DistTrain, WorldTwoIsDeterministicOverAWholeEpoch) {
   if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
-  auto first = run_program(local(2, train_args(32)));
+  auto first = run_program(local_command(2, train_args(32)));
   ASSERT_EQ(first.exit_code, 0) << first.err;
-  auto again = run_program(local(2, train_args(32)));
+  auto again = run_program(local_command(2, train_args(32)));
   ASSERT_EQ(again.exit_code, 0) << again.err;
-  EXPECT_EQ(done(first)["steps"], 32);
-  EXPECT_EQ(done(again)["params_sha256"], done(first)["params_sha256"]);
-  EXPECT_EQ(done(again)["test_loss"], done(first)["test_loss"]);
+  EXPECT_EQ(done_json(first)["steps"], 32);
+  EXPECT_EQ(done_json(again)["params_sha256"], done_json(first)["params_sha256"]);
+  EXPECT_EQ(done_json(again)["test_loss"], done_json(first)["test_loss"]);
   // An epoch of 2000 samples learns (chance is 0.1).
-  EXPECT_GT(done(first)["test_accuracy"].get<double>(), 0.5);
+  EXPECT_GT(done_json(first)["test_accuracy"].get<double>(), 0.5);
 }
 
 TEST(DistTrain, SharedMemoryAllreduceGivesGloosBitsAndLogsItsChoice) {
@@ -123,16 +114,16 @@ TEST(DistTrain, SharedMemoryAllreduceGivesGloosBitsAndLogsItsChoice) {
   auto args = train_args(32, "1000");
   args.push_back("--max-steps");
   args.push_back("12");
-  auto shm = run_program(local(2, args), {"TRAIN_LOG_LEVEL=debug"});
+  auto shm = run_program(local_command(2, args), {"TRAIN_LOG_LEVEL=debug"});
   ASSERT_EQ(shm.exit_code, 0) << shm.err;
   EXPECT_NE(shm.err.find("DDP: gradients are summed in shared memory"), std::string::npos) << shm.err;
   args.push_back("--shm-allreduce");
   args.push_back("off");
-  auto gloo = run_program(local(2, args), {"TRAIN_LOG_LEVEL=debug"});
+  auto gloo = run_program(local_command(2, args), {"TRAIN_LOG_LEVEL=debug"});
   ASSERT_EQ(gloo.exit_code, 0) << gloo.err;
   EXPECT_NE(gloo.err.find("DDP: Gloo sums the gradients"), std::string::npos) << gloo.err;
-  EXPECT_EQ(done(shm)["params_sha256"], done(gloo)["params_sha256"]);
-  EXPECT_EQ(done(shm)["test_loss"], done(gloo)["test_loss"]);
+  EXPECT_EQ(done_json(shm)["params_sha256"], done_json(gloo)["params_sha256"]);
+  EXPECT_EQ(done_json(shm)["test_loss"], done_json(gloo)["test_loss"]);
   // Nothing is left behind in /dev/shm: the segment's name (libtrain-<pid of rank 0>-...) is
   // unlinked once every rank has mapped it, so no name may outlive its creator.
   auto left = run_program({"bash", "-c",
@@ -200,12 +191,12 @@ TEST(DistTrain, TorchrunStandaloneTrainsLikeTrainctlLocal) {
   EXPECT_EQ(r.err.find("failed to bind"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("has failed to bind"), std::string::npos) << r.err;
   // torchrun gives every rank's stdout to the terminal; rank 0 alone prints the done line.
-  auto j = done(r);
+  auto j = done_json(r);
   EXPECT_EQ(j["world_size"], 2);
   EXPECT_EQ(j["steps"], 8);
-  auto ref = run_program(local(2, args));
+  auto ref = run_program(local_command(2, args));
   ASSERT_EQ(ref.exit_code, 0) << ref.err;
-  EXPECT_EQ(j["params_sha256"], done(ref)["params_sha256"]);
+  EXPECT_EQ(j["params_sha256"], done_json(ref)["params_sha256"]);
 }
 
 // On a node with 2 GPUs: the same parity with NCCL, one GPU per rank, against the single-process
@@ -259,14 +250,14 @@ TEST(DistTrainGpu, TwoGpuRanksMatchOneRankWithDoubleBatch) {
     ASSERT_EQ(ref.exit_code, 0) << ref.err;
     auto one = run_program(args("cuda", 64, k.extra));
     ASSERT_EQ(one.exit_code, 0) << one.err;
-    const double l0 = done(ref)["test_loss"], l1 = done(one)["test_loss"];
+    const double l0 = done_json(ref)["test_loss"], l1 = done_json(one)["test_loss"];
     std::printf("[gpu parity] %s %s: CPU 1 rank %.9f, 1 GPU %.9f (rel %.2e)\n", k.extra[0].c_str(),
                 k.extra[1].c_str(), l0, l1, std::abs(l1 - l0) / l0);
     EXPECT_LE(std::abs(l1 - l0) / l0, k.one_gpu_tolerance) << "1 GPU vs the single-process reference";
     for (const Multi& m : multis) {
       std::vector<std::string> extra = k.extra;
       extra.insert(extra.end(), {"--graph-allreduce", m.graph_allreduce, "--peer-allreduce", m.peer_allreduce});
-      auto many = run_program(local(m.ranks, args("cuda", 64 / m.ranks, extra)));
+      auto many = run_program(local_command(m.ranks, args("cuda", 64 / m.ranks, extra)));
       ASSERT_EQ(many.exit_code, 0) << many.err;
       EXPECT_NE(many.err.find("backend " + m.backend), std::string::npos) << many.err;
       EXPECT_NE(many.err.find(m.log_says), std::string::npos) << many.err;
@@ -274,7 +265,7 @@ TEST(DistTrainGpu, TwoGpuRanksMatchOneRankWithDoubleBatch) {
       EXPECT_EQ(many.err.find("falling back"), std::string::npos) << many.err;
       const bool peer_used = many.err.find("averaged through the GPUs' peer memory") != std::string::npos;
       EXPECT_EQ(peer_used, m.peer_used) << many.err;
-      const double l2 = done(many)["test_loss"];
+      const double l2 = done_json(many)["test_loss"];
       std::printf("[gpu parity]   %d GPUs, backend %s (%s, peer all-reduce %s) %.9f (rel %.2e)\n", m.ranks,
                   m.backend.c_str(), m.graph_allreduce.c_str(), peer_used ? "used" : "not used", l2,
                   std::abs(l2 - l0) / l0);
@@ -301,13 +292,13 @@ TEST(DistTrainGpu, PeerAllreduceGivesNcclsBitsOnTwoGpus) {
                                   "--limit-train-samples", "8100", "--limit-test-samples", "2000", "--batch-size", "32",
                                   "--device", "cuda", "--deterministic", "--log-interval", "1000",
                                   "--peer-allreduce", peer};
-    auto r = run_program(local(2, a));
+    auto r = run_program(local_command(2, a));
     EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(r.err.find("capturing the step failed"), std::string::npos) << r.err;
     const bool used = r.err.find("averaged through the GPUs' peer memory") != std::string::npos;
     EXPECT_EQ(used, peer == "auto") << r.err;
     EXPECT_NE(r.err.find(peer == "auto" ? "backend gloo" : "backend nccl"), std::string::npos) << r.err;
-    auto j = done(r);
+    auto j = done_json(r);
     std::printf("[peer all-reduce] --peer-allreduce %s: %s steps %d test_loss %.9f\n", peer.c_str(),
                 j.value("params_sha256", std::string("?")).c_str(), j.value("steps", 0), j.value("test_loss", 0.0));
     return j;
@@ -337,13 +328,13 @@ TEST(DistTrainGpu, FusedOptimizersWithPerStepScheduleGraphEqualsEagerOnTwoGpus) 
                                       "--lr-schedule", "warmup-cosine", "--warmup-steps", "10", "--peer-allreduce",
                                       peer, "--cuda-graph", graph};
         if (std::string(opt) == "sgd") a.insert(a.end(), {"--lr", "0.05", "--momentum", "0.9", "--nesterov"});
-        auto r = run_program(local(2, a));
+        auto r = run_program(local_command(2, a));
         EXPECT_EQ(r.exit_code, 0) << r.err;
         if (graph == "on") {
           EXPECT_NE(r.err.find("training step: CUDA graph"), std::string::npos) << r.err;
           EXPECT_EQ(r.err.find("capturing the step failed"), std::string::npos) << r.err;
         }
-        return done(r);
+        return done_json(r);
       };
       const auto eager = run("off");
       const auto graph = run("on");
@@ -376,7 +367,7 @@ TEST(DistTrainGpu, AccumulationAndClippingGraphEqualsEagerOnTwoGpus) {
                                     "--deterministic", "--tf32", "off", "--precision", "fp32", "--no-dropout",
                                     "--log-interval", "1000", "--optimizer", k.optimizer, "--graph-allreduce",
                                     k.graph_allreduce, "--peer-allreduce", k.peer, "--cuda-graph", graph};
-      auto r = run_program(local(2, a));
+      auto r = run_program(local_command(2, a));
       EXPECT_EQ(r.exit_code, 0) << r.err;
       if (graph == "on") {
         EXPECT_NE(r.err.find("training step: CUDA graph"), std::string::npos) << r.err;
@@ -384,7 +375,7 @@ TEST(DistTrainGpu, AccumulationAndClippingGraphEqualsEagerOnTwoGpus) {
         EXPECT_NE(r.err.find("gradients clipped in the graph"), std::string::npos) << r.err;
         EXPECT_EQ(r.err.find("capturing the step failed"), std::string::npos) << r.err;
       }
-      return done(r);
+      return done_json(r);
     };
     const auto eager = run("off");
     const auto graph = run("on");

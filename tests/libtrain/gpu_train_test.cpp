@@ -1,6 +1,7 @@
 // GPU tests of the training step (label gpu): the step captured in a CUDA graph trains exactly like
 // the eager step, and bf16 autocast reaches fp32's accuracy. Skip, saying why, without a GPU.
 #include "gpu_count.h"
+#include "run_helpers.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -10,15 +11,10 @@
 #include <cstdio>
 
 using train::test::bin;
+using train::test::done_json;
 using train::test::run_program;
 
 namespace {
-
-nlohmann::json done(const train::test::RunResult& r) {
-  auto j = nlohmann::json::parse(train::test::last_line(r.out), nullptr, false);
-  EXPECT_FALSE(j.is_discarded()) << r.out << r.err;
-  return j;
-}
 
 std::vector<std::string> gpu_args(std::vector<std::string> extra) {
   std::vector<std::string> a = {bin("train"), "--data", train::test::fashion_mnist_dir(), "--device", "cuda",
@@ -56,7 +52,7 @@ TEST(TrainGpu, CudaGraphStepEqualsEagerStep) {
     EXPECT_EQ(graph.err.find("batches gathered outside the graph") != std::string::npos,
               !extra.empty() && extra[0] == "--augment") << graph.err;
     EXPECT_NE(eager.err.find("training step: eager"), std::string::npos) << eager.err;
-    const auto je = done(eager), jg = done(graph);
+    const auto je = done_json(eager), jg = done_json(graph);
     std::printf("[graph vs eager]%s test_loss %.9f vs %.9f, sha %s vs %s\n",
                 extra.empty() ? "" : (" " + extra[0] + " " + extra[1] + ":").c_str(),
                 je["test_loss"].get<double>(), jg["test_loss"].get<double>(),
@@ -90,7 +86,7 @@ TEST(TrainGpu, FusedOptimizersWithPerStepScheduleGraphEqualsEager) {
     EXPECT_NE(on.err.find("training step: CUDA graph"), std::string::npos) << on.err;
     EXPECT_EQ(on.err.find("runs eagerly"), std::string::npos) << on.err;
     EXPECT_EQ(on.err.find("capturing the step failed"), std::string::npos) << on.err;
-    const auto je = done(eager), jo = done(on);
+    const auto je = done_json(eager), jo = done_json(on);
     std::printf("[%s + warmup-cosine, --cuda-graph on vs off] sha %s vs %s, test_loss %.9f vs %.9f\n", opt,
                 jo["params_sha256"].get<std::string>().c_str(), je["params_sha256"].get<std::string>().c_str(),
                 jo["test_loss"].get<double>(), je["test_loss"].get<double>());
@@ -135,7 +131,7 @@ TEST(TrainGpu, AccumulationAndClippingGraphEqualsEager) {
     EXPECT_EQ(graph.err.find("accumulated micro-batches of 16") != std::string::npos, extra[0] == "--batch-size")
         << graph.err;
     EXPECT_EQ(graph.err.find("gradients clipped in the graph") != std::string::npos, extra != accumulate) << graph.err;
-    const auto je = done(eager), jg = done(graph);
+    const auto je = done_json(eager), jg = done_json(graph);
     std::printf("[graph vs eager]%s: sha %s vs %s\n", name.c_str(), jg["params_sha256"].get<std::string>().c_str(),
                 je["params_sha256"].get<std::string>().c_str());
     EXPECT_EQ(jg["steps"], je["steps"]) << name;
@@ -166,7 +162,7 @@ TEST(TrainGpu, PreemptedAdamWCosineRunResumesBitExact) {
   ASSERT_EQ(second.exit_code, 0) << second.err;
   EXPECT_NE(second.err.find("resum"), std::string::npos) << second.err;
   EXPECT_NE(second.err.find("training step: CUDA graph"), std::string::npos) << second.err;
-  const auto jw = done(whole), jr = done(second);
+  const auto jw = done_json(whole), jr = done_json(second);
   std::printf("[AdamW + cosine, USR2 at step 37 and resume] sha %s vs uninterrupted %s\n",
               jr["params_sha256"].get<std::string>().c_str(), jw["params_sha256"].get<std::string>().c_str());
   EXPECT_EQ(jr["steps"], jw["steps"]);
@@ -185,7 +181,7 @@ TEST(TrainGpu, AutoPrecisionBf16ReachesFp32AccuracyWithinHalfAPoint) {
   if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
   auto small = run_program(gpu_args({"--epochs", "1", "--max-steps", "20"}), {}, 300);
   ASSERT_EQ(small.exit_code, 0) << small.err;
-  EXPECT_EQ(done(small)["precision"], "fp32") << small.out;
+  EXPECT_EQ(done_json(small)["precision"], "fp32") << small.out;
   double sum[2] = {0, 0};
   const char* precisions[2] = {"fp32", "auto"};
   const int seeds = 5;
@@ -194,7 +190,7 @@ TEST(TrainGpu, AutoPrecisionBf16ReachesFp32AccuracyWithinHalfAPoint) {
       auto r = run_program(gpu_args({"--epochs", "3", "--batch-size", "512", "--seed", std::to_string(seed),
                                      "--deterministic", "--precision", precisions[p]}), {}, 600);
       ASSERT_EQ(r.exit_code, 0) << r.err;
-      const auto j = done(r);
+      const auto j = done_json(r);
       if (p == 1 && j["precision"] != "bf16") {
         GTEST_SKIP() << "--precision auto chose " << j["precision"] << ": this GPU has no bf16 (compute capability < 8.0)";
       }

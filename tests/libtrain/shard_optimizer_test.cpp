@@ -3,6 +3,8 @@
 // and FusedSGD in a user's program); checkpoints go both ways between sharded and unsharded runs and
 // to another world size; the combinations not built are usage errors.
 #include "comm/shard_comm.h"
+#include "param_diff.h"
+#include "run_helpers.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -14,23 +16,14 @@
 #include <regex>
 
 using train::test::bin;
+using train::test::done_json;
+using train::test::max_rel_diff;
+using train::test::local_command;
 using train::test::run_program;
 
 namespace {
 
 std::string program() { return std::string(TRAIN_BINARY_DIR) + "/tests/shard_program"; }
-
-std::vector<std::string> local(int nproc, std::vector<std::string> args) {
-  std::vector<std::string> cmd = {bin("trainctl"), "local", "--nproc", std::to_string(nproc), "--no-prefix", "--"};
-  cmd.insert(cmd.end(), args.begin(), args.end());
-  return cmd;
-}
-
-nlohmann::json done(const train::test::RunResult& r) {
-  auto j = nlohmann::json::parse(train::test::last_line(r.out), nullptr, false);
-  EXPECT_FALSE(j.is_discarded()) << r.out << r.err;
-  return j.is_discarded() ? nlohmann::json::object() : j;
-}
 
 // The MNIST recipe (Adadelta) on 1280 Fashion-MNIST images, 128 a step over the ranks: 10 steps.
 // With --accumulate-steps N, `micro` N times smaller batches.
@@ -48,9 +41,9 @@ struct Outcome {
 };
 
 Outcome run(int ranks, const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
-  auto r = run_program(ranks > 1 ? local(ranks, args) : args, env, 300);
+  auto r = run_program(ranks > 1 ? local_command(ranks, args) : args, env, 300);
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  return {done(r), r.err};
+  return {done_json(r), r.err};
 }
 
 std::string sha(const Outcome& r) { return r.done.value("params_sha256", std::string("missing")); }
@@ -69,9 +62,9 @@ void stop_at(int ranks, const std::string& ck, const std::vector<std::string>& e
              const std::vector<std::string>& env) {
   std::vector<std::string> e = env;
   e.push_back("TRAIN_FAULT_SIGNAL_AT_STEP=" + std::to_string(stop) + ":USR2" + (ranks > 1 ? ":0" : ""));
-  auto r = run_program(ranks > 1 ? local(ranks, toy_args(ranks, ck, extra)) : toy_args(ranks, ck, extra), e, 300);
+  auto r = run_program(ranks > 1 ? local_command(ranks, toy_args(ranks, ck, extra)) : toy_args(ranks, ck, extra), e, 300);
   ASSERT_EQ(r.exit_code, 75) << r.err;
-  EXPECT_EQ(done(r)["steps"], stop);
+  EXPECT_EQ(done_json(r)["steps"], stop);
 }
 
 // (ranks, sharded) of the run that stops, then of the one that resumes its checkpoint.
@@ -107,21 +100,6 @@ std::map<std::string, torch::Tensor> load_params(const std::string& file) {
   return params;
 }
 
-// The largest difference between two models' parameters, relative to the largest parameter.
-double max_rel_diff(const std::map<std::string, torch::Tensor>& a, const std::map<std::string, torch::Tensor>& b) {
-  double diff = 0, scale = 0;
-  EXPECT_EQ(a.size(), b.size());
-  for (const auto& [name, t] : a) {
-    const auto it = b.find(name);
-    if (it == b.end()) {
-      ADD_FAILURE() << name << " missing";
-      continue;
-    }
-    diff = std::max(diff, (t - it->second).abs().max().item<double>());
-    scale = std::max(scale, t.abs().max().item<double>());
-  }
-  return diff / scale;
-}
 
 }  // namespace
 
@@ -240,7 +218,7 @@ TEST(ShardOptimizer, AdadeltaCheckpointResumesUnsharded) {
   const std::string want = sha(run(2, mnist_args(2, {})));
   std::vector<std::string> first = ck;
   first.push_back("--shard-optimizer");
-  auto r = run_program(local(2, mnist_args(2, first)), {"TRAIN_FAULT_SIGNAL_AT_STEP=4:USR2:1"}, 300);
+  auto r = run_program(local_command(2, mnist_args(2, first)), {"TRAIN_FAULT_SIGNAL_AT_STEP=4:USR2:1"}, 300);
   ASSERT_EQ(r.exit_code, 75) << r.err;
   EXPECT_EQ(sha(run(2, mnist_args(2, ck))), want);
 }
