@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The GPU figures of issues 32 and 33 (2026-11-27), in one device call on a bare GPU node with 2 GPUs:
+# configures and builds build-gpu/ against the machine's torch (and .deps/usr from
+# scripts/gpu-deps.sh), then runs the parts named in PARTS (default: sync goodput snap):
+#   sync     host CUDA syncs per step (LD_PRELOAD scripts/bench/synctrace.c), MNIST at 1 and 2 GPUs
+#   goodput  scripts/bench/goodput.py --launcher local --device cuda (kill, stall, kill)
+#   snap2    snapshots' cost: train --snapshot-every auto vs 0, 2 GPUs, 40000 steps, two rounds
+#   gru      three_workloads.py --workloads gru (fp32, eager and graph peers) and its host syncs
+#   gruprof  profiles of gru_bench and peers.py's graph mode, compared with trace_summary.py
+#   tests    nonfinite_watch_test, TrainGpu.*, DistTrainGpu.* (EXTRA_TARGETS must build them)
+# Output in $OUT (the device tool's folder). Example:
+#   OUT=/tmp/out PARTS="gru gruprof" scripts/bench/gpu_round.sh
+set -u
+OUT=${OUT:-$PWD/logs/gpu}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export TRAIN_FASHION_MNIST_DIR=$PWD/.deps/fashion-mnist
+nvidia-smi -L | tee $OUT/machine.txt
+tp=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+t0=$(date +%s)
+if [ ! -f build-gpu/build.ninja ]; then
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAIN_USE_CCACHE=OFF -DCMAKE_PREFIX_PATH="$PWD/.deps/usr;$tp" > $OUT/configure.log 2>&1 || { tail -30 $OUT/configure.log; exit 1; }
+fi
+cmake --build build-gpu -j 16 --target train_program trainctl gru_bench ${EXTRA_TARGETS:-} > $OUT/build.log 2>&1 || { grep -E "error" -A3 $OUT/build.log | head -40; exit 1; }
+echo "built in $(( $(date +%s) - t0 )) s"
+B=$PWD/build-gpu/bin
+for part in ${PARTS:-sync goodput snap}; do
+ case $part in
+ sync)
+  gcc -shared -fPIC -O2 -o $OUT/synctrace.so scripts/bench/synctrace.c -ldl
+  for cfg in 1:auto 2:auto 2:off; do
+    n=${cfg%:*}; ar=${cfg#*:}
+    s=$(date +%s)
+    SYNC_FROM=1500 LD_PRELOAD=$OUT/synctrace.so timeout 120 $B/trainctl local --nproc $n --no-prefix -- $B/train --device cuda --epochs 1000 --max-steps 2500 --batch-size 64 --limit-test-samples 1000 --log-interval 1000 --peer-allreduce $ar > $OUT/sync-$n-$ar.out 2> $OUT/sync-$n-$ar.err
+    echo "sync $n GPU(s) --peer-allreduce $ar rc=$? $(( $(date +%s) - s )) s: $(grep SYNCCOUNT $OUT/sync-$n-$ar.err | tr '\n' ' ') $(grep -o '"images_per_sec_steady":[0-9.]*' $OUT/sync-$n-$ar.out)"
+  done
+  # resolve the train binary's frames (one archive: the device returns a few files only)
+  for f in $OUT/sync-*.err; do
+    grep -o "$B/train(+0x[0-9a-f]*)" $f | sort -u | head -40 | while read fr; do off=${fr#*+}; off=${off%)}; echo "$fr $(addr2line -f -C -e $B/train $off | head -1 | cut -c1-160)"; done > $f.resolved
+  done
+  (cd $OUT && tar czf sync.tgz sync-* && rm -f sync-* synctrace.so)
+  ;;
+ goodput)
+  s=$(date +%s)
+  timeout 420 python3 scripts/bench/goodput.py --launcher local --device cuda --build $B --interval ${INTERVAL:-25} --failures kill,stall,kill --stall-timeout 5 --json $OUT/goodput.json --work-root /tmp > $OUT/goodput.log 2>&1
+  echo "goodput rc=$? $(( $(date +%s) - s )) s"; tail -8 $OUT/goodput.log
+  ;;
+ gru)
+  s=$(date +%s)
+  timeout 330 python3 scripts/bench/three_workloads.py --build build-gpu --workloads gru --nproc 1,2 --precisions fp32 --modes eager,graph --budget-s 280 --results $OUT/gru.jsonl > $OUT/gru.txt 2>&1
+  echo "gru rc=$? $(( $(date +%s) - s )) s"; grep -v '^{' $OUT/gru.txt | tail -14
+  gcc -shared -fPIC -O2 -o /tmp/synctrace.so scripts/bench/synctrace.c -ldl
+  for n in 1 2; do
+    SYNC_FROM=${GRU_SYNC_FROM:-400} LD_PRELOAD=/tmp/synctrace.so timeout 120 $B/trainctl local --nproc $n --no-prefix -- $B/gru_bench --device cuda --batch-size 64 --epochs 1 --max-steps 1500 --log-interval 1000 > $OUT/grusync-$n.out 2> $OUT/grusync-$n.err
+    echo "grusync $n rc=$?: $(grep SYNCCOUNT $OUT/grusync-$n.err | tr '\n' ' ') $(grep -o '"sequences_per_sec[a-z_]*":[0-9.]*' $OUT/grusync-$n.out | head -2 | tr '\n' ' ')"
+    for f in $OUT/grusync-$n.err; do
+      grep -o "$B/gru_bench(+0x[0-9a-f]*)" $f | sort -u | head -60 | while read fr; do off=${fr#*+}; off=${off%)}; echo "$fr $(addr2line -f -C -e $B/gru_bench $off | head -1 | cut -c1-200)"; done > $f.resolved
+    done
+  done
+  (cd $OUT && tar czf grusync.tgz grusync-* && rm -f grusync-*)
+  ;;
+ gruprof)
+  rm -rf /tmp/prof && mkdir -p /tmp/prof
+  timeout 120 $B/gru_bench --device cuda --batch-size 64 --epochs 1 --max-steps 300 --log-interval 1000 --tf32 off --profile /tmp/prof/lt --profile-steps 200:249 > $OUT/gp.out 2> $OUT/gp.err; echo "libtrain profile rc=$?"
+  timeout 200 python3 scripts/bench/peers.py --workload gru --mode graph --precision fp32 --batch-size 64 --steps 50 --warmup 200 --device cuda --profile /tmp/prof/py > $OUT/pp.out 2> $OUT/pp.err; echo "peers profile rc=$?"; tail -3 $OUT/pp.err
+  lt=$(ls /tmp/prof/lt/*.json* 2>/dev/null | head -1); py=$(ls /tmp/prof/py/*.json 2>/dev/null | head -1)
+  echo "traces: $lt $py"
+  python3 scripts/bench/trace_summary.py $lt:50 $py:50 --top 40 > $OUT/gru_kernels.txt 2>&1; head -60 $OUT/gru_kernels.txt
+  python3 scripts/bench/trace_summary.py $lt:50 $py:50 --ops --top 30 > $OUT/gru_ops.txt 2>&1
+  ;;
+ tests)
+  cd build-gpu
+  for t in ${TESTS:-watch gpu dist}; do
+    s=$(date +%s)
+    case $t in
+      watch) timeout 120 ./tests/nonfinite_watch_test > $OUT/t-$t.log 2>&1 ;;
+      gpu) timeout 300 ./tests/gpu_train_test --gtest_filter='TrainGpu.*' > $OUT/t-$t.log 2>&1 ;;
+      dist) timeout 300 ./tests/dist_train_test --gtest_filter='DistTrainGpu.*' > $OUT/t-$t.log 2>&1 ;;
+    esac
+    echo "test $t rc=$? $(( $(date +%s) - s )) s: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' $OUT/t-$t.log | tr '\n' ' ' | cut -c1-300)"
+  done
+  cd ..
+  ;;
+ snap2)
+  for r in 1 2; do for e in auto 0; do
+    rm -rf /tmp/snapck /tmp/snapshm
+    TRAIN_SNAPSHOT_DIR=/tmp/snapshm timeout 120 $B/trainctl local --nproc 2 --no-prefix -- $B/train --device cuda --epochs 1000 --max-steps ${SNAP_STEPS:-40000} --batch-size 64 --limit-test-samples 1000 --log-interval 100000 --checkpoint-dir /tmp/snapck --checkpoint-every 100000 --snapshot-every $e > $OUT/s2.out 2> $OUT/s2.err
+    echo "snap2 round $r every $e rc=$?: $(grep '"event"' $OUT/s2.out | tail -1 | grep -o '"images_per_sec_steady":[0-9.]*\|"train_seconds":[0-9.]*\|"snapshots":[0-9]*\|"snapshot_seconds":[0-9.e-]*\|"snapshot_write_seconds":[0-9.e-]*' | tr '\n' ' ')"
+  done; done
+  rm -f $OUT/s2.out $OUT/s2.err
+  ;;
+ snap)
+  for r in 1 2; do for e in auto 0; do
+    rm -rf /tmp/snapck /tmp/snapshm
+    TRAIN_SNAPSHOT_DIR=/tmp/snapshm timeout 120 $B/trainctl local --nproc 2 --no-prefix -- $B/train --device cuda --epochs 3 --batch-size 64 --limit-test-samples 1000 --log-interval 100000 --checkpoint-dir /tmp/snapck --snapshot-every $e > $OUT/snap-$r-$e.out 2> $OUT/snap-$r-$e.err
+    echo "snap round $r every $e rc=$?: $(tail -1 $OUT/snap-$r-$e.out | grep -o '"images_per_sec_steady":[0-9.]*\|"train_seconds":[0-9.]*\|"snapshots":[0-9]*\|"snapshot_seconds":[0-9.e-]*\|"snapshot_write_seconds":[0-9.e-]*\|"params_sha256":"[0-9a-f]\{12\}' | tr '\n' ' ')"
+  done; done
+  ;;
+ esac
+done
