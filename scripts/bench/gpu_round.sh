@@ -69,7 +69,7 @@ for part in ${PARTS:-sync goodput snap}; do
   python3 scripts/bench/trace_summary.py $lt:50 $py:50 --ops --top 30 > $OUT/gru_ops.txt 2>&1
   ;;
  tests)
-  cd build-gpu
+  cd build-gpu || exit 1
   for t in ${TESTS:-watch gpu dist}; do
     s=$(date +%s)
     case $t in
@@ -79,7 +79,7 @@ for part in ${PARTS:-sync goodput snap}; do
     esac
     echo "test $t rc=$? $(( $(date +%s) - s )) s: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' $OUT/t-$t.log | tr '\n' ' ' | cut -c1-300)"
   done
-  cd ..
+  cd .. || exit 1
   ;;
  snap2)
   for r in 1 2; do for e in auto 0; do
