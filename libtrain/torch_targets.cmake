@@ -49,7 +49,7 @@ add_library(train STATIC
   ${_train_src}/trainer_controls.cpp
   ${_train_src}/trainer_end.cpp
   ${_train_src}/trainer_loop.cpp
-  ${_train_src}/trainer_shard.cpp
+  ${_train_src}/optimizer_sharding.cpp
   ${_train_src}/training_state.cpp)
 add_library(train::train ALIAS train)
 target_include_directories(train PUBLIC

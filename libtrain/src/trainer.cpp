@@ -66,7 +66,9 @@ TrainResult Trainer::fit(const TrainSpec& spec) {
     t.owner = this;
     t.setup(spec);
     t.build_model();  // before connect(): the optimizer decides whether the step is captured
-    t.check_sharding();
+    t.sharding.check(t.c, spec, {t.dev->gpu(), t.device().str(), choice_name(t.c.run.device), t.clip.get(),
+                                 t.optimizer_step_hooks.size()},
+                     *t.optimizer);
     t.connect();
     if (t.c.health.check) detail::run_health_check(detail::health_check_options(t.c), t.env, t.pg.get(), *t.dev);
     // The first hook: the model, optimizer and process group exist; a resumed checkpoint comes after.
@@ -84,7 +86,8 @@ TrainResult Trainer::fit(const TrainSpec& spec) {
       dopt.split_first_module = t.plan.peer;
       t.ddp = std::make_unique<DistributedDataParallel>(t.model.module, t.pg, dopt);
     }
-    t.setup_sharding();
+    t.sharding.setup(t.ddp ? &t.ddp->reducer() : nullptr, t.pg.get(), t.c.distributed.shm_allreduce, *t.optimizer,
+                     t.env.world_size);
     t.make_step();
     t.train();
     TrainResult r = t.finish();
@@ -296,7 +299,7 @@ void Trainer::Run::make_step() {
   stops->watch(c, *model.module);
   parts.micro_batch = accumulate > 1 ? batch : 0;
   parts.clip = clip.get();
-  parts.shard = shard.get();
+  parts.shard = sharding.optimizer();
   stops->nonfinite().share_norms(clip.get());
   if (!stops->nonfinite().skip_mode()) parts.watch = &stops->nonfinite();
   parts.before_update = update_gate();  // --nonfinite skip, the callbacks' on_before_optimizer_step

@@ -39,7 +39,7 @@ void save_model_atomically(torch::nn::Module& model, const std::string& path) {
 // Every rank (a sharded optimizer's state is gathered); rank 0 writes a checkpoint at `p`; the rate
 // it saves is the schedule's.
 void Trainer::Run::write_checkpoint(Progress p, const at::Tensor& loss_sum) {
-  with_whole_optimizer_state([&] {
+  sharding.with_whole_state([&] {
     if (env.rank != 0) return;
     p.lr = schedule->lr();
     checkpoints->write(state, p, loss_sum);
@@ -50,7 +50,7 @@ void Trainer::Run::write_checkpoint(Progress p, const at::Tensor& loss_sum) {
 void Trainer::Run::take_snapshot() {
   Progress p = prog();
   p.lr = schedule->lr();
-  with_whole_optimizer_state([&] { checkpoints->snapshot(state, p, state.loss_sum); });
+  sharding.with_whole_state([&] { checkpoints->snapshot(state, p, state.loss_sum); });
   run_log->record().progress(p.step, /*force=*/true);  // a restart resumes from here: its step is known
 }
 

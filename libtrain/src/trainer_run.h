@@ -23,7 +23,7 @@
 #include "rollcall.h"
 #include "run_log.h"
 #include "schedule.h"
-#include "sharded_optimizer.h"
+#include "optimizer_sharding.h"
 #include "step/grad_clip.h"
 #include "step/train_step.h"
 #include "step_choice.h"
@@ -76,8 +76,7 @@ struct Trainer::Run {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::unique_ptr<DistributedDataParallel> ddp;
   std::unique_ptr<detail::TrainStep> train_step;
-  bool shard_requested = false;                     // --shard-optimizer or TrainSpec::shard_optimizer
-  std::unique_ptr<detail::ShardedOptimizer> shard;  // ZeRO-1 (trainer_shard.cpp); null: the optimizer steps whole
+  detail::OptimizerSharding sharding;  // ZeRO-1 (optimizer_sharding.h): --shard-optimizer or the spec's
   detail::StepContext step_context;  // what the step is doing, for an error's context
   detail::FaultInjection faults;     // a test's injected faults (fault_injection.h)
   LossFn injected_loss;              // the loss with TRAIN_FAULT_NAN_AT_STEP's NaN
@@ -107,12 +106,6 @@ struct Trainer::Run {
   void make_step();
   detail::StepChoice choose_step() const;
   Precision resolve_precision() const;
-  // ZeRO-1 (trainer_shard.cpp).
-  void check_sharding();
-  void setup_sharding();
-  /// Every rank: runs `fn` with a sharded optimizer's whole state gathered into `optimizer` (a
-  /// checkpoint then reads as an unsharded run's), dropped again after; unsharded just `fn`.
-  void with_whole_optimizer_state(const std::function<void()>& fn);
   // The training controls (trainer_controls.cpp).
   void setup_controls();
   std::function<bool(const at::Tensor&)> update_gate();
