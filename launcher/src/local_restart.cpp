@@ -21,8 +21,6 @@
 namespace train::detail {
 namespace {
 
-void say_local(const std::string& text) { say(text); }
-
 // A variable set for the ranks for the whole run, removed with what it names at the end when
 // trainctl local made it (an explicit one is the user's).
 class RunFolder {
@@ -101,7 +99,6 @@ int launch_local_restarting(const LocalLaunchOptions& options, const std::string
 
   std::optional<PastFailure> previous;
   std::optional<PendingRestart> pending;
-  const auto tell = [](const std::string& text) { say(text); };
   for (int launch = 0;; ++launch) {
     setenv("TRAIN_RESTART_COUNT", std::to_string(launch).c_str(), 1);
     if (pending) pending->launched_at = now_seconds();
@@ -109,11 +106,11 @@ int launch_local_restarting(const LocalLaunchOptions& options, const std::string
     {
       Supervisor supervisor(options, program);
       supervisor.open_dev_null();
-      supervisor.set_tick([&] { complete_restart(record.path(), pending, options.max_restarts, tell); });
+      supervisor.set_tick([&] { complete_restart(record.path(), pending, options.max_restarts, say); });
       supervisor.run();
       end = supervisor.end();
     }
-    complete_restart(record.path(), pending, options.max_restarts, tell);  // a launch that ended before the last look
+    complete_restart(record.path(), pending, options.max_restarts, say);  // a launch that ended before the last look
     const StepReport report = local_report(end);
     const std::optional<RunRecord> at_end = record_at_end(record.path());
     const int64_t step = at_end ? at_end->step : -1;
@@ -121,14 +118,14 @@ int launch_local_restarting(const LocalLaunchOptions& options, const std::string
                                              : decide_restart(report, step, previous, launch, options.max_restarts,
                                                               {}, /*nodes_left=*/1);
     if (!d.restart) {
-      if (!d.why.empty()) say_local(d.why + ".");
+      if (!d.why.empty()) say(d.why + ".");
       settle_state(record.path(), end.exit_code, end.by_request);
       unsetenv("TRAIN_RESTART_COUNT");
       return end.exit_code;
     }
     const double failed_at = end.failed_at > 0 ? end.failed_at : now_seconds();
     pending = begin_restart(record.path(), launch, d, step_exit_code(report), failed_at, at_end, options.max_restarts,
-                            "relaunching " + std::to_string(options.nproc) + " rank(s)", tell);
+                            "relaunching " + std::to_string(options.nproc) + " rank(s)", say);
     previous = PastFailure{d.cause, step};
   }
 }
