@@ -78,8 +78,10 @@ if(TRAIN_HAVE_CUDA)
     ${_train_src}/cuda/cuda_device.cpp
     ${_train_src}/cuda/graph_comm.cpp
     ${_train_src}/cuda/graph_step.cpp
+    ${_train_src}/cuda/nccl_calls.cpp
     ${_train_src}/cuda/nccl_backend.cpp
-    ${_train_src}/cuda/peer_reduce.cpp)
+    ${_train_src}/cuda/peer_reduce.cpp
+    ${_train_src}/cuda/shard_graph.cpp)
   if(TRAIN_FUSED_CUDA)
     include(CheckLanguage)
     check_language(CUDA)

@@ -179,8 +179,9 @@ void add_distributed_flags(CLI::App& app, DistributedConfig& d) {
                   "auto: ranks on one machine sum CPU gradients through shared memory | off: always Gloo",
                   "off sends CPU gradients through Gloo");
   app.add_flag("--shard-optimizer", d.shard_optimizer,
-               "ZeRO-1 (CPU): each rank keeps and updates the optimizer state of its shard of the parameters "
-               "(about 1/ranks of it); gradients reduce-scattered, parameters all-gathered; checkpoints hold the whole state");
+               "ZeRO-1: each rank keeps and updates the optimizer state of its shard of the parameters "
+               "(about 1/ranks of it); gradients reduce-scattered, parameters all-gathered (Gloo or shared memory on "
+               "CPUs, NCCL inside the CUDA graph on GPUs); checkpoints hold the whole state");
   app.add_option("--init-method", d.init_method,
                  "tcp://HOST:PORT of rank 0's rendezvous (wins over MASTER_ADDR/MASTER_PORT)");
   add_optional(app, "--world-size", d.world_size,

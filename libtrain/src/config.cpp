@@ -63,17 +63,13 @@ void check_cpu_choices(const TrainConfig& c) {
   if (c.distributed.backend == BackendKind::nccl) bad("--backend nccl", "a CUDA device", "--device cpu", "use --backend gloo on CPU");
 }
 
-// --shard-optimizer's combinations that are not built yet (the Trainer checks the device --device
-// auto picks, and the optimizer, once they exist).
+// --shard-optimizer on GPUs moves its chunks with NCCL: a Gloo group is refused before the data
+// loads (the Trainer checks the device --device auto picks, and the optimizer, once they exist).
 void check_shard_optimizer(const TrainConfig& c) {
   if (!c.distributed.shard_optimizer) return;
-  if (c.run.device == DeviceKind::cuda) {
-    bad("--shard-optimizer", "a CPU run", "--device cuda",
-        "leave --shard-optimizer out on GPUs, or train on the CPU with --device cpu (the sharded step is not yet on CUDA)");
-  }
-  if (c.run.clip_grad_norm) {
-    bad("--shard-optimizer", "a run without --clip-grad-norm", "--clip-grad-norm " + fmt("%g", *c.run.clip_grad_norm),
-        "leave one of them out (clipping a sharded gradient's total norm is not built yet)");
+  if (c.run.device == DeviceKind::cuda && c.distributed.backend == BackendKind::gloo) {
+    bad("--shard-optimizer", "the NCCL backend on --device cuda", "--backend gloo",
+        "leave --backend out (auto picks NCCL for GPUs), or leave --shard-optimizer out");
   }
 }
 

@@ -3,7 +3,6 @@
 
 #include "comm/reducer.h"
 #include "comm/shard_comm.h"
-#include "step/grad_clip.h"
 #include "train/config.h"
 #include "train/error.h"
 #include "train/log.h"
@@ -22,14 +21,9 @@ void OptimizerSharding::check(const TrainConfig& c, const TrainSpec& spec, const
   requested_ = c.distributed.shard_optimizer || spec.shard_optimizer;
   if (!requested_) return;
   const std::string source = c.distributed.shard_optimizer ? "--shard-optimizer" : "TrainSpec::shard_optimizer";
-  if (run.gpu) {
-    throw ConfigError(source + ": expected a CPU run, found " + run.device + " (--device " + run.device_flag + ").",
-                      "add --device cpu, or leave " + source + " out on GPUs (the sharded step is not yet on CUDA).");
-  }
-  if (run.clip != nullptr) {
-    throw ConfigError(source + ": expected a run without gradient clipping, found TrainSpec::clip_grad_norm " +
-                          text::format("%g", run.clip->max_norm) + ".",
-                      "leave one of them out (clipping a sharded gradient's total norm is not built yet).");
+  if (run.gpu && c.distributed.backend == BackendKind::gloo) {
+    throw ConfigError(source + ": expected the NCCL backend on " + run.device + ", found --backend gloo.",
+                      "leave --backend out (auto picks NCCL for GPUs), or leave " + source + " out.");
   }
   if (run.optimizer_step_hooks > 0) {
     throw ConfigError(source + ": expected no callback with on_before_optimizer_step, found " +

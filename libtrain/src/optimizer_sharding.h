@@ -19,8 +19,6 @@ struct TrainSpec;
 
 namespace train::detail {
 
-struct GradClip;
-
 class OptimizerSharding {
  public:
   /// What the run is, for check().
@@ -28,7 +26,6 @@ class OptimizerSharding {
     bool gpu = false;
     std::string device;                 ///< e.g. "cuda:0"
     std::string device_flag;            ///< --device's value, e.g. "auto"
-    const GradClip* clip = nullptr;     ///< the run's clipping, null: none
     size_t optimizer_step_hooks = 0;    ///< callbacks with on_before_optimizer_step
   };
   /// Before the rendezvous: notes whether sharding was asked for (the flag or the spec) and throws
@@ -40,6 +37,8 @@ class OptimizerSharding {
   /// null `reducer` (one rank) logs that nothing is sharded.
   void setup(Reducer* reducer, ProcessGroup* pg, bool shared_memory, torch::optim::Optimizer& optimizer,
              int world_size);
+  /// check() found sharding asked for (the plan of communication reads it before setup()).
+  bool requested() const { return requested_; }
   /// The sharded optimizer the step uses, null when the optimizer steps whole.
   ShardedOptimizer* optimizer() const { return shard_.get(); }
   /// Every rank: runs `fn` with a sharded optimizer's whole state gathered into the run's

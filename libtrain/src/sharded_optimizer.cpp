@@ -5,11 +5,22 @@
 #include "sharded_optimizer.h"
 
 #include "train/adadelta.h"
+#include "train/device_state_optimizer.h"
 #include "train/error.h"
 #include "train/fused_optim.h"
 #include "train/log.h"
 
+#include <ATen/ops/_foreach_mul.h>
+#include <ATen/ops/_foreach_norm.h>
+#include <ATen/ops/add.h>
+#include <ATen/ops/clamp.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/linalg_vector_norm.h>
+#include <ATen/ops/mul.h>
+#include <ATen/ops/reciprocal.h>
+#include <ATen/ops/sqrt.h>
+#include <ATen/ops/square.h>
+#include <ATen/ops/stack.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/Type.h>
@@ -177,7 +188,6 @@ ShardedOptimizer::ShardedOptimizer(Optimizer& full, std::shared_ptr<ShardComm> c
     }
     const auto opts = params[reducer_.buckets()[k].params.front()].options().requires_grad(false);
     send_.push_back(at::zeros({b.chunk}, opts));
-    gathered_.push_back(at::zeros({b.flat()}, opts));
   }
   for (size_t i = 0; i < params.size(); ++i) {
     if (group_of_[i] >= 0) {
@@ -215,24 +225,50 @@ void ShardedOptimizer::take_state() {
   whole.clear();
 }
 
-void ShardedOptimizer::step() {
-  at::NoGradGuard no_grad;
-  // The LR schedule (and any callback) sets the run's optimizer's options: the shard follows them.
+void ShardedOptimizer::take_options() {
   for (size_t g = 0; g < full_.param_groups().size(); ++g) {
     shard_->param_groups()[g].set_options(full_.param_groups()[g].options().clone());
   }
+}
+
+bool ShardedOptimizer::follow_rates() {
+  take_options();
+  auto* on_device = dynamic_cast<optim::DeviceStateOptimizer*>(shard_.get());
+  if (on_device == nullptr || !on_device->lr_on_device()) return false;
+  on_device->sync_lr();
+  return true;
+}
+
+void ShardedOptimizer::step() {
+  at::NoGradGuard no_grad;
+  // The LR schedule (and any callback) sets the run's optimizer's options: the shard follows them.
+  take_options();
   shard_->step();
   const auto& params = reducer_.params();
   for (size_t k = 0; k < comm_->layout().size(); ++k) {
     const BucketShards& b = comm_->layout()[k];
     for (size_t j = 0; j < b.owned.size(); ++j) send_[k].narrow(0, b.owned[j].chunk_offset, b.owned[j].length).copy_(views_[k][j]);
-    comm_->all_gather(k, send_[k], gathered_[k]);
+    at::Tensor gathered = comm_->gather_buffer(k);
+    comm_->all_gather(k, send_[k], gathered);
     const auto& members = reducer_.buckets()[k].params;
     for (size_t j = 0; j < members.size(); ++j) {
       const at::Tensor& p = params[members[j]];
-      p.detach().view({-1}).copy_(gathered_[k].narrow(0, b.offsets[j], p.numel()));
+      p.detach().view({-1}).copy_(gathered.narrow(0, b.offsets[j], p.numel()));
     }
   }
+}
+
+at::Tensor ShardedOptimizer::clip_grad_norm(double max_norm) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> chunks;
+  for (size_t k = 0; k < comm_->layout().size(); ++k) chunks.push_back(comm_->grad_chunk(k));
+  // The padding between parameters is zero in every chunk: it adds nothing to a norm.
+  at::Tensor squares = at::linalg_vector_norm(at::stack(at::_foreach_norm(chunks, 2.0)), 2.0).square().reshape({1});
+  comm_->all_reduce_sum(squares);
+  const at::Tensor total = squares.sqrt().reshape({});
+  const at::Tensor coef = at::clamp(at::mul(at::reciprocal(at::add(total, 1e-6)), max_norm), std::nullopt, 1.0);
+  at::_foreach_mul_(chunks, coef);
+  return total;
 }
 
 // Per reducer parameter: 0 when it has no state, else its step count + 1, from the rank that
@@ -248,9 +284,10 @@ std::vector<int64_t> ShardedOptimizer::gather_scalars() const {
       if (it != shard_->state().end() && it->second) counts[owned[j].param] = static_cast<double>(codec_->step(*it->second) + 1);
     }
   }
-  at::Tensor v = at::tensor(counts, at::TensorOptions().dtype(at::kDouble));
+  // On the parameters' device: an NCCL group sums device tensors only.
+  at::Tensor v = at::tensor(counts, at::TensorOptions().dtype(at::kDouble)).to(params.front().device());
   comm_->all_reduce_sum(v);
-  v = v.contiguous();
+  v = v.cpu().contiguous();
   std::vector<int64_t> out(params.size());
   for (size_t i = 0; i < params.size(); ++i) out[i] = static_cast<int64_t>(v.data_ptr<double>()[i]);
   return out;
@@ -274,11 +311,12 @@ void ShardedOptimizer::gather_state() {
         const at::Tensor t = codec_->field(*it->second, f);
         if (t.defined()) send_[k].narrow(0, b.owned[j].chunk_offset, b.owned[j].length).copy_(t);
       }
-      comm_->all_gather(k, send_[k], gathered_[k]);
+      at::Tensor gathered = comm_->gather_buffer(k);
+      comm_->all_gather(k, send_[k], gathered);
       const auto& members = reducer_.buckets()[k].params;
       for (size_t j = 0; j < members.size(); ++j) {
         const at::Tensor& p = params[members[j]];
-        fields[members[j]].push_back(gathered_[k].narrow(0, b.offsets[j], p.numel()).view(p.sizes()).clone());
+        fields[members[j]].push_back(gathered.narrow(0, b.offsets[j], p.numel()).view(p.sizes()).clone());
       }
     }
   }

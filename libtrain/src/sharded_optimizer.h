@@ -37,6 +37,17 @@ class ShardedOptimizer {
   /// Every rank, after a synchronised backward: the update of this rank's shard with `full`'s
   /// current options (rates), then every parameter all-gathered from its owners.
   void step();
+  /// Every rank, after a synchronised backward and before step(): --clip-grad-norm on the
+  /// averaged gradients' chunks. The total norm is the square root of the ranks' summed squares of
+  /// their chunks' norms (one all-reduce of one number, on the device: no host sync), so it
+  /// agrees with clip_grad_norm_ over the whole gradients to rounding, not bit for bit; the
+  /// coefficient is clip_grad_norm_'s. Returns the total norm (a scalar on the device).
+  at::Tensor clip_grad_norm(double max_norm);
+  /// The LR schedule changed `full`'s rates outside a step (a captured step replays without
+  /// calling step()): the shard takes them. True where a replay then follows them (the shard's
+  /// optimizer reads its rates from the device); false: capture again.
+  bool follow_rates();
+  const std::shared_ptr<ShardComm>& comm() const { return comm_; }
   /// Every rank: `full` gets the whole state, as an unsharded run would hold it (a checkpoint of
   /// it reads like one of an unsharded run).
   void gather_state();
@@ -53,6 +64,7 @@ class ShardedOptimizer {
 
  private:
   void take_state();
+  void take_options();
   std::vector<int64_t> gather_scalars() const;
 
   torch::optim::Optimizer& full_;
@@ -62,7 +74,7 @@ class ShardedOptimizer {
   std::unique_ptr<torch::optim::Optimizer> shard_;
   std::vector<int> group_of_;                  // per reducer parameter: its group in full_, -1: none
   std::vector<std::vector<at::Tensor>> views_;  // per bucket: this rank's parameter slices (owned order)
-  std::vector<at::Tensor> send_, gathered_;     // per bucket: this rank's chunk, and all ranks'
+  std::vector<at::Tensor> send_;                // per bucket: this rank's chunk
   int64_t shard_bytes_ = 0, full_bytes_ = 0;
   std::string type_name_;
 };

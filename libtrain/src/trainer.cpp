@@ -66,7 +66,7 @@ TrainResult Trainer::fit(const TrainSpec& spec) {
     t.owner = this;
     t.setup(spec);
     t.build_model();  // before connect(): the optimizer decides whether the step is captured
-    t.sharding.check(t.c, spec, {t.dev->gpu(), t.device().str(), choice_name(t.c.run.device), t.clip.get(),
+    t.sharding.check(t.c, spec, {t.dev->gpu(), t.device().str(), choice_name(t.c.run.device),
                                  t.optimizer_step_hooks.size()},
                      *t.optimizer);
     t.connect();
@@ -211,6 +211,7 @@ void Trainer::Run::connect() {
   f.peer_kernels = dev->peer_kernels();
   f.peer_access_to_other = env.local_world_size == 2 && dev->peer_access(1 - env.local_rank);
   f.accumulate_or_clip = accumulate > 1 || clip != nullptr;
+  f.sharded = sharding.requested();
   plan = detail::plan_comm(c, f);
   detail::check_stall_timeout(c.distributed.stall_timeout_sec.value_or(0), c.distributed.timeout_sec);
   run_log->record().connecting();

@@ -26,6 +26,13 @@ CommPlan plan_comm(const TrainConfig& c, const CommFacts& f) {
     plan.peer = false;
     plan.graph_average = GraphAverage::in_graph;
   }
+  if (f.gpu && f.world_size > 1 && f.sharded && (plan.peer || plan.graph_average == GraphAverage::between)) {
+    plan.why = std::string("--shard-optimizer: the GPUs reduce-scatter the gradients and all-gather the parameters "
+                           "with NCCL inside the CUDA graph (") +
+               (plan.peer ? "no peer all-reduce" : "not --graph-allreduce between") + ")";
+    plan.peer = false;
+    plan.graph_average = GraphAverage::in_graph;
+  }
   const BackendKind backend = c.distributed.backend;
   if (backend == BackendKind::gloo) {
     plan.backend = Backend::gloo;

@@ -25,6 +25,9 @@ struct CommFacts {
   /// --accumulate-steps > 1 or --clip-grad-norm: of the graph step's averages, only NCCL's inside
   /// the graph gave the eager step's bits (2x H200; the peer all-reduce and "between" did not).
   bool accumulate_or_clip = false;
+  /// --shard-optimizer (or the spec's) on GPUs: the step reduce-scatters and all-gathers through
+  /// NCCL, inside the graph or through the process group, never the peer all-reduce.
+  bool sharded = false;
 };
 
 struct CommPlan {

@@ -5,6 +5,7 @@
 #include "process_group_impl.h"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/mul.h>
 #include <ATen/ops/scalar_tensor.h>
@@ -63,6 +64,8 @@ struct ShardComm::Impl {
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   std::vector<int64_t> numbers;                 // each bucket's collective number (the roll-call)
   RollCallRecord* rollcall = nullptr;
+  std::shared_ptr<ShardCollectives> graph;      // set while a CUDA graph is captured
+  std::vector<at::Tensor> gather;               // per bucket, shared memory only: all_gather's output
 
   void make_buffers(const Reducer& r);
 };
@@ -149,6 +152,10 @@ void ShardComm::add(Reducer& r, size_t k, size_t i) {
 
 void ShardComm::launch(Reducer&, size_t k) {
   Impl& m = *impl_;
+  if (m.graph) {
+    m.graph->reduce_scatter(k, m.flats[k], m.chunks[k]);
+    return;
+  }
   if (m.shm) return;  // summed synchronously in finalize()
   c10d::ReduceScatterOptions o;
   o.reduceOp = c10d::ReduceOp::SUM;
@@ -160,6 +167,7 @@ void ShardComm::launch(Reducer&, size_t k) {
 void ShardComm::finalize(Reducer&, size_t k) {
   Impl& m = *impl_;
   const BucketShards& s = m.layout[k];
+  if (m.graph) return;  // queued in launch(): the graph orders what reads the chunk after it
   if (m.shm) {
     m.rollcall->begin_wait(m.rollcall->launch(), CollectiveKind::reduce_scatter, static_cast<int32_t>(k));
     m.shm->allreduce_sum(m.offsets[k], static_cast<size_t>(s.flat()), *shm_dtype_of(m.flats[k].scalar_type()),
@@ -177,6 +185,10 @@ void ShardComm::finalize(Reducer&, size_t k) {
 void ShardComm::all_gather(size_t k, const at::Tensor& mine, at::Tensor& full) {
   Impl& m = *impl_;
   const BucketShards& s = m.layout[k];
+  if (m.graph) {
+    m.graph->all_gather(k, mine, full);
+    return;
+  }
   const CollectiveWait in_collective(m.rollcall, CollectiveKind::all_gather);
   if (m.shm) {
     // A sum whose other terms are all -0.0 copies every bit (x + -0.0 == x, -0.0 included).
@@ -199,6 +211,23 @@ void ShardComm::all_gather(size_t k, const at::Tensor& mine, at::Tensor& full) {
 
 namespace train::detail {
 
-void ShardComm::all_reduce_sum(at::Tensor& t) { impl_->group->allreduce_sum(t); }
+void ShardComm::all_reduce_sum(at::Tensor& t) {
+  if (impl_->graph) {
+    impl_->graph->all_reduce_sum(t);
+  } else {
+    impl_->group->allreduce_sum(t);
+  }
+}
+
+at::Tensor ShardComm::gather_buffer(size_t k) {
+  Impl& m = *impl_;
+  if (!m.shm) return m.flats[k];
+  // Shared memory: the flat is the rank's slot, which all_gather() itself fills.
+  if (m.gather.size() <= k) m.gather.resize(m.flats.size());
+  if (!m.gather[k].defined()) m.gather[k] = at::empty_like(m.flats[k]);
+  return m.gather[k];
+}
+
+void ShardComm::use_collectives(std::shared_ptr<ShardCollectives> c) { impl_->graph = std::move(c); }
 
 }  // namespace train::detail

@@ -47,6 +47,20 @@ struct BucketShards {
 std::vector<BucketShards> plan_shards(const std::vector<std::vector<int64_t>>& numels,
                                       const std::vector<std::vector<size_t>>& params, int world, int rank);
 
+/// How a captured CUDA graph step moves ZeRO-1's chunks (cuda/shard_graph.h: NCCL's own calls,
+/// queued on the device), in place of the process group's collectives, whose waits a graph can't
+/// hold. Each call queues its work and returns; the communication knows no optimizer.
+class ShardCollectives {
+ public:
+  virtual ~ShardCollectives() = default;
+  /// Sums `flat` (world x chunk elements) over the ranks and leaves this rank's chunk in `chunk`.
+  virtual void reduce_scatter(size_t k, const at::Tensor& flat, at::Tensor& chunk) = 0;
+  /// Every rank's `mine` into `full` (world x chunk, rank order).
+  virtual void all_gather(size_t k, const at::Tensor& mine, at::Tensor& full) = 0;
+  /// Sums `t` over the ranks, in place.
+  virtual void all_reduce_sum(at::Tensor& t) = 0;
+};
+
 /// The reducer's hook for a sharded optimizer: scales each gradient by 1/world into its bucket's
 /// flat buffer as DDP does and leaves this rank's chunk of the sum in grad_chunk(k). Ranks of one
 /// machine sum through shared memory (the same rank-ordered sum as DDP's: the same bits at any
@@ -66,6 +80,13 @@ class ShardComm : public CommHook {
   void all_gather(size_t k, const at::Tensor& mine, at::Tensor& full);
   /// Collective: sums `t` over the ranks, in place (the process group's allreduce_sum).
   void all_reduce_sum(at::Tensor& t);
+  /// Bucket k's buffer for all_gather()'s `full` (world x chunk elements): the gradients' flat
+  /// buffer where nothing else needs it once the reduce-scatter is over (the process group's and
+  /// a graph's collectives), so a sharded rank keeps no second copy of the parameters.
+  at::Tensor gather_buffer(size_t k);
+  /// The collectives of a CUDA graph capture, from now until set back to null (the process
+  /// group's): launch() hands each bucket to `c` and finalize() waits for nothing.
+  void use_collectives(std::shared_ptr<ShardCollectives> c);
 
   void add(Reducer& r, size_t k, size_t i) override;
   void launch(Reducer& r, size_t k) override;

@@ -4,6 +4,7 @@
 // all-reduce costs, and a grouped call pays it per tensor).
 #include "cuda/graph_comm.h"
 
+#include "cuda/nccl_calls.h"
 #include "cuda/peer_reduce.h"
 #include "process_group_impl.h"
 #include "train/log.h"
@@ -14,46 +15,11 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
 
-#include <nccl.h>
-
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <limits>
 #include <vector>
 
 namespace train::detail {
-namespace {
-
-// The NCCL calls the captured step makes, from the libnccl that torch already loaded (libtrain
-// links no NCCL of its own, so the two can never differ).
-struct NcclCalls {
-  using AllReduce = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
-  using Group = ncclResult_t (*)();
-  using ErrorString = const char* (*)(ncclResult_t);
-  AllReduce all_reduce = nullptr;
-  Group group_start = nullptr;
-  Group group_end = nullptr;
-  ErrorString error_string = nullptr;
-};
-
-const NcclCalls* nccl_calls() {
-  static const NcclCalls calls = [] {
-    NcclCalls c;
-    void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD);
-    void* where = lib != nullptr ? lib : RTLD_DEFAULT;
-    c.all_reduce = reinterpret_cast<NcclCalls::AllReduce>(dlsym(where, "ncclAllReduce"));
-    c.group_start = reinterpret_cast<NcclCalls::Group>(dlsym(where, "ncclGroupStart"));
-    c.group_end = reinterpret_cast<NcclCalls::Group>(dlsym(where, "ncclGroupEnd"));
-    c.error_string = reinterpret_cast<NcclCalls::ErrorString>(dlsym(where, "ncclGetErrorString"));
-    return c;
-  }();
-  const bool all = calls.all_reduce != nullptr && calls.group_start != nullptr && calls.group_end != nullptr &&
-                   calls.error_string != nullptr;
-  return all ? &calls : nullptr;
-}
-
-}  // namespace
 
 // What the hooks of one GraphComm share.
 struct GraphCommState {

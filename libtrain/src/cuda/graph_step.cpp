@@ -5,7 +5,9 @@
 #include "comm/reducer.h"
 #include "cuda/adadelta_epilogue.h"
 #include "cuda/graph_comm.h"
+#include "cuda/shard_graph.h"
 #include "nonfinite.h"
+#include "sharded_optimizer.h"
 #include "step/grad_clip.h"
 #include "step/train_step.h"
 #include "train/adadelta.h"
@@ -39,6 +41,18 @@ class UseHooks {
  private:
   Reducer& r_;
   Reducer::Hooks previous_;
+};
+
+// Gives a sharded optimizer's communication the graph's collectives for one scope.
+class UseCollectives {
+ public:
+  UseCollectives(ShardComm& comm, std::shared_ptr<ShardCollectives> c) : comm_(comm) { comm_.use_collectives(std::move(c)); }
+  ~UseCollectives() { comm_.use_collectives(nullptr); }
+  UseCollectives(const UseCollectives&) = delete;
+  UseCollectives& operator=(const UseCollectives&) = delete;
+
+ private:
+  ShardComm& comm_;
 };
 
 class CudaGraphStep : public TrainStep {
@@ -106,6 +120,10 @@ class CudaGraphStep : public TrainStep {
   // Adadelta's fused kernel reads the rate from the device: the graph follows a new rate once it
   // is copied there. Any other optimizer's rate is baked into the graph: capture again.
   void lr_changed() override {
+    if (parts_.shard != nullptr) {
+      if (!parts_.shard->follow_rates()) release();  // the shard's optimizer steps, not the run's
+      return;
+    }
     auto* on_device = dynamic_cast<optim::DeviceStateOptimizer*>(parts_.optimizer);
     if (on_device != nullptr && on_device->lr_on_device()) {
       on_device->sync_lr();  // the captured update reads the rate from the device
@@ -126,7 +144,9 @@ class CudaGraphStep : public TrainStep {
 
   std::string describe() const override {
     std::string ranks;
-    if (parts_.world_size > 1) {
+    if (parts_.world_size > 1 && parts_.shard != nullptr) {
+      ranks = ", gradients reduce-scattered and parameters all-gathered inside the graph (ZeRO-1)";
+    } else if (parts_.world_size > 1) {
       ranks = parts_.graph_average == GraphAverage::in_graph ? ", gradients averaged inside the graph"
                                                              : ", one eager all-reduce between two graphs";
     }
@@ -151,6 +171,8 @@ class CudaGraphStep : public TrainStep {
         // One rank (also DDP over one, --ddp-single-rank: the average is the gradient itself).
         Unreduced off(parts_.reducer);
         capture();
+      } else if (parts_.shard != nullptr) {
+        capture_sharded();
       } else if (use_in_graph()) {
         capture_in_graph();
       } else {
@@ -317,6 +339,37 @@ class CudaGraphStep : public TrainStep {
     keep_norms();
   }
 
+  // ZeRO-1, one graph: the backward's buckets reduce-scattered on a side stream as they complete
+  // (the sharded optimizer's own hooks, their collectives NCCL's calls for the capture), join,
+  // the clipping and the shard's update, the parameters all-gathered.
+  void capture_sharded() {
+    if (!shard_graph_) {
+      std::string why_not;
+      shard_graph_ = ShardGraph::create(*parts_.process_group, parts_.reducer->params().front().device().index(), &why_not);
+      TORCH_CHECK(shard_graph_ != nullptr, "--shard-optimizer in the graph: ", why_not);
+    }
+    release_grads();
+    parts_.optimizer->zero_grad();
+    const std::shared_ptr<ShardComm>& comm = parts_.shard->comm();
+    UseHooks use(*parts_.reducer, parts_.reducer->all_buckets(comm, /*manual=*/true));
+    UseCollectives collectives(*comm, shard_graph_);
+    graph_ = std::make_unique<at::cuda::CUDAGraph>();
+    graph_->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+    try {
+      shard_graph_->begin(c10::cuda::getCurrentCUDAStream());
+      loss_ = accumulate_backward(parts_, graph_batches());
+      parts_.reducer->finish();
+      shard_graph_->join();
+      update(parts_);
+      if (parts_.watch != nullptr) parts_.watch->note_in_capture(loss_);
+    } catch (...) {
+      abandon_capture(*graph_);
+      throw;
+    }
+    graph_->capture_end();
+    keep_norms();
+  }
+
   // Several ranks, two graphs ("between"): graph_ computes the gradients (the reducer off), the
   // eager all-reduce between the replays sums them, update_ averages and applies them.
   void capture_split() {
@@ -370,6 +423,7 @@ class CudaGraphStep : public TrainStep {
   at::Tensor loss_;       // the graph's output
   at::Tensor norms_;      // --clip-grad-norm: the gradients' norms the graph writes
   std::unique_ptr<GraphComm> comm_;  // in-graph averaging, set up at the first capture
+  std::shared_ptr<ShardGraph> shard_graph_;  // --shard-optimizer: the collectives of its captures
   bool comm_tried_ = false;
 };
 

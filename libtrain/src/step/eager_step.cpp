@@ -126,7 +126,14 @@ void update(const StepParts& p) {
   mark_phase(rollcall_of(p.process_group), Phase::optimizer);
   if (p.clip != nullptr) {
     at_phase(p, "--clip-grad-norm's clipping");
-    p.clip->norms = clip_grad_norm(p.clip->params, p.clip->max_norm);
+    if (p.shard != nullptr) {
+      // Sharded, the averaged gradients exist only as this rank's chunks: no per-parameter norms
+      // for the non-finite watch to share (it computes its own).
+      p.shard->clip_grad_norm(p.clip->max_norm);
+      p.clip->norms = at::Tensor();
+    } else {
+      p.clip->norms = clip_grad_norm(p.clip->params, p.clip->max_norm);
+    }
   }
   at_phase(p, "the optimizer's step");
   if (p.shard != nullptr) {
