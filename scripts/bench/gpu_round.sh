@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The GPU figures of issues 32 and 33 (2026-11-27), in one device call on a bare GPU node with 2 GPUs:
+# The GPU figures of issues 32 and 33 (2026-11-27), in one device call on a bare GPU node with 2 GPUs
+# (4 for the zero and four parts' 4-GPU rows):
 # configures and builds build-gpu/ against the machine's torch (and .deps/usr from
 # scripts/gpu-deps.sh), then runs the parts named in PARTS (default: sync goodput snap):
 #   sync     host CUDA syncs per step (LD_PRELOAD scripts/bench/synctrace.c), MNIST at 1 and 2 GPUs
@@ -7,7 +8,10 @@
 #   snap2    snapshots' cost: train --snapshot-every auto vs 0, 2 GPUs, 40000 steps, two rounds
 #   gru      three_workloads.py --workloads gru (fp32, eager and graph peers) and its host syncs
 #   gruprof  profiles of gru_bench and peers.py's graph mode, compared with trace_summary.py
-#   tests    nonfinite_watch_test, TrainGpu.*, DistTrainGpu.* (EXTRA_TARGETS must build them)
+#   tests    nonfinite_watch_test, TrainGpu.*, DistTrainGpu.*, ShardOptimizerGpu.* (TESTS= picks among
+#            watch gpu dist shard; EXTRA_TARGETS must build them)
+#   zero     shard_optimizer.py: ZeRO-1 vs unsharded, the transformer at 2 and 4 GPUs (WORLDS=), memory
+#   four     three_workloads.py, every workload at 1, 2 and 4 GPUs (NPROCS=) with the Python peers
 # Output in $OUT (the device tool's folder). Example:
 #   OUT=/tmp/out PARTS="gru gruprof" scripts/bench/gpu_round.sh
 set -u
@@ -21,7 +25,7 @@ t0=$(date +%s)
 if [ ! -f build-gpu/build.ninja ]; then
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAIN_USE_CCACHE=OFF -DCMAKE_PREFIX_PATH="$PWD/.deps/usr;$tp" > $OUT/configure.log 2>&1 || { tail -30 $OUT/configure.log; exit 1; }
 fi
-cmake --build build-gpu -j 16 --target train_program trainctl gru_bench ${EXTRA_TARGETS:-} > $OUT/build.log 2>&1 || { grep -E "error" -A3 $OUT/build.log | head -40; exit 1; }
+cmake --build build-gpu -j $(nproc) --target train_program trainctl gru_bench ${EXTRA_TARGETS:-} > $OUT/build.log 2>&1 || { grep -E "error" -A3 $OUT/build.log | head -40; exit 1; }
 echo "built in $(( $(date +%s) - t0 )) s"
 B=$PWD/build-gpu/bin
 for part in ${PARTS:-sync goodput snap}; do
@@ -76,10 +80,21 @@ for part in ${PARTS:-sync goodput snap}; do
       watch) timeout 120 ./tests/nonfinite_watch_test > $OUT/t-$t.log 2>&1 ;;
       gpu) timeout 300 ./tests/gpu_train_test --gtest_filter='TrainGpu.*' > $OUT/t-$t.log 2>&1 ;;
       dist) timeout 300 ./tests/dist_train_test --gtest_filter='DistTrainGpu.*' > $OUT/t-$t.log 2>&1 ;;
+      shard) timeout 400 ./tests/shard_optimizer_test --gtest_filter='ShardOptimizerGpu.*' > $OUT/t-$t.log 2>&1 ;;
     esac
     echo "test $t rc=$? $(( $(date +%s) - s )) s: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' $OUT/t-$t.log | tr '\n' ' ' | cut -c1-300)"
   done
   cd .. || exit 1
+  ;;
+ zero)
+  s=$(date +%s)
+  timeout ${ZERO_TIMEOUT:-300} python3 scripts/bench/shard_optimizer.py --device cuda --workload transformer --world ${WORLDS:-2,4} --rounds ${ZERO_ROUNDS:-2} --build $B > $OUT/zero.txt 2>&1
+  echo "zero rc=$? $(( $(date +%s) - s )) s"; tail -12 $OUT/zero.txt
+  ;;
+ four)
+  s=$(date +%s)
+  timeout ${FOUR_TIMEOUT:-500} python3 scripts/bench/three_workloads.py --build build-gpu --workloads ${WORKLOADS:-mnist,resnet18,transformer,gru} --nproc ${NPROCS:-1,2,4} --precisions ${PRECISIONS:-fp32} --modes ${MODES:-eager,graph} --budget-s ${FOUR_BUDGET:-440} --results $OUT/four.jsonl > $OUT/four.txt 2>&1
+  echo "four rc=$? $(( $(date +%s) - s )) s"; grep -v '^{' $OUT/four.txt | tail -40
   ;;
  snap2)
   for r in 1 2; do for e in auto 0; do

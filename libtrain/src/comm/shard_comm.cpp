@@ -143,7 +143,9 @@ const at::Tensor& ShardComm::grad_chunk(size_t k) const { return impl_->chunks[k
 void ShardComm::add(Reducer& r, size_t k, size_t i) {
   at::Tensor& view = impl_->views[k][r.index_in_bucket(i)];
   const at::Tensor& grad = r.params()[i].grad();
-  if (grad.defined()) {
+  if (grad.defined() && grad.is_same(view)) {
+    view.mul_(impl_->scale);  // bound (bind_grads): the same product, in place
+  } else if (grad.defined()) {
     at::mul_out(view, grad, impl_->scale);  // DDP's scaling, for DDP's bits
   } else {
     view.zero_();
@@ -226,6 +228,17 @@ at::Tensor ShardComm::gather_buffer(size_t k) {
   if (m.gather.size() <= k) m.gather.resize(m.flats.size());
   if (!m.gather[k].defined()) m.gather[k] = at::empty_like(m.flats[k]);
   return m.gather[k];
+}
+
+void ShardComm::bind_grads(Reducer& r) {
+  for (size_t k = 0; k < impl_->views.size(); ++k) {
+    const auto& members = r.buckets()[k].params;
+    for (size_t j = 0; j < members.size(); ++j) r.params()[members[j]].mutable_grad() = impl_->views[k][j];
+  }
+}
+
+void ShardComm::zero_grads() {
+  for (at::Tensor& f : impl_->flats) f.zero_();
 }
 
 void ShardComm::use_collectives(std::shared_ptr<ShardCollectives> c) { impl_->graph = std::move(c); }

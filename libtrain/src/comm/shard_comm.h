@@ -84,6 +84,13 @@ class ShardComm : public CommHook {
   /// buffer where nothing else needs it once the reduce-scatter is over (the process group's and
   /// a graph's collectives), so a sharded rank keeps no second copy of the parameters.
   at::Tensor gather_buffer(size_t k);
+  /// A captured step: every parameter's .grad becomes its view of the bucket's flat buffer, so the
+  /// backward accumulates straight into what is reduce-scattered (no gradient tensors of their own,
+  /// no copy; add() then scales in place, with the same arithmetic). Call before the capture; the
+  /// captured step starts with zero_grads().
+  void bind_grads(Reducer& r);
+  /// Zeroes every flat buffer (the bound gradients and the padding).
+  void zero_grads();
   /// The collectives of a CUDA graph capture, from now until set back to null (the process
   /// group's): launch() hands each bucket to `c` and finalize() waits for nothing.
   void use_collectives(std::shared_ptr<ShardCollectives> c);

@@ -348,15 +348,15 @@ class CudaGraphStep : public TrainStep {
       shard_graph_ = ShardGraph::create(*parts_.process_group, parts_.reducer->params().front().device().index(), &why_not);
       TORCH_CHECK(shard_graph_ != nullptr, "--shard-optimizer in the graph: ", why_not);
     }
-    release_grads();
-    parts_.optimizer->zero_grad();
     const std::shared_ptr<ShardComm>& comm = parts_.shard->comm();
+    comm->bind_grads(*parts_.reducer);  // the backward accumulates into the reduce-scatter's input
     UseHooks use(*parts_.reducer, parts_.reducer->all_buckets(comm, /*manual=*/true));
     UseCollectives collectives(*comm, shard_graph_);
     graph_ = std::make_unique<at::cuda::CUDAGraph>();
     graph_->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
     try {
       shard_graph_->begin(c10::cuda::getCurrentCUDAStream());
+      comm->zero_grads();
       loss_ = accumulate_backward(parts_, graph_batches());
       parts_.reducer->finish();
       shard_graph_->join();
