@@ -62,10 +62,10 @@ target_link_libraries(train
   PRIVATE nlohmann_json::nlohmann_json CLI11::CLI11)
 set_target_properties(train PROPERTIES EXPORT_NAME train)
 
-# libtrain's own CUDA kernels (fused Adadelta, the GPUs' peer all-reduce): built where a CUDA
-# compiler is found; without one the optimizer uses torch's foreach ops and the GPUs average
-# through NCCL. TRAIN_CUDA_ARCHITECTURES picks the GPUs (default: Ampere and Hopper machine code,
-# plus PTX that newer GPUs compile at load).
+# libtrain's own CUDA kernels (fused Adadelta, the GPUs' peer all-reduce, the non-finite watch's
+# note): built where a CUDA compiler is found; without one the optimizer uses torch's foreach ops,
+# the GPUs average through NCCL and the watch notes with ATen ops. TRAIN_CUDA_ARCHITECTURES picks
+# the GPUs (default: Ampere and Hopper machine code, plus PTX that newer GPUs compile at load).
 option(TRAIN_FUSED_CUDA "Compile libtrain's own CUDA kernels when a CUDA compiler is found" ON)
 set(TRAIN_CUDA_ARCHITECTURES "80-real;90" CACHE STRING "CUDA architectures of libtrain's own kernels")
 set(TRAIN_HAVE_FUSED_CUDA OFF)
@@ -80,6 +80,7 @@ if(TRAIN_HAVE_CUDA)
     ${_train_src}/cuda/graph_step.cpp
     ${_train_src}/cuda/nccl_calls.cpp
     ${_train_src}/cuda/nccl_backend.cpp
+    ${_train_src}/cuda/nonfinite_note.cpp
     ${_train_src}/cuda/peer_reduce.cpp
     ${_train_src}/cuda/shard_graph.cpp)
   if(TRAIN_FUSED_CUDA)
@@ -99,7 +100,7 @@ if(TRAIN_HAVE_CUDA)
     # (its architecture list) reach nvcc. The CUDA runtime comes with torch (torch::cudart in
     # TORCH_LIBRARIES): link no second one.
     add_library(train_cuda_kernels OBJECT ${_train_src}/cuda/adadelta_fused.cu ${_train_src}/cuda/adadelta_peer.cu
-                ${_train_src}/cuda/peer_allreduce.cu)
+                ${_train_src}/cuda/nonfinite_fused.cu ${_train_src}/cuda/peer_allreduce.cu)
     set_target_properties(train_cuda_kernels PROPERTIES CUDA_ARCHITECTURES "${TRAIN_CUDA_ARCHITECTURES}"
                           CUDA_RUNTIME_LIBRARY None POSITION_INDEPENDENT_CODE ON)
     target_sources(train PRIVATE $<TARGET_OBJECTS:train_cuda_kernels>)
@@ -109,6 +110,7 @@ if(TRAIN_HAVE_CUDA)
     target_sources(train PRIVATE ${_train_src}/cuda/kernels_stub.cpp)
   endif()
 else()
-  target_sources(train PRIVATE ${_train_src}/cpu/no_cuda.cpp ${_train_src}/cpu/adadelta_no_fused.cpp)
+  target_sources(train PRIVATE ${_train_src}/cpu/no_cuda.cpp ${_train_src}/cpu/adadelta_no_fused.cpp
+                 ${_train_src}/cpu/nonfinite_no_kernel.cpp)
 endif()
 message(STATUS "libtrain: CUDA: ${TRAIN_HAVE_CUDA}; its own CUDA kernels: ${TRAIN_HAVE_FUSED_CUDA}")

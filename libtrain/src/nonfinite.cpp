@@ -25,6 +25,12 @@ NonFiniteWatch::NonFiniteWatch(const TrainConfig& c, torch::nn::Module& model, c
   stride_ = static_cast<int64_t>(params_.size()) + 1;
   first_ = at::full(c10::IntArrayRef{}, -1, at::TensorOptions().dtype(at::kLong).device(device));
   step_dev_ = at::zeros({}, first_.options());  // here, not in a capture: a graph's pool would own it
+  init_kernel();
+}
+
+bool NonFiniteWatch::clip_norms_fit(size_t grads) const {
+  return clip_ != nullptr && clip_->norms.defined() && clip_->norms.dim() == 1 &&
+         clip_->norms.size(0) == static_cast<int64_t>(grads);
 }
 
 at::Tensor NonFiniteWatch::bad_values(const at::Tensor& loss, bool shared_norms) {
@@ -38,8 +44,7 @@ at::Tensor NonFiniteWatch::bad_values(const at::Tensor& loss, bool shared_norms)
     with_grad_.push_back(static_cast<int>(i));
   }
   at::Tensor values;
-  if (shared_norms && clip_ != nullptr && clip_->norms.defined() &&
-      clip_->norms.size(0) == static_cast<int64_t>(with_grad_.size())) {
+  if (shared_norms && clip_norms_fit(with_grad_.size())) {
     // The clipping's norms of the same gradients (a norm is finite exactly when its tensor is),
     // and the loss itself (finite exactly when its absolute value is).
     values = at::cat({norms_in_.front().reshape({1}), clip_->norms.to(at::kFloat)});
@@ -66,10 +71,13 @@ at::Tensor NonFiniteWatch::note(const at::Tensor& loss, int64_t step, bool share
   return record(bad, bad.to(at::kInt).argmax().to(at::kLong) + step * stride_);
 }
 
+// One kernel where it can (the ~13 ATen kernels below cost a small model's step ~30 us of GPU time).
 void NonFiniteWatch::note_in_capture(const at::Tensor& loss) {
-  const at::Tensor bad = bad_values(loss, /*shared_norms=*/true);
-  record(bad, bad.to(at::kInt).argmax().to(at::kLong) + step_dev_ * stride_);
-  step_dev_.add_(1);
+  if (!note_kernel(loss, /*step=*/nullptr)) {
+    const at::Tensor bad = bad_values(loss, /*shared_norms=*/true);
+    record(bad, bad.to(at::kInt).argmax().to(at::kLong) + step_dev_ * stride_);
+    step_dev_.add_(1);
+  }
   counter_next_ = -1;  // capturing ran nothing: the first replay sets the counter
 }
 
@@ -79,7 +87,11 @@ void NonFiniteWatch::before_replay() {
   noted_ = true;
 }
 
-void NonFiniteWatch::after_step(const at::Tensor& loss, int64_t step) { note(loss, step, /*shared_norms=*/true); }
+// The kernel too, with the host's step: no caller reads the flag that note() returns here (the
+// skip mode's before_update does, and keeps the ATen ops: it syncs with the host anyway).
+void NonFiniteWatch::after_step(const at::Tensor& loss, int64_t step) {
+  if (!note_kernel(loss, &step)) note(loss, step, /*shared_norms=*/true);
+}
 
 at::Tensor NonFiniteWatch::flag() const { return first_.ge(0).to(at::kLong); }
 

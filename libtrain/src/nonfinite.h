@@ -71,14 +71,31 @@ class NonFiniteWatch {
   /// epoch and rank(s), and the loss or which parameter's gradient.
   std::string describe(int epoch, ProcessGroup* pg);
 
+  /// Tests: whether after_step and note_in_capture may run the note as one CUDA kernel (on by
+  /// default; off: the ATen ops); whether this watch can (a CUDA device, the kernel compiled);
+  /// whether the last note did; and the code noted (-1: none), read back (syncs).
+  void allow_kernel(bool on) { kernel_allowed_ = on; }
+  bool kernel_ready() const { return kernel_scratch_.defined(); }
+  bool last_note_fused() const { return last_fused_; }
+  int64_t first_code() const { return first_.item<int64_t>(); }
+
  private:
   // [loss, gradient norms...] as one vector's non-finite flags; sets first_ where none was yet.
   // Returns whether this step's were (a bool scalar on the device).
   at::Tensor note(const at::Tensor& loss, int64_t step, bool shared_norms = false);
   // [loss, gradient norms...]'s non-finite flags (a bool vector on the device).
+  // Whether the clipping's norms stand for the `grads` gradients noted (share_norms).
+  bool clip_norms_fit(size_t grads) const;
   at::Tensor bad_values(const at::Tensor& loss, bool shared_norms);
   // Sets first_ (in place: a graph may hold it) to `code` where none was yet; returns bad.any().
   at::Tensor record(const at::Tensor& bad, const at::Tensor& code);
+  // The note as one CUDA kernel (cuda/nonfinite_fused.h), defined in cuda/nonfinite_note.cpp
+  // (cpu/nonfinite_no_kernel.cpp where the build has no CUDA). init_kernel, from the constructor
+  // (outside any capture), allocates the kernel's scratch memory where it can run. note_kernel
+  // returns false, having done nothing, where the kernel or a tensor doesn't qualify. `step`: the
+  // host's step, or null for step_dev_'s, which the kernel then advances.
+  void init_kernel();
+  bool note_kernel(const at::Tensor& loss, const int64_t* step);
 
   bool skip_ = false;
   int64_t max_skips_ = 0;
@@ -94,6 +111,8 @@ class NonFiniteWatch {
   int64_t counter_next_ = -1;   // what step_dev_ holds for the next replay, as far as the host knows
   int64_t pending_step_ = 0;
   bool noted_ = false;
+  at::Tensor kernel_scratch_;  // bytes on the device, zeroed (note_kernel); none where it can't run
+  bool kernel_allowed_ = true, last_fused_ = false;
   int64_t in_a_row_ = 0, skipped_ = 0;
 };
 
