@@ -304,6 +304,15 @@ TEST(ShardOptimizer, ClippingAgreesWithUnshardedClipping) {
   EXPECT_GT(clip_effect, 1e-3) << "the bound must clip for this test to mean anything";
 }
 
+// A NaN loss on rank 1 of a sharded run stops it at that step with exit 65 and names it (the
+// check reads this rank's own gradients: rank 0's stay finite, its loss too).
+TEST(ShardOptimizer, NonFiniteLossStopsAShardedRun) {
+  if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  auto r = run_program(local_command(2, mnist_args(2, {"--shard-optimizer"})), {"TRAIN_FAULT_NAN_AT_STEP=4:1"}, 300);
+  EXPECT_EQ(r.exit_code, 65) << r.err;
+  EXPECT_NE(r.err.find("rank 1: the loss at step 4"), std::string::npos) << r.err;
+}
+
 // On 2 GPUs, the MNIST CNN with FusedAdamW or the recipe's Adadelta: the sharded CUDA graph step
 // (reduce-scatter on a side stream while the backward runs, the shard's update, the all-gather,
 // all captured) lands on the sharded eager step's bits and on unsharded DDP's (default: the peer
@@ -362,6 +371,11 @@ TEST(ShardOptimizerGpu, GraphEqualsEagerAndUnshardedOnTwoGpus) {
   EXPECT_LT(stopped.done["steps"].get<int>(), 100) << "the stop came before the end";
   const Outcome resumed = go(2, args(2, "adamw", ck));
   EXPECT_EQ(sha(resumed), sha(go(2, args(2, "adamw", {})))) << "sharded checkpoint, unsharded resume";
+  // A NaN loss on rank 1 at step 20: the check inside the graph (before the update, whose
+  // all-gather reuses the gradients' buffers) stops the run there and names it.
+  auto nan = run_program(local_command(2, args(2, "adamw", {"--shard-optimizer"})), {"TRAIN_FAULT_NAN_AT_STEP=20:1"}, 300);
+  EXPECT_EQ(nan.exit_code, 65) << nan.err;
+  EXPECT_NE(nan.err.find("rank 1: the loss at step 20"), std::string::npos) << nan.err;
   if (gpus < 4) {
     std::printf("[4 GPUs] not run: this node has %d GPUs\n", gpus);
     return;

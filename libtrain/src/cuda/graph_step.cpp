@@ -360,8 +360,9 @@ class CudaGraphStep : public TrainStep {
       loss_ = accumulate_backward(parts_, graph_batches());
       parts_.reducer->finish();
       shard_graph_->join();
-      update(parts_);
+      // Before the update: the all-gather lands in the flat buffers that the gradients view.
       if (parts_.watch != nullptr) parts_.watch->note_in_capture(loss_);
+      update(parts_);
     } catch (...) {
       abandon_capture(*graph_);
       throw;
