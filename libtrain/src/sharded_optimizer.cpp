@@ -10,6 +10,7 @@
 #include "train/fused_optim.h"
 #include "train/log.h"
 
+#include <ATen/ops/_foreach_copy.h>
 #include <ATen/ops/_foreach_mul.h>
 #include <ATen/ops/_foreach_norm.h>
 #include <ATen/ops/add.h>
@@ -247,14 +248,24 @@ void ShardedOptimizer::step() {
   const auto& params = reducer_.params();
   for (size_t k = 0; k < comm_->layout().size(); ++k) {
     const BucketShards& b = comm_->layout()[k];
-    for (size_t j = 0; j < b.owned.size(); ++j) send_[k].narrow(0, b.owned[j].chunk_offset, b.owned[j].length).copy_(views_[k][j]);
+    // One multi-tensor copy each way instead of a copy per parameter (a graph's launches add up).
+    std::vector<at::Tensor> to, from;
+    for (size_t j = 0; j < b.owned.size(); ++j) {
+      to.push_back(send_[k].narrow(0, b.owned[j].chunk_offset, b.owned[j].length));
+      from.push_back(views_[k][j]);
+    }
+    if (!to.empty()) at::_foreach_copy_(to, from);
     at::Tensor gathered = comm_->gather_buffer(k);
     comm_->all_gather(k, send_[k], gathered);
+    to.clear();
+    from.clear();
     const auto& members = reducer_.buckets()[k].params;
     for (size_t j = 0; j < members.size(); ++j) {
       const at::Tensor& p = params[members[j]];
-      p.detach().view({-1}).copy_(gathered.narrow(0, b.offsets[j], p.numel()));
+      to.push_back(p.detach().view({-1}));
+      from.push_back(gathered.narrow(0, b.offsets[j], p.numel()));
     }
+    at::_foreach_copy_(to, from);
   }
 }
 

@@ -143,8 +143,15 @@ const at::Tensor& ShardComm::grad_chunk(size_t k) const { return impl_->chunks[k
 void ShardComm::add(Reducer& r, size_t k, size_t i) {
   at::Tensor& view = impl_->views[k][r.index_in_bucket(i)];
   const at::Tensor& grad = r.params()[i].grad();
-  if (grad.defined() && grad.is_same(view)) {
-    view.mul_(impl_->scale);  // bound (bind_grads): the same product, in place
+  if (impl_->graph) {
+    // The graph's collectives average: the flat buffer takes the gradient as it is.
+    if (!grad.defined()) {
+      view.zero_();
+    } else if (!grad.is_same(view)) {
+      view.copy_(grad);
+    }  // else bound (bind_grads): the backward wrote it there
+  } else if (grad.defined() && grad.is_same(view)) {
+    view.mul_(impl_->scale);  // bound, eagerly: the same product, in place
   } else if (grad.defined()) {
     at::mul_out(view, grad, impl_->scale);  // DDP's scaling, for DDP's bits
   } else {
@@ -155,7 +162,7 @@ void ShardComm::add(Reducer& r, size_t k, size_t i) {
 void ShardComm::launch(Reducer&, size_t k) {
   Impl& m = *impl_;
   if (m.graph) {
-    m.graph->reduce_scatter(k, m.flats[k], m.chunks[k]);
+    m.graph->reduce_scatter_average(k, m.flats[k], m.chunks[k]);
     return;
   }
   if (m.shm) return;  // summed synchronously in finalize()

@@ -53,8 +53,10 @@ std::vector<BucketShards> plan_shards(const std::vector<std::vector<int64_t>>& n
 class ShardCollectives {
  public:
   virtual ~ShardCollectives() = default;
-  /// Sums `flat` (world x chunk elements) over the ranks and leaves this rank's chunk in `chunk`.
-  virtual void reduce_scatter(size_t k, const at::Tensor& flat, at::Tensor& chunk) = 0;
+  /// Averages `flat` (world x chunk elements) over the ranks and leaves this rank's chunk in
+  /// `chunk`: each rank's term multiplied by 1/world, then summed (NCCL's average of floats, the
+  /// same arithmetic as the process group's path, which scales first and sums).
+  virtual void reduce_scatter_average(size_t k, const at::Tensor& flat, at::Tensor& chunk) = 0;
   /// Every rank's `mine` into `full` (world x chunk, rank order).
   virtual void all_gather(size_t k, const at::Tensor& mine, at::Tensor& full) = 0;
   /// Sums `t` over the ranks, in place.
@@ -86,8 +88,8 @@ class ShardComm : public CommHook {
   at::Tensor gather_buffer(size_t k);
   /// A captured step: every parameter's .grad becomes its view of the bucket's flat buffer, so the
   /// backward accumulates straight into what is reduce-scattered (no gradient tensors of their own,
-  /// no copy; add() then scales in place, with the same arithmetic). Call before the capture; the
-  /// captured step starts with zero_grads().
+  /// no copy, and with the graph's collectives no scaling: they average). Call before the capture;
+  /// the captured step starts with zero_grads().
   void bind_grads(Reducer& r);
   /// Zeroes every flat buffer (the bound gradients and the padding).
   void zero_grads();

@@ -78,7 +78,7 @@ ShardGraph::~ShardGraph() = default;
 
 void ShardGraph::begin(const c10::cuda::CUDAStream& capture_stream) { s_->capture = capture_stream; }
 
-void ShardGraph::reduce_scatter(size_t k, const at::Tensor& flat, at::Tensor& chunk) {
+void ShardGraph::reduce_scatter_average(size_t k, const at::Tensor& flat, at::Tensor& chunk) {
   State& s = *s_;
   TORCH_CHECK(s.capture.has_value(), "ShardGraph::begin() was not called before the captured backward");
   // The side stream picks up where the backward has written this bucket's flat buffer.
@@ -86,7 +86,7 @@ void ShardGraph::reduce_scatter(size_t k, const at::Tensor& flat, at::Tensor& ch
   C10_CUDA_CHECK(cudaEventRecord(fork, s.capture->stream()));
   C10_CUDA_CHECK(cudaStreamWaitEvent(s.side.stream(), fork, 0));
   s.check(s.nccl->reduce_scatter(flat.const_data_ptr(), chunk.mutable_data_ptr(), static_cast<size_t>(chunk.numel()),
-                                 nccl_type(flat), ncclSum, s.comm, s.side.stream()),
+                                 nccl_type(flat), ncclAvg, s.comm, s.side.stream()),
           "reduce-scatter", k);
 }
 

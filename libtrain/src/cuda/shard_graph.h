@@ -30,7 +30,7 @@ class ShardGraph : public ShardCollectives {
   /// After Reducer::finish(): the capture stream waits for every reduce-scatter.
   void join();
 
-  void reduce_scatter(size_t k, const at::Tensor& flat, at::Tensor& chunk) override;
+  void reduce_scatter_average(size_t k, const at::Tensor& flat, at::Tensor& chunk) override;
   void all_gather(size_t k, const at::Tensor& mine, at::Tensor& full) override;
   void all_reduce_sum(at::Tensor& t) override;
 
