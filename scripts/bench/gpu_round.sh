@@ -11,6 +11,7 @@
 #   tests    nonfinite_watch_test, TrainGpu.*, DistTrainGpu.*, ShardOptimizerGpu.* (TESTS= picks among
 #            watch gpu dist shard; EXTRA_TARGETS must build them)
 #   zero     shard_optimizer.py: ZeRO-1 vs unsharded, the transformer at 2 and 4 GPUs (WORLDS=), memory
+#   clipsync host CUDA syncs of 3000-step MNIST runs at 2 GPUs: plain, --clip-grad-norm, sharded, both
 #   four     three_workloads.py, every workload at 1, 2 and 4 GPUs (NPROCS=) with the Python peers
 # Output in $OUT (the device tool's folder). Example:
 #   OUT=/tmp/out PARTS="gru gruprof" scripts/bench/gpu_round.sh
@@ -85,6 +86,16 @@ for part in ${PARTS:-sync goodput snap}; do
     echo "test $t rc=$? $(( $(date +%s) - s )) s: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' $OUT/t-$t.log | tr '\n' ' ' | cut -c1-300)"
   done
   cd .. || exit 1
+  ;;
+ clipsync)
+  gcc -shared -fPIC -O2 -o /tmp/synctrace.so scripts/bench/synctrace.c -ldl
+  for cfg in plain clip shard clip+shard; do
+    extra=""
+    case $cfg in clip) extra="--clip-grad-norm 0.5" ;; shard) extra="--shard-optimizer" ;; clip+shard) extra="--clip-grad-norm 0.5 --shard-optimizer" ;; esac
+    SYNC_FROM=100000 LD_PRELOAD=/tmp/synctrace.so timeout 120 $B/trainctl local --nproc 2 --no-prefix -- $B/train --device cuda --epochs 1000 --max-steps 3000 --batch-size 64 --optimizer adamw --limit-test-samples 1000 --log-interval 100000 $extra > $OUT/cs.out 2> $OUT/cs.err
+    echo "clipsync $cfg rc=$?: $(grep SYNCCOUNT $OUT/cs.err | tr '\n' ' ') $(grep -o 'training step: .*' $OUT/cs.err | head -1 | cut -c1-160) $(grep -o '"steps":[0-9]*' $OUT/cs.out | tail -1)"
+  done
+  rm -f $OUT/cs.out $OUT/cs.err
   ;;
  zero)
   s=$(date +%s)
