@@ -83,9 +83,9 @@ class NonFiniteWatch {
   // [loss, gradient norms...] as one vector's non-finite flags; sets first_ where none was yet.
   // Returns whether this step's were (a bool scalar on the device).
   at::Tensor note(const at::Tensor& loss, int64_t step, bool shared_norms = false);
-  // [loss, gradient norms...]'s non-finite flags (a bool vector on the device).
   // Whether the clipping's norms stand for the `grads` gradients noted (share_norms).
   bool clip_norms_fit(size_t grads) const;
+  // [loss, gradient norms...]'s non-finite flags (a bool vector on the device).
   at::Tensor bad_values(const at::Tensor& loss, bool shared_norms);
   // Sets first_ (in place: a graph may hold it) to `code` where none was yet; returns bad.any().
   at::Tensor record(const at::Tensor& bad, const at::Tensor& code);
