@@ -39,8 +39,7 @@ void RunRecordWriter::update(const Edit& edit) {
   } catch (const std::exception& e) {
     err = e.what();
   }
-  if (err.empty() || warned_) return;
-  warned_ = true;
+  if (err.empty() || warned_.exchange(true)) return;  // once, from either thread
   log::warn("run record " + path_ + ": not written (" + err.substr(0, 300) +
             "); training goes on. Hint: trainctl status reads this file; check that its folder is writable "
             "(TRAIN_RUN_RECORD, or .train/runs/ in the job's submit folder).");
@@ -100,16 +99,55 @@ void RunRecordWriter::progress(int64_t step, bool force) {
   const auto now = std::chrono::steady_clock::now();
   if (trained_ && !force && now - last_progress_ < std::chrono::seconds(1)) return;
   last_progress_ = now;
-  const bool first = !trained_;
+  Progress p;
+  p.step = step;
+  p.time = unix_now();
+  if (!trained_) p.first_step_time = p.time;
   trained_ = true;
-  update([&](RunRecord& r) {
-    r.progress_step = step;
-    r.progress_time = unix_now();
-    if (first) r.launch.training = r.progress_time;
-  });
+  std::lock_guard<std::mutex> lock(mu_);
+  // A first step not yet written stays the launch's first step.
+  if (pending_ && pending_->first_step_time > 0) p.first_step_time = pending_->first_step_time;
+  pending_ = p;
+  if (!writer_.joinable()) writer_ = std::thread([this] { write_progress_loop(); });
+  wake_.notify_all();
+}
+
+void RunRecordWriter::write_progress_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    wake_.wait(lock, [this] { return pending_.has_value() || stopping_; });
+    if (!pending_) return;  // stopping, nothing left to write
+    const Progress p = *pending_;
+    pending_.reset();
+    writing_ = true;
+    lock.unlock();
+    update([&](RunRecord& r) {
+      r.progress_step = p.step;
+      r.progress_time = p.time;
+      if (p.first_step_time > 0) r.launch.training = p.first_step_time;
+    });
+    lock.lock();
+    writing_ = false;
+    wake_.notify_all();
+  }
+}
+
+void RunRecordWriter::flush() {
+  std::unique_lock<std::mutex> lock(mu_);
+  wake_.wait(lock, [this] { return !pending_ && !writing_; });
+}
+
+RunRecordWriter::~RunRecordWriter() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (writer_.joinable()) writer_.join();  // after the pending progress is written
 }
 
 void RunRecordWriter::end(const std::string& state, std::optional<int64_t> step, std::optional<int> epoch) {
+  flush();  // the last progress before the end state
   update([&](RunRecord& r) {
     r.state = state;
     if (step) r.step = *step;

@@ -11,11 +11,15 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace train {
@@ -34,11 +38,17 @@ struct RollCallRecord;
 /// Rank 0's run record (train/run_record.h) at RunRecord::path_from_env(): written at the start
 /// of training, at each point of the launch's start (LaunchTimes), after each durable checkpoint,
 /// with the step's progress at most once a second, and at the end. A write that fails warns once
-/// and never stops training.
+/// and never stops training. The progress is written by a thread of its own: the record lives in
+/// the job's submit folder, often on a shared file system, whose lock and write the training
+/// thread doesn't wait for (it only posts the step and its time).
 class RunRecordWriter {
  public:
   /// `path` "" (no record) or the record's file; only rank 0 writes.
   RunRecordWriter(std::string path, int rank) : path_(std::move(path)), rank_(rank) {}
+  /// Writes the progress still pending, then stops the writer thread.
+  ~RunRecordWriter();
+  RunRecordWriter(const RunRecordWriter&) = delete;
+  RunRecordWriter& operator=(const RunRecordWriter&) = delete;
   /// Training starts: state "running", the run's folders (absolute), its world size and nodes.
   void start(const TrainConfig& config, const DistEnv& env);
   /// A checkpoint became durable.
@@ -50,8 +60,10 @@ class RunRecordWriter {
   /// The resume found `source` ("snapshot", "checkpoint" or "") at optimizer step `step`.
   void loaded(const std::string& source, int64_t step);
   /// An optimizer step ended: the launch's first one is recorded, later ones at most once a second
-  /// (`force`: now, e.g. at a snapshot). Cheap when nothing is written.
+  /// (`force`: now, e.g. at a snapshot). Posts to the writer thread and returns.
   void progress(int64_t step, bool force = false);
+  /// Waits until every progress posted so far is written.
+  void flush();
   /// The run ended: "done", "preempted", "cancelled", "nonfinite" or "failed".
   void end(const std::string& state, std::optional<int64_t> step = std::nullopt, std::optional<int> epoch = std::nullopt);
 
@@ -59,11 +71,25 @@ class RunRecordWriter {
   template <class Edit>
   void update(const Edit& edit);
 
+  // The writer thread: writes the newest posted progress (an older one not yet written is
+  // replaced: only the newest matters).
+  struct Progress {
+    int64_t step = 0;
+    double time = 0;
+    double first_step_time = 0;  // > 0: the launch's first step ended then
+  };
+  void write_progress_loop();
+
   std::string path_;
   int rank_;
-  bool warned_ = false;
+  std::atomic<bool> warned_{false};
   bool trained_ = false;  // the launch's first step was recorded
   std::chrono::steady_clock::time_point last_progress_{};
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::optional<Progress> pending_;
+  bool writing_ = false, stopping_ = false;
+  std::thread writer_;
 };
 
 /// The run's end state for the record: "done", "preempted", "cancelled" or "nonfinite".
