@@ -82,6 +82,41 @@ TEST(RunLog, KeepsTheRunRecordUpToDate) {
   EXPECT_EQ(r->last_checkpoint, dir.file("ckpts/ckpt-30.pt"));  // kept
 }
 
+// The progress goes through a writer thread: the launch's first step lands in launch.training,
+// a later forced one (a snapshot's) replaces it in progress_step once flushed, a step within the
+// second after is not written, and what is pending when the log ends is written first.
+TEST(RunLog, TheProgressIsWrittenBehindTheTrainingThread) {
+  train::test::TempDir dir("run_log_progress");
+  const std::string path = dir.file("record.json");
+  RecordAt at(path);
+  train::TrainConfig config;
+  train::DistEnv env;
+  env.world_size = 1;
+  const auto dev = cpu();
+  {
+    RunLog log(config.logging, env, *dev);
+    log.record().start(config, env);
+    log.record().progress(1);
+    log.record().flush();
+    auto r = RunRecord::load(path);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->progress_step, 1);
+    EXPECT_GT(r->launch.training, 0);
+    EXPECT_EQ(r->launch.training, r->progress_time) << "the first step's time";
+    const double first = r->launch.training;
+    log.record().progress(2);  // within the second: not written
+    log.record().progress(7, /*force=*/true);
+    log.record().flush();
+    r = RunRecord::load(path);
+    EXPECT_EQ(r->progress_step, 7);
+    EXPECT_EQ(r->launch.training, first) << "the launch's first step stays";
+    log.record().progress(9, /*force=*/true);
+  }  // the log ends with step 9 posted
+  auto r = RunRecord::load(path);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->progress_step, 9);
+}
+
 TEST(RunLog, OnlyRankZeroWritesTheRecord) {
   train::test::TempDir dir("run_log_rank");
   const std::string path = dir.file("record.json");
