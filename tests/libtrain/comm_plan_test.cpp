@@ -122,3 +122,31 @@ TEST(CommPlan, AccumulationOrClippingAveragesWithNcclInsideTheGraph) {
   f.accumulate_or_clip = true;
   EXPECT_TRUE(plan_comm(c, f).why.empty()) << "an eager step averages as it always does";
 }
+
+// --shard-optimizer on GPUs: NCCL reduce-scatters and all-gathers inside the graph, so the peer
+// all-reduce and "between" are left out and --backend auto keeps NCCL; the CPU's plan is unchanged.
+TEST(CommPlan, AShardedGpuRunUsesNcclInsideTheGraph) {
+  train::TrainConfig c;
+  CommFacts f = two_local_gpus();
+  f.sharded = true;
+  auto p = plan_comm(c, f);
+  EXPECT_FALSE(p.peer);
+  EXPECT_EQ(p.graph_average, GraphAverage::in_graph);
+  EXPECT_EQ(p.backend, Backend::nccl);
+  EXPECT_NE(p.why.find("--shard-optimizer: the GPUs reduce-scatter the gradients and all-gather the parameters with "
+                       "NCCL inside the CUDA graph (no peer all-reduce)"),
+            std::string::npos) << p.why;
+  c.gpu.graph_allreduce = train::GraphAllreduce::between;
+  c.gpu.peer_allreduce = train::Switch::off;
+  p = plan_comm(c, f);
+  EXPECT_EQ(p.graph_average, GraphAverage::in_graph);
+  EXPECT_NE(p.why.find("(not --graph-allreduce between)"), std::string::npos) << p.why;
+  CommFacts cpu;
+  cpu.world_size = 2;
+  cpu.local_world_size = 2;
+  cpu.sharded = true;
+  p = plan_comm(train::TrainConfig{}, cpu);
+  EXPECT_EQ(p.backend, Backend::gloo);
+  EXPECT_TRUE(p.shared_memory);
+  EXPECT_TRUE(p.why.empty());
+}
