@@ -75,7 +75,9 @@ at::Tensor forward_backward(const StepParts& p, const Batch& b, bool add_to_sum,
     if (p.context != nullptr) p.context->batch = describe_batch(b);
     throw;
   }
-  if (add_to_sum) *p.loss_sum += loss.detach().to(at::kDouble);
+  // One kernel: the double sum takes the float loss converted exactly, as a separate .to(kDouble)
+  // would give it (a captured small model's step pays per kernel).
+  if (add_to_sum) p.loss_sum->add_(loss.detach());
   return loss;
 }
 
@@ -118,7 +120,7 @@ at::Tensor accumulate_backward(const StepParts& p, const StepBatches& b, bool ad
     at::Tensor part = loss.detach() * weight;
     total = i == 0 ? part : total + part;
   }
-  if (add_to_sum) *p.loss_sum += total.to(at::kDouble);
+  if (add_to_sum) p.loss_sum->add_(total);
   return total;
 }
 
@@ -150,7 +152,7 @@ at::Tensor step_on(const StepParts& p, const StepBatches& batches) {
     at::Tensor loss = accumulate_backward(p, batches, /*add_to_sum=*/false);
     at_phase(p, "--nonfinite skip's check");
     if (!p.before_update(loss)) return loss;  // dropped: no update, not in the epoch's loss
-    *p.loss_sum += loss.detach().to(at::kDouble);
+    p.loss_sum->add_(loss.detach());
     update(p);
     return loss;
   }
