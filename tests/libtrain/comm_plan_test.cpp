@@ -24,6 +24,14 @@ CommFacts two_local_gpus() {
   return f;
 }
 
+// The plan averages inside the graph with NCCL, and its log line says `why`.
+void expect_nccl_in_graph(const train::detail::CommPlan& p, const std::string& why) {
+  EXPECT_FALSE(p.peer);
+  EXPECT_EQ(p.graph_average, GraphAverage::in_graph);
+  EXPECT_EQ(p.backend, Backend::nccl);
+  EXPECT_NE(p.why.find(why), std::string::npos) << p.why;
+}
+
 }  // namespace
 
 TEST(CommPlan, CpuIsGlooWithSharedMemory) {
@@ -106,14 +114,10 @@ TEST(CommPlan, AccumulationOrClippingAveragesWithNcclInsideTheGraph) {
   train::TrainConfig c;
   CommFacts f = two_local_gpus();
   f.accumulate_or_clip = true;
-  auto p = plan_comm(c, f);
-  EXPECT_FALSE(p.peer);
-  EXPECT_EQ(p.graph_average, GraphAverage::in_graph);
-  EXPECT_EQ(p.backend, Backend::nccl);
-  EXPECT_NE(p.why.find("the peer all-reduce (--peer-allreduce off is implied) did not give the eager step's bits"),
-            std::string::npos) << p.why;
+  expect_nccl_in_graph(plan_comm(c, f),
+                       "the peer all-reduce (--peer-allreduce off is implied) did not give the eager step's bits");
   c.gpu.graph_allreduce = train::GraphAllreduce::between;
-  p = plan_comm(c, f);
+  const auto p = plan_comm(c, f);
   EXPECT_EQ(p.graph_average, GraphAverage::in_graph);
   EXPECT_NE(p.why.find("--graph-allreduce between did not give"), std::string::npos) << p.why;
   f.accumulate_or_clip = false;
@@ -129,23 +133,20 @@ TEST(CommPlan, AShardedGpuRunUsesNcclInsideTheGraph) {
   train::TrainConfig c;
   CommFacts f = two_local_gpus();
   f.sharded = true;
-  auto p = plan_comm(c, f);
-  EXPECT_FALSE(p.peer);
-  EXPECT_EQ(p.graph_average, GraphAverage::in_graph);
-  EXPECT_EQ(p.backend, Backend::nccl);
-  EXPECT_NE(p.why.find("--shard-optimizer: the GPUs reduce-scatter the gradients and all-gather the parameters with "
-                       "NCCL inside the CUDA graph (no peer all-reduce)"),
-            std::string::npos) << p.why;
+  f.accumulate_or_clip = true;  // sharded and clipped: sharding's reason
+  expect_nccl_in_graph(plan_comm(c, f), "--shard-optimizer: the GPUs reduce-scatter the gradients and all-gather the "
+                                        "parameters with NCCL inside the CUDA graph (no peer all-reduce)");
   c.gpu.graph_allreduce = train::GraphAllreduce::between;
   c.gpu.peer_allreduce = train::Switch::off;
-  p = plan_comm(c, f);
-  EXPECT_EQ(p.graph_average, GraphAverage::in_graph);
-  EXPECT_NE(p.why.find("(not --graph-allreduce between)"), std::string::npos) << p.why;
+  expect_nccl_in_graph(plan_comm(c, f), "(not --graph-allreduce between)");
+  f.graph_step = false;
+  EXPECT_TRUE(plan_comm(c, f).why.empty()) << "an eager sharded step says nothing of a graph";
+  EXPECT_EQ(plan_comm(c, f).backend, Backend::nccl);
   CommFacts cpu;
   cpu.world_size = 2;
   cpu.local_world_size = 2;
   cpu.sharded = true;
-  p = plan_comm(train::TrainConfig{}, cpu);
+  const auto p = plan_comm(train::TrainConfig{}, cpu);
   EXPECT_EQ(p.backend, Backend::gloo);
   EXPECT_TRUE(p.shared_memory);
   EXPECT_TRUE(p.why.empty());

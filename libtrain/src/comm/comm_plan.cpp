@@ -7,6 +7,29 @@
 
 namespace train::detail {
 
+namespace {
+
+// Why a graph step of several GPUs must average with NCCL inside the graph, leaving out the peer
+// all-reduce (`peer`) or "between" that the flags picked; "" where it may use them.
+std::string nccl_in_graph_reason(const CommFacts& f, bool peer) {
+  if (f.sharded) {
+    return std::string("--shard-optimizer: the GPUs reduce-scatter the gradients and all-gather the parameters "
+                       "with NCCL inside the CUDA graph (") +
+           (peer ? "no peer all-reduce" : "not --graph-allreduce between") + ")";
+  }
+  if (f.accumulate_or_clip) {
+    // A faster path gives the plain one's bits or is not taken: NCCL inside the graph is the one
+    // measured equal to the eager step.
+    return std::string("the CUDA graph step averages with NCCL inside the graph: with --accumulate-steps or "
+                       "--clip-grad-norm, ") +
+           (peer ? "the peer all-reduce (--peer-allreduce off is implied)" : "--graph-allreduce between") +
+           " did not give the eager step's bits on 2 GPUs, so it is not used";
+  }
+  return "";
+}
+
+}  // namespace
+
 CommPlan plan_comm(const TrainConfig& c, const CommFacts& f) {
   CommPlan plan;
   plan.shared_memory = c.distributed.shm_allreduce;
@@ -15,23 +38,13 @@ CommPlan plan_comm(const TrainConfig& c, const CommFacts& f) {
   const bool asked = peer == Switch::on || (peer == Switch::automatic && f.world_size == 2);
   plan.peer = f.gpu && f.graph_step && f.world_size > 1 && f.world_size <= kPeerMaxRanks && asked &&
               plan.graph_average == GraphAverage::in_graph && f.peer_kernels;
-  // A faster path gives the plain one's bits or is not taken: with accumulation or clipping, the
-  // graph step averages with NCCL inside the graph (the one measured equal to the eager step).
-  if (f.gpu && f.graph_step && f.world_size > 1 && f.accumulate_or_clip &&
-      (plan.graph_average == GraphAverage::between || plan.peer)) {
-    plan.why = std::string("the CUDA graph step averages with NCCL inside the graph: with --accumulate-steps or "
-                           "--clip-grad-norm, ") +
-               (plan.peer ? "the peer all-reduce (--peer-allreduce off is implied)" : "--graph-allreduce between") +
-               " did not give the eager step's bits on 2 GPUs, so it is not used";
-    plan.peer = false;
-    plan.graph_average = GraphAverage::in_graph;
-  }
-  if (f.gpu && f.world_size > 1 && f.sharded && (plan.peer || plan.graph_average == GraphAverage::between)) {
-    plan.why = std::string("--shard-optimizer: the GPUs reduce-scatter the gradients and all-gather the parameters "
-                           "with NCCL inside the CUDA graph (") +
-               (plan.peer ? "no peer all-reduce" : "not --graph-allreduce between") + ")";
-    plan.peer = false;
-    plan.graph_average = GraphAverage::in_graph;
+  if (f.gpu && f.graph_step && f.world_size > 1 && (plan.peer || plan.graph_average == GraphAverage::between)) {
+    const std::string why = nccl_in_graph_reason(f, plan.peer);
+    if (!why.empty()) {
+      plan.why = why;
+      plan.peer = false;
+      plan.graph_average = GraphAverage::in_graph;
+    }
   }
   const BackendKind backend = c.distributed.backend;
   if (backend == BackendKind::gloo) {
