@@ -66,8 +66,11 @@ class ShardCollectives {
 /// The reducer's hook for a sharded optimizer: scales each gradient by 1/world into its bucket's
 /// flat buffer as DDP does and leaves this rank's chunk of the sum in grad_chunk(k). Ranks of one
 /// machine sum through shared memory (the same rank-ordered sum as DDP's: the same bits at any
-/// world size); others through the process group's reduce-scatter (Gloo; at 2 ranks the same bits,
-/// at more its own order). The parameters' .grad keep this rank's own (unaveraged) gradients.
+/// world size); others through the process group's reduce-scatter (Gloo, or NCCL on GPUs; at 2
+/// ranks the same bits, at more its own order); inside a CUDA graph through the graph's
+/// collectives (use_collectives: NCCL's average, which scales as it sums). The parameters' .grad
+/// keep this rank's own (unaveraged) gradients; in a captured step they are views of the flat
+/// buffers (bind_grads), which the all-gather then reuses.
 class ShardComm : public CommHook {
  public:
   /// Collective (the shared-memory set-up): every rank calls it alike. `why` gets the transport.

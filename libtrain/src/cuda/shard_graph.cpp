@@ -108,9 +108,10 @@ void ShardGraph::all_gather(size_t k, const at::Tensor& mine, at::Tensor& full) 
 void ShardGraph::all_reduce_sum(at::Tensor& t) {
   State& s = *s_;
   TORCH_CHECK(t.is_contiguous(), "--shard-optimizer: the all-reduce expects a contiguous tensor");
-  s.check(s.nccl->all_reduce(t.const_data_ptr(), t.mutable_data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t),
-                             ncclSum, s.comm, c10::cuda::getCurrentCUDAStream().stream()),
-          "all-reduce (the clipping's norm)", 0);
+  const ncclResult_t r = s.nccl->all_reduce(t.const_data_ptr(), t.mutable_data_ptr(), static_cast<size_t>(t.numel()),
+                                            nccl_type(t), ncclSum, s.comm, c10::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(r == ncclSuccess, "--shard-optimizer: NCCL all-reduce of the clipping's squared norm failed: ",
+              s.nccl->error_string(r));
 }
 
 }  // namespace train::detail
