@@ -189,10 +189,18 @@ void Preemption::post(ProcessGroup* pg, const at::Device& device, const at::Tens
   if (!posted_.defined() || posted_.numel() != n) {
     posted_ = at::empty({n}, at::TensorOptions().dtype(at::kLong).pinned_memory(device.is_cuda()));
   }
-  at::Tensor t = at::tensor(flags, at::TensorOptions().dtype(at::kLong)).to(device, /*non_blocking=*/true);
-  if (nonfinite.defined()) t = at::cat({t, nonfinite.reshape({1}).to(at::kLong)});  // device ops: no host sync
-  if (pg != nullptr) pg->allreduce_sum(t);  // NCCL: queued on the device, the host goes on
-  posted_.copy_(t, /*non_blocking=*/true);
+  // NCCL sums device memory, queued on the device; any other group (Gloo) sums on the host when
+  // the copy is collected, so the host never waits for the device here either.
+  posted_group_ = pg != nullptr && !(device.is_cuda() && pg->backend() == Backend::nccl) ? pg : nullptr;
+  if (posted_group_ != nullptr || pg == nullptr) {
+    for (size_t i = 0; i < flags.size(); ++i) posted_.data_ptr<int64_t>()[i] = flags[i];
+    if (nonfinite.defined()) posted_.narrow(0, 3, 1).copy_(nonfinite.reshape({1}).to(at::kLong), /*non_blocking=*/true);
+  } else {
+    at::Tensor t = at::tensor(flags, at::TensorOptions().dtype(at::kLong)).to(device, /*non_blocking=*/true);
+    if (nonfinite.defined()) t = at::cat({t, nonfinite.reshape({1}).to(at::kLong)});  // device ops: no host sync
+    pg->allreduce_sum(t);  // queued on the device, the host goes on
+    posted_.copy_(t, /*non_blocking=*/true);
+  }
   auto event = std::make_shared<c10::Event>(device.type());
   c10::impl::VirtualGuardImpl guard(device.type());
   event->record(guard.getStream(device));
@@ -203,9 +211,15 @@ StopRequest Preemption::collect() {
   if (!posted_event_) return {};
   static_cast<c10::Event*>(posted_event_.get())->synchronize();
   posted_event_.reset();
-  std::vector<int64_t> summed(static_cast<size_t>(posted_.numel()));
-  for (int64_t i = 0; i < posted_.numel(); ++i) summed[static_cast<size_t>(i)] = posted_.data_ptr<int64_t>()[i];
-  return decide(summed);
+  const int64_t* posted = posted_.data_ptr<int64_t>();
+  std::vector<int64_t> flags(posted, posted + posted_.numel());
+  if (posted_group_ != nullptr) {
+    at::Tensor t = at::tensor(flags, at::TensorOptions().dtype(at::kLong));
+    posted_group_->allreduce_sum(t);
+    posted_group_ = nullptr;
+    for (size_t i = 0; i < flags.size(); ++i) flags[i] = t.data_ptr<int64_t>()[i];
+  }
+  return decide(flags);
 }
 
 namespace {

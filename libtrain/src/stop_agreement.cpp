@@ -36,11 +36,11 @@ StopAgreement::StopAgreement(const CheckpointConfig& config, const DistEnv& env,
 
 StopAgreement::~StopAgreement() = default;
 
-void StopAgreement::connect(ProcessGroup* pg, const at::Device& device, bool flags_on_device, int64_t check_every) {
+void StopAgreement::connect(ProcessGroup* pg, const at::Device& device, bool read_later, int64_t check_every) {
   pg_ = pg;
   where_ = rollcall_of(pg);
   device_ = device;
-  on_device_ = flags_on_device;
+  read_later_ = read_later;
   check_every_ = check_every;
 }
 
@@ -59,20 +59,21 @@ bool StopAgreement::due(int64_t step) const {
   return step % check_every_ == 0 || (nonfinite_ && nonfinite_->gave_up());
 }
 
-// CPU ranks agree through one small all-reduce now. CUDA ranks read the agreement they posted
-// `check_every` steps ago (long done on the device, so the host never waits), then post the next.
+// CPU ranks agree through one small all-reduce now. CUDA ranks read the flags they posted
+// `check_every` steps ago (long done on the device, so the host never waits; summed by NCCL on
+// the device, or now by Gloo on the host), then post the next.
 StopRequest StopAgreement::check(int64_t step) {
   mark_phase(where_, Phase::stop_check);
   if (faults_ && faults_->skips_collective(step)) return {};
   if (nonfinite_ && nonfinite_->gave_up()) return nonfinite_request();  // every rank dropped the same steps
-  if (!on_device_) return preemption_->poll(pg_, device_, nonfinite_flag());
+  if (!read_later_) return preemption_->poll(pg_, device_, nonfinite_flag());
   StopRequest request = preemption_->collect();
   if (request.kind == StopKind::none) preemption_->post(pg_, device_, nonfinite_flag());
   return request;
 }
 
 StopRequest StopAgreement::settle(bool at_epoch_end) {
-  if (at_epoch_end && on_device_) preemption_->collect();  // the last posted agreement: the epoch ended first
+  if (at_epoch_end && read_later_) preemption_->collect();  // the last posted agreement: the epoch ended first
   if (!nonfinite_) return {};
   if ((at_epoch_end && nonfinite_->gave_up()) || nonfinite_->any_rank(pg_)) return nonfinite_request();
   return {};

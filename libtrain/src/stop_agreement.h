@@ -40,8 +40,8 @@ class StopAgreement {
   StopAgreement& operator=(const StopAgreement&) = delete;
 
   /// The ranks agree over `pg` (null: one process) on `device`, every `check_every` steps;
-  /// `flags_on_device`: posted on the device and read one check later, without host syncs.
-  void connect(ProcessGroup* pg, const at::Device& device, bool flags_on_device, int64_t check_every);
+  /// `read_later`: the flags are posted and read one check later, without host syncs.
+  void connect(ProcessGroup* pg, const at::Device& device, bool read_later, int64_t check_every);
   /// Watches `model`'s loss and gradients for non-finite values (config.run.nonfinite).
   void watch(const TrainConfig& config, torch::nn::Module& model);
   /// The non-finite watch (watch() first).
@@ -85,7 +85,7 @@ class StopAgreement {
   ProcessGroup* pg_ = nullptr;
   RollCallRecord* where_ = nullptr;
   at::Device device_{at::kCPU};
-  bool on_device_ = false;
+  bool read_later_ = false;
   int64_t check_every_ = 1;
   bool may_requeue_ = false;   // --no-requeue not given, and a SLURM job to requeue
   double time_margin_sec_ = 0;

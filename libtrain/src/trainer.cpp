@@ -234,10 +234,9 @@ void Trainer::Run::connect() {
     pg = ProcessGroup::create(e, po);
     where = detail::rollcall_of(pg.get());
   }
-  // The stop flags travel in device memory, posted and read later without host syncs (GPUs with
-  // NCCL or one rank); else ranks sum them on the host (shared memory on one machine).
-  const bool flags_on_device = dev->stop_flags_on_device(pg ? std::optional<Backend>(pg->backend()) : std::nullopt);
-  stops->connect(pg.get(), device(), flags_on_device, dev->stop_check_every());
+  // On a GPU the stop flags are posted and read a check later without host syncs (summed by NCCL
+  // on the device, or by Gloo on the host); CPU ranks sum them at once (shared memory on one machine).
+  stops->connect(pg.get(), device(), dev->stop_flags_read_later(), dev->stop_check_every());
   checkpoints->connect(pg.get());
 }
 

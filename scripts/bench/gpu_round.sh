@@ -13,6 +13,10 @@
 #   zero     shard_optimizer.py: ZeRO-1 vs unsharded, the transformer at 2 and 4 GPUs (WORLDS=), memory
 #   clipsync host CUDA syncs of 3000-step MNIST runs at 2 GPUs: plain, --clip-grad-norm, sharded, both
 #   four     three_workloads.py, every workload at 1, 2 and 4 GPUs (NPROCS=) with the Python peers
+#   scale    the GRU and MNIST at batch 64 on 1, 2 and 4 GPUs (SCALE_WORLDS=), each multi-GPU run with
+#            its process group and peer all-reduce choices, ROUNDS= times interleaved, 3 epochs of
+#            ~1000 steps (SCALE_STEPS=), host syncs counted; rate = the steady epochs' mean
+#   gruprof2 profiles of gru_bench at 1 and 2 GPUs: GPU busy and span per step, the kernels
 # Output in $OUT (the device tool's folder). Example:
 #   OUT=/tmp/out PARTS="gru gruprof" scripts/bench/gpu_round.sh
 set -u
@@ -106,6 +110,35 @@ for part in ${PARTS:-sync goodput snap}; do
   s=$(date +%s)
   timeout ${FOUR_TIMEOUT:-500} python3 scripts/bench/three_workloads.py --build build-gpu --workloads ${WORKLOADS:-mnist,resnet18,transformer,gru} --nproc ${NPROCS:-1,2,4} --precisions ${PRECISIONS:-fp32} --modes ${MODES:-eager,graph} --budget-s ${FOUR_BUDGET:-440} --results $OUT/four.jsonl > $OUT/four.txt 2>&1
   echo "four rc=$? $(( $(date +%s) - s )) s"; grep -v '^{' $OUT/four.txt | tail -40
+  ;;
+ scale)
+  gcc -shared -fPIC -O2 -o /tmp/synctrace.so scripts/bench/synctrace.c -ldl
+  st=${SCALE_STEPS:-1000}
+  for r in $(seq ${ROUNDS:-2}); do
+   for cfg in ${SCALE_CFGS:-1:default 2:default 2:nccl 4:default 4:peer 4:peergloo}; do
+    n=${cfg%%:*}; v=${cfg#*:}
+    case $v in default) fl="" ;; nccl) fl="--backend nccl" ;; peer) fl="--peer-allreduce on" ;; peergloo) fl="--peer-allreduce on --backend gloo" ;; esac
+    [ $n -gt $(nvidia-smi -L | wc -l) ] && continue
+    for wl in ${SCALE_WORKLOADS:-gru mnist}; do
+      if [ $wl = gru ]; then
+        cmd="$B/gru_bench --features 4 --hidden 32 --seq-len 32 --train-sequences $((st * 64 * n)) --eval-sequences 128"
+      else
+        cmd="$B/train --data $TRAIN_FASHION_MNIST_DIR --limit-train-samples $((st * 64 * n < 60000 ? st * 64 * n : 60000)) --limit-test-samples 1000"
+      fi
+      SYNC_FROM=100000 LD_PRELOAD=/tmp/synctrace.so timeout 120 $B/trainctl local --nproc $n --no-prefix -- $cmd --device cuda --batch-size 64 --epochs 3 --tf32 off --precision fp32 --seed 1 --log-interval 1000000 $fl > $OUT/sc.out 2> $OUT/sc.err
+      echo "scale round $r $wl $n GPU(s) $v rc=$?: $(grep -o '"images_per_sec_steady":[0-9.]*\|"epoch_images_per_sec":[0-9.]*' $OUT/sc.out | tr '\n' ' ') syncs/rank $(grep -o 'SYNCCOUNT.*' $OUT/sc.err | head -1 | cut -c1-80) | $(grep -o 'backend [a-z]*' $OUT/sc.err | head -1)"
+    done
+   done
+  done
+  rm -f $OUT/sc.out $OUT/sc.err
+  ;;
+ gruprof2)
+  rm -rf /tmp/prof2 && mkdir -p /tmp/prof2
+  for n in 1 2; do
+    timeout 120 $B/trainctl local --nproc $n --no-prefix -- $B/gru_bench --device cuda --batch-size 64 --epochs 1 --train-sequences $((1000 * 64 * n)) --max-steps 400 --log-interval 1000000 --tf32 off --profile /tmp/prof2/w$n --profile-steps 300:349 > $OUT/g2.out 2> $OUT/g2.err; echo "gruprof2 $n GPU(s) rc=$?"
+  done
+  python3 scripts/bench/trace_summary.py /tmp/prof2/w1/trace-rank0.json:50 /tmp/prof2/w2/trace-rank0.json:50 /tmp/prof2/w2/trace-rank1.json:50 --span --top 30 > $OUT/gru2_kernels.txt 2>&1; head -45 $OUT/gru2_kernels.txt
+  (cd /tmp/prof2 && tar czf $OUT/gru2_traces.tgz w1/trace-rank0.json w2/trace-rank0.json w2/trace-rank1.json)
   ;;
  snap2)
   for r in 1 2; do for e in auto 0; do

@@ -32,6 +32,7 @@ def load(spec, cats):
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     per = collections.defaultdict(lambda: [0.0, 0])
     busy = 0.0
+    first, last = float("inf"), 0.0
     for e in events:
         if e.get("ph") != "X" or e.get("cat") not in cats:
             continue
@@ -40,8 +41,9 @@ def load(spec, cats):
         k[0] += d
         k[1] += 1
         busy += d
+        first, last = min(first, float(e["ts"])), max(last, float(e["ts"]) + d)
     n = max(1, int(steps))
-    return path, n, {k: (v[0] / n, v[1] / n) for k, v in per.items()}, busy / n
+    return path, n, {k: (v[0] / n, v[1] / n) for k, v in per.items()}, busy / n, max(0.0, last - first) / n
 
 
 def main():
@@ -50,10 +52,13 @@ def main():
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--ops", action="store_true", help="sum the host's operator calls (cpu_op) instead of GPU work: "
                    "which ATen ops each step calls, on any device")
+    p.add_argument("--span", action="store_true", help="also the time from the first to the last event, per step "
+                   "(busy plus idle; on one stream, the step's GPU time)")
     a = p.parse_args()
     runs = [load(s, ("cpu_op",) if a.ops else GPU_CATS) for s in a.traces]
-    for path, n, _, busy in runs:
-        print(f"{path}: {n} step(s), {'host op' if a.ops else 'GPU busy'} {busy:.1f} us per step")
+    for path, n, _, busy, span in runs:
+        print(f"{path}: {n} step(s), {'host op' if a.ops else 'GPU busy'} {busy:.1f} us per step"
+              + (f", span {span:.1f} us per step (first to last)" if a.span else ""))
     names = set().union(*(r[2].keys() for r in runs))
     zero = (0.0, 0.0)
 

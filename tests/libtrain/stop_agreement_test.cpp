@@ -28,7 +28,7 @@ train::DistEnv one_process() { return train::DistEnv{}; }
 
 TEST(StopAgreement, NothingPostedTrainsOn) {
   StopAgreement stops(checkpoint_config(), one_process());
-  stops.connect(nullptr, at::kCPU, /*flags_on_device=*/false, /*check_every=*/1);
+  stops.connect(nullptr, at::kCPU, /*read_later=*/false, /*check_every=*/1);
   EXPECT_EQ(stops.check(1).kind, StopKind::none);
   EXPECT_EQ(stops.settle(/*at_epoch_end=*/true).kind, StopKind::none);
 }

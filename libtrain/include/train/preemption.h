@@ -79,10 +79,11 @@ class Preemption {
   /// loss or gradient; it travels in the same all-reduce.
   StopRequest poll(ProcessGroup* process_group, const at::Device& device, const at::Tensor& nonfinite = {}) const;
 
-  /// The same agreement without blocking the host, for CUDA runs: post() starts the flags'
-  /// all-reduce on the device and their copy back to pinned host memory; collect(), called by every
-  /// rank at the same later step, waits for that copy (long done by then) and decides. Returns
-  /// StopKind::none when nothing was posted.
+  /// The same agreement without blocking the host, for CUDA runs: post() starts the flags' copy
+  /// back to pinned host memory, after their all-reduce on the device with an NCCL group;
+  /// collect(), called by every rank at the same later step, waits for that copy (long done by
+  /// then), sums it over any other group (Gloo) on the host, and decides. Returns StopKind::none
+  /// when nothing was posted.
   void post(ProcessGroup* process_group, const at::Device& device, const at::Tensor& nonfinite = {});
   StopRequest collect();
 
@@ -102,7 +103,8 @@ class Preemption {
   int64_t end_time_ = 0;
   bool no_time_limit_ = false;
   std::vector<std::pair<int, void*>> previous_;  // signal, saved struct sigaction
-  at::Tensor posted_;                            // pinned host copy of the summed flags
+  at::Tensor posted_;                            // pinned host copy of the (summed) flags
+  ProcessGroup* posted_group_ = nullptr;         // sums posted_ on the host at collect(), or null
   std::shared_ptr<void> posted_event_;           // c10::Event recorded after that copy
 };
 

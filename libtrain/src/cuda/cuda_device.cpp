@@ -97,11 +97,9 @@ class CudaDevice : public TrainDevice {
   }
   bool reads_at_once() const override { return false; }
   int64_t stop_check_every() const override { return 20; }
-  // NCCL sums device memory without a host sync (one rank: no collective at all); Gloo's CUDA
-  // path would copy through the host anyway, so it agrees on the host.
-  bool stop_flags_on_device(std::optional<Backend> backend) const override {
-    return !backend || *backend == Backend::nccl;
-  }
+  // The flags are copied back without a host sync and read a check later: NCCL sums them on the
+  // device first, Gloo on the host once the copy has long arrived (one rank: no collective).
+  bool stop_flags_read_later() const override { return true; }
 
  private:
   bool channels_last_;

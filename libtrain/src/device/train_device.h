@@ -66,9 +66,8 @@ class TrainDevice {
   /// How often (in steps) ranks agree on a stop; on a GPU the agreement costs a collective that
   /// the host would otherwise wait for, so it runs every few steps.
   virtual int64_t stop_check_every() const { return 1; }
-  /// The stop flags travel in device memory, posted and read a check later without host syncs
-  /// (`backend`: the process group's, if any).
-  virtual bool stop_flags_on_device(std::optional<Backend> backend) const { (void)backend; return false; }
+  /// The stop flags are posted and read a check later, without host syncs (else agreed at once).
+  virtual bool stop_flags_read_later() const { return false; }
 
  protected:
   explicit TrainDevice(const at::Device& device) : device_(device) {}
