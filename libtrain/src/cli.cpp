@@ -203,8 +203,8 @@ void add_gpu_flags(CLI::App& app, GpuConfig& g) {
              "between is the fallback if in-graph misbehaves");
   add_choice_flag(app, "--peer-allreduce", g.peer_allreduce,
              "with --graph-allreduce in-graph, when every rank's GPU is on one machine: gradient buckets averaged "
-             "by one kernel that reads the other GPUs' memory instead of NCCL. auto (two ranks), on (2 to 8 "
-             "ranks), off (NCCL only)",
+             "by one kernel that reads the other GPUs' memory instead of NCCL. auto (two ranks, or up to 4 of "
+             "one machine), on (2 to 8 ranks), off (NCCL only)",
              "off averages every bucket with NCCL");
   add_bool_choice(app, "--channels-last", g.channels_last, "on", "off",
                   "CUDA: keep convolution weights and activations in channels-last (NHWC) order, which cuDNN "

@@ -15,7 +15,8 @@
 #   four     three_workloads.py, every workload at 1, 2 and 4 GPUs (NPROCS=) with the Python peers
 #   scale    the GRU and MNIST at batch 64 on 1, 2 and 4 GPUs (SCALE_WORLDS=), each multi-GPU run with
 #            its process group and peer all-reduce choices, ROUNDS= times interleaved, 3 epochs of
-#            ~1000 steps (SCALE_STEPS=), host syncs counted; rate = the steady epochs' mean
+#            ~1000 steps (SCALE_STEPS=), host syncs counted; rate = the steady epochs' mean; variant
+#            old runs OLD_B's binaries (an earlier commit's build) for an A/B in the same call
 #   gruprof2 profiles of gru_bench at 1 and 2 GPUs: GPU busy and span per step, the kernels
 # Output in $OUT (the device tool's folder). Example:
 #   OUT=/tmp/out PARTS="gru gruprof" scripts/bench/gpu_round.sh
@@ -117,13 +118,14 @@ for part in ${PARTS:-sync goodput snap}; do
   for r in $(seq ${ROUNDS:-2}); do
    for cfg in ${SCALE_CFGS:-1:default 2:default 2:nccl 4:default 4:peer 4:peergloo}; do
     n=${cfg%%:*}; v=${cfg#*:}
-    case $v in default) fl="" ;; nccl) fl="--backend nccl" ;; peer) fl="--peer-allreduce on" ;; peergloo) fl="--peer-allreduce on --backend gloo" ;; esac
+    case $v in default|old) fl="" ;; nccl) fl="--backend nccl" ;; peer) fl="--peer-allreduce on" ;; peergloo) fl="--peer-allreduce on --backend gloo" ;; esac
     [ $n -gt $(nvidia-smi -L | wc -l) ] && continue
+    SB=$B; [ $v = old ] && SB=${OLD_B:?set OLD_B to the bin folder of an older build}
     for wl in ${SCALE_WORKLOADS:-gru mnist}; do
       if [ $wl = gru ]; then
-        cmd="$B/gru_bench --features 4 --hidden 32 --seq-len 32 --train-sequences $((st * 64 * n)) --eval-sequences 128"
+        cmd="$SB/gru_bench --features 4 --hidden 32 --seq-len 32 --train-sequences $((st * 64 * n)) --eval-sequences 128"
       else
-        cmd="$B/train --data $TRAIN_FASHION_MNIST_DIR --limit-train-samples $((st * 64 * n < 60000 ? st * 64 * n : 60000)) --limit-test-samples 1000"
+        cmd="$SB/train --data $TRAIN_FASHION_MNIST_DIR --limit-train-samples $((st * 64 * n < 60000 ? st * 64 * n : 60000)) --limit-test-samples 1000"
       fi
       SYNC_FROM=100000 LD_PRELOAD=/tmp/synctrace.so timeout 120 $B/trainctl local --nproc $n --no-prefix -- $cmd --device cuda --batch-size 64 --epochs 3 --tf32 off --precision fp32 --seed 1 --log-interval 1000000 $fl > $OUT/sc.out 2> $OUT/sc.err
       echo "scale round $r $wl $n GPU(s) $v rc=$?: $(grep -o '"images_per_sec_steady":[0-9.]*\|"epoch_images_per_sec":[0-9.]*' $OUT/sc.out | tr '\n' ' ') syncs/rank $(grep -o 'SYNCCOUNT.*' $OUT/sc.err | head -1 | cut -c1-80) | $(grep -o 'backend [a-z]*' $OUT/sc.err | head -1)"

@@ -11,7 +11,8 @@ libtrain against the Python peers on the same GPUs, in one invocation. Not part 
                parameters), on generated sequences                                            64 and 512
 
 For each workload, world size (--nproc) and precision (fp32, bf16): libtrain's rows (each a
-`train` run of 2 short epochs; images_per_sec = the steady epoch; `step` = what the log's
+`train` run of 2 short epochs, or more where the data set holds fewer steps than the peers' timed
+window (MNIST and CIFAR-10 at large batches x ranks); images_per_sec = the steady epochs; `step` = what the log's
 "training step:" line says ran: cuda_graph or eager), then peers.py's eager and graph modes in one
 process group, and last, while --budget-s lasts, its torch.compile mode (slow to compile).
 Runs that don't fit the budget are skipped and listed. Rows go to --results (JSON lines:
@@ -74,6 +75,8 @@ def parse_args():
     p.add_argument("--tiny", action="store_true", help="tiny sizes and steps (CPU validation)")
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--commit", default="")
+    p.add_argument("--libtrain-args", default="", help="extra flags for every libtrain row (an A/B of a "
+                   "setting, e.g. \"--peer-allreduce on\"); recorded in the rows")
     p.add_argument("--table", metavar="RESULTS", help="only print the table of a results file")
     return p.parse_args()
 
@@ -190,7 +193,11 @@ def libtrain_cmd(a, wl, world, batch, precision, data):
         n = min(MNIST_TRAIN if wl == "mnist" else CIFAR_TRAIN, steps * batch * world)
         cmd = [os.path.join(a.build, "bin", "train"), "--model", wl, "--data", data[wl],
                "--limit-train-samples", str(n), "--limit-test-samples", test]
-    return launch_prefix(a, world) + cmd + common
+        # Where the data set holds fewer than `steps` steps of all ranks' batches, enough epochs
+        # that the steady ones (after the first) still hold `steps` steps, as the peers' window does.
+        per_epoch = -(-n // (batch * world))
+        common[common.index("--epochs") + 1] = str(1 + max(1, -(-steps // per_epoch)))
+    return launch_prefix(a, world) + cmd + common + a.libtrain_args.split()
 
 
 def libtrain_row(a, wl, world, batch, precision, data, env):
@@ -200,6 +207,8 @@ def libtrain_row(a, wl, world, batch, precision, data, env):
     done = [r for r in rows if r.get("event") == "done" or "params_sha256" in r]
     row = {"workload": wl, "impl": "libtrain", "mode": "default", "precision": precision, "world_size": world,
            "batch_size": batch}
+    if a.libtrain_args:
+        row["libtrain_args"] = a.libtrain_args
     if rc != 0 or not done:
         print(f"FAILED ({rc}): {' '.join(cmd)}\n{err[-2500:]}", flush=True)
         return dict(row, images_per_sec=None, error=f"exit {rc}")

@@ -76,14 +76,35 @@ TEST(CommPlan, NoPeerWithoutItsConditions) {
   expect_nccl_without_peer(f, "no kernels");
   f = two_local_gpus();
   f.world_size = 4;
-  f.local_world_size = 4;
-  expect_nccl_without_peer(f, "auto means two ranks");
+  f.local_world_size = 2;
+  expect_nccl_without_peer(f, "auto: more than two ranks only on one machine");
+  f.world_size = 8;
+  f.local_world_size = 8;
+  expect_nccl_without_peer(f, "auto: up to 4 ranks");
   c.gpu.peer_allreduce = train::Switch::off;
   expect_nccl_without_peer(two_local_gpus(), "--peer-allreduce off");
   c.gpu.peer_allreduce = train::Switch::automatic;
   c.gpu.graph_allreduce = train::GraphAllreduce::between;
   expect_nccl_without_peer(two_local_gpus(), "--graph-allreduce between");
   EXPECT_EQ(plan_comm(c, two_local_gpus()).graph_average, GraphAverage::between);
+}
+
+// Four GPUs of one machine: auto takes the peer all-reduce for the buckets it fits, with an NCCL
+// process group for the rest (the Gloo shortcut is for two ranks).
+TEST(CommPlan, AutoTakesPeerMemoryForFourGpusOfOneMachineWithNccl) {
+  train::TrainConfig c;
+  CommFacts f = two_local_gpus();
+  f.world_size = 4;
+  f.local_world_size = 4;
+  f.local_rank = 3;
+  f.device_index = 3;
+  const auto p = plan_comm(c, f);
+  EXPECT_TRUE(p.peer);
+  EXPECT_EQ(p.backend, Backend::nccl);
+  EXPECT_TRUE(p.why.empty()) << p.why;
+  f.world_size = 3;
+  f.local_world_size = 3;
+  EXPECT_TRUE(plan_comm(c, f).peer);
 }
 
 TEST(CommPlan, PeerOnTakesUpToEightLocalGpusAndKeepsNccl) {

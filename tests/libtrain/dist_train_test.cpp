@@ -227,8 +227,8 @@ TEST(DistTrainGpu, TwoGpuRanksMatchOneRankWithDoubleBatch) {
   // Several GPUs: the default CUDA-graph step (NCCL averages captured in the graph), the
   // fallback (one eager all-reduce between two graphs), and 4 ranks where the node has 4 GPUs.
   // In the graph, two GPUs of one machine average the buckets through each other's memory
-  // (--peer-allreduce auto, the default; the process group is then Gloo), or with NCCL (off, and
-  // 4 ranks, where auto leaves NCCL).
+  // (--peer-allreduce auto, the default; the process group is then Gloo), or with NCCL (off); 4
+  // ranks of one machine through peer memory with an NCCL group (auto, on) or with NCCL (off).
   struct Multi {
     int ranks;
     std::string graph_allreduce, peer_allreduce, log_says;
@@ -241,7 +241,8 @@ TEST(DistTrainGpu, TwoGpuRanksMatchOneRankWithDoubleBatch) {
                                {2, "in-graph", "off", in_graph, false, "nccl"},
                                {2, "between", "auto", between, false, "nccl"}};
   if (gpus >= 4) {
-    multis.push_back({4, "in-graph", "auto", in_graph, false, "nccl"});
+    multis.push_back({4, "in-graph", "auto", in_graph, true, "nccl"});
+    multis.push_back({4, "in-graph", "off", in_graph, false, "nccl"});
     multis.push_back({4, "in-graph", "on", in_graph, true, "nccl"});
   }
   for (const Case& k : {Case{{"--optimizer", "sgd", "--lr", "0.02", "--weight-decay", "0"}, 1e-3, 5e-3},

@@ -12,6 +12,9 @@
 
 namespace train::detail {
 
+/// --peer-allreduce auto takes the peer all-reduce for up to this many ranks of one machine.
+constexpr int kAutoPeerMaxRanks = 4;
+
 /// What the plan is made from, besides the flags.
 struct CommFacts {
   bool gpu = false;              ///< the run trains on a CUDA GPU
@@ -45,7 +48,8 @@ struct CommPlan {
 /// and `facts`. --backend auto is NCCL on GPUs and Gloo on the CPU, except for two GPUs of one
 /// machine whose graph step averages through peer memory: that step makes no NCCL call, and a
 /// process that merely has an NCCL process group runs it ~4% slower (docs/benchmarks.md), so the
-/// group is Gloo. --peer-allreduce auto means two ranks; on means 2 to kPeerMaxRanks.
+/// group is Gloo. --peer-allreduce auto means two ranks, or up to kAutoPeerMaxRanks of one
+/// machine (with NCCL for the buckets too large for it); on means 2 to kPeerMaxRanks.
 CommPlan plan_comm(const TrainConfig& config, const CommFacts& facts);
 
 }  // namespace train::detail
