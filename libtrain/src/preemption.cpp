@@ -201,6 +201,8 @@ void Preemption::post(ProcessGroup* pg, const at::Device& device, const at::Tens
     pg->allreduce_sum(t);  // queued on the device, the host goes on
     posted_.copy_(t, /*non_blocking=*/true);
   }
+  posted_pending_ = true;
+  if (device.is_cpu()) return;  // the copies are done: nothing to wait for
   auto event = std::make_shared<c10::Event>(device.type());
   c10::impl::VirtualGuardImpl guard(device.type());
   event->record(guard.getStream(device));
@@ -208,8 +210,9 @@ void Preemption::post(ProcessGroup* pg, const at::Device& device, const at::Tens
 }
 
 StopRequest Preemption::collect() {
-  if (!posted_event_) return {};
-  static_cast<c10::Event*>(posted_event_.get())->synchronize();
+  if (!posted_pending_) return {};
+  posted_pending_ = false;
+  if (posted_event_) static_cast<c10::Event*>(posted_event_.get())->synchronize();
   posted_event_.reset();
   const int64_t* posted = posted_.data_ptr<int64_t>();
   std::vector<int64_t> flags(posted, posted + posted_.numel());

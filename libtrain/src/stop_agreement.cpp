@@ -12,6 +12,7 @@
 #include <csignal>
 #include <ctime>
 #include <optional>
+#include <utility>
 
 namespace train::detail {
 namespace {
@@ -67,13 +68,15 @@ StopRequest StopAgreement::check(int64_t step) {
   if (faults_ && faults_->skips_collective(step)) return {};
   if (nonfinite_ && nonfinite_->gave_up()) return nonfinite_request();  // every rank dropped the same steps
   if (!read_later_) return preemption_->poll(pg_, device_, nonfinite_flag());
-  StopRequest request = preemption_->collect();
+  StopRequest request = drained_.kind != StopKind::none ? std::exchange(drained_, {}) : preemption_->collect();
   if (request.kind == StopKind::none) preemption_->post(pg_, device_, nonfinite_flag());
   return request;
 }
 
 StopRequest StopAgreement::settle(bool at_epoch_end) {
-  if (at_epoch_end && read_later_) preemption_->collect();  // the last posted agreement: the epoch ended first
+  // The last posted agreement, which the epoch's end came before: a stop it asks for is the next
+  // check's answer (every rank drained the same sums).
+  if (at_epoch_end && read_later_ && drained_.kind == StopKind::none) drained_ = preemption_->collect();
   if (!nonfinite_) return {};
   if ((at_epoch_end && nonfinite_->gave_up()) || nonfinite_->any_rank(pg_)) return nonfinite_request();
   return {};

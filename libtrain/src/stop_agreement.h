@@ -55,7 +55,7 @@ class StopAgreement {
   StopRequest check(int64_t step);
   /// Every rank at an epoch's end or before a checkpoint: a non-finite request when any rank saw
   /// a non-finite value the agreement may not have carried yet; `at_epoch_end` also drains a
-  /// posted agreement (the epoch ended first).
+  /// posted agreement (the epoch ended first), and the next check() returns a stop it asked for.
   StopRequest settle(bool at_epoch_end);
   /// Every rank, for an agreed request: a non-finite one when any rank saw such a value since
   /// (the weights may be bad then, whatever else was asked), else `request`.
@@ -86,6 +86,7 @@ class StopAgreement {
   RollCallRecord* where_ = nullptr;
   at::Device device_{at::kCPU};
   bool read_later_ = false;
+  StopRequest drained_;        // an agreed stop that an epoch's end collected: the next check's answer
   int64_t check_every_ = 1;
   bool may_requeue_ = false;   // --no-requeue not given, and a SLURM job to requeue
   double time_margin_sec_ = 0;

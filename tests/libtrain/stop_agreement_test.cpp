@@ -105,3 +105,25 @@ TEST(StopAgreement, NoDeadlineLineOutsideSlurm) {
 }
 
 }  // namespace
+
+// Flags read a check later (as on a GPU, here on the CPU): a signal posted at one check stops the
+// run at the next; one posted in an epoch's last check and drained by the epoch's end stops it at
+// the next epoch's first check instead of a check later.
+TEST(StopAgreement, ReadLaterFlagsStopAtTheNextCheckAndSurviveTheEpochsEnd) {
+  {
+    StopAgreement stops(checkpoint_config(), one_process());
+    stops.connect(nullptr, at::kCPU, /*read_later=*/true, /*check_every=*/20);
+    EXPECT_EQ(stops.check(20).kind, StopKind::none);  // nothing posted yet; posts
+    ASSERT_EQ(std::raise(SIGUSR2), 0);
+    EXPECT_EQ(stops.check(40).kind, StopKind::none);  // reads step 20's flags, posts the signal
+    EXPECT_EQ(stops.check(60).kind, StopKind::preempt);
+  }
+  StopAgreement stops(checkpoint_config(), one_process());
+  stops.connect(nullptr, at::kCPU, /*read_later=*/true, /*check_every=*/20);
+  ASSERT_EQ(std::raise(SIGUSR2), 0);
+  EXPECT_EQ(stops.check(40).kind, StopKind::none);  // posts the signal
+  EXPECT_EQ(stops.settle(/*at_epoch_end=*/true).kind, StopKind::none);  // the epoch ends first: drained
+  const StopRequest r = stops.check(60);
+  EXPECT_EQ(r.kind, StopKind::preempt);
+  EXPECT_EQ(r.reason, "signal SIGUSR2");
+}

@@ -79,7 +79,8 @@ class Preemption {
   /// loss or gradient; it travels in the same all-reduce.
   StopRequest poll(ProcessGroup* process_group, const at::Device& device, const at::Tensor& nonfinite = {}) const;
 
-  /// The same agreement without blocking the host, for CUDA runs: post() starts the flags' copy
+  /// The same agreement without blocking the host, for CUDA runs (it works on the CPU too, where
+  /// the copies are done at once): post() starts the flags' copy
   /// back to pinned host memory, after their all-reduce on the device with an NCCL group;
   /// collect(), called by every rank at the same later step, waits for that copy (long done by
   /// then), sums it over any other group (Gloo) on the host, and decides. Returns StopKind::none
@@ -105,7 +106,8 @@ class Preemption {
   std::vector<std::pair<int, void*>> previous_;  // signal, saved struct sigaction
   at::Tensor posted_;                            // pinned host copy of the (summed) flags
   ProcessGroup* posted_group_ = nullptr;         // sums posted_ on the host at collect(), or null
-  std::shared_ptr<void> posted_event_;           // c10::Event recorded after that copy
+  std::shared_ptr<void> posted_event_;           // c10::Event recorded after that copy (not on the CPU)
+  bool posted_pending_ = false;                  // post() ran and collect() has not
 };
 
 /// Parses a signal list ("USR1,USR2,TERM", "SIGUSR2", "none") into signal numbers.
