@@ -32,7 +32,6 @@ def load(spec, cats):
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     per = collections.defaultdict(lambda: [0.0, 0])
     busy = 0.0
-    first, last = float("inf"), 0.0
     for e in events:
         if e.get("ph") != "X" or e.get("cat") not in cats:
             continue
@@ -41,9 +40,23 @@ def load(spec, cats):
         k[0] += d
         k[1] += 1
         busy += d
-        first, last = min(first, float(e["ts"])), max(last, float(e["ts"]) + d)
     n = max(1, int(steps))
-    return path, n, {k: (v[0] / n, v[1] / n) for k, v in per.items()}, busy / n, max(0.0, last - first) / n
+    return path, n, {k: (v[0] / n, v[1] / n) for k, v in per.items()}, busy / n
+
+
+def span_per_step(spec, cats):
+    """Microseconds from the first to the last event of `cats` in a trace, per traced step."""
+    path, _, steps = spec.rpartition(":")
+    if not path:
+        path, steps = steps, "1"
+    with open(path) as f:
+        trace = json.load(f)
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    times = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events
+             if e.get("ph") == "X" and e.get("cat") in cats]
+    if not times:
+        return 0.0
+    return (max(t[1] for t in times) - min(t[0] for t in times)) / max(1, int(steps))
 
 
 def main():
@@ -56,9 +69,10 @@ def main():
                    "(busy plus idle; on one stream, the step's GPU time)")
     a = p.parse_args()
     runs = [load(s, ("cpu_op",) if a.ops else GPU_CATS) for s in a.traces]
-    for path, n, _, busy, span in runs:
-        print(f"{path}: {n} step(s), {'host op' if a.ops else 'GPU busy'} {busy:.1f} us per step"
-              + (f", span {span:.1f} us per step (first to last)" if a.span else ""))
+    cats = ("cpu_op",) if a.ops else GPU_CATS
+    for spec, (path, n, _, busy) in zip(a.traces, runs):
+        span = f", span {span_per_step(spec, cats):.1f} us per step (first to last)" if a.span else ""
+        print(f"{path}: {n} step(s), {'host op' if a.ops else 'GPU busy'} {busy:.1f} us per step{span}")
     names = set().union(*(r[2].keys() for r in runs))
     zero = (0.0, 0.0)
 
