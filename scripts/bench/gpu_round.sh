@@ -17,7 +17,8 @@
 #            its process group and peer all-reduce choices, ROUNDS= times interleaved, 3 epochs of
 #            ~1000 steps (SCALE_STEPS=), host syncs counted; rate = the steady epochs' mean; variant
 #            old runs OLD_B's binaries (an earlier commit's build) for an A/B in the same call
-#   gruprof2 profiles of gru_bench at 1 and 2 GPUs: GPU busy and span per step, the kernels
+#   gruprof2 profiles of gru_bench at 1 and 2 GPUs (batch GRUPROF_BATCH, 64): GPU busy and span per
+#            step, the kernels
 # Output in $OUT (the device tool's folder). Example:
 #   OUT=/tmp/out PARTS="gru gruprof" scripts/bench/gpu_round.sh
 set -u
@@ -137,7 +138,8 @@ for part in ${PARTS:-sync goodput snap}; do
  gruprof2)
   rm -rf /tmp/prof2 && mkdir -p /tmp/prof2
   for n in 1 2; do
-    timeout 120 $B/trainctl local --nproc $n --no-prefix -- $B/gru_bench --device cuda --batch-size 64 --epochs 1 --train-sequences $((1000 * 64 * n)) --max-steps 400 --log-interval 1000000 --tf32 off --profile /tmp/prof2/w$n --profile-steps 300:349 > $OUT/g2.out 2> $OUT/g2.err; echo "gruprof2 $n GPU(s) rc=$?"
+    gb=${GRUPROF_BATCH:-64}
+    timeout 120 $B/trainctl local --nproc $n --no-prefix -- $B/gru_bench --device cuda --batch-size $gb --epochs 1 --train-sequences $((1000 * gb * n)) --max-steps 400 --log-interval 1000000 --tf32 off --profile /tmp/prof2/w$n --profile-steps 300:349 > $OUT/g2.out 2> $OUT/g2.err; echo "gruprof2 $n GPU(s) rc=$?"
   done
   python3 scripts/bench/trace_summary.py /tmp/prof2/w1/trace-rank0.json:50 /tmp/prof2/w2/trace-rank0.json:50 /tmp/prof2/w2/trace-rank1.json:50 --span --top 30 > $OUT/gru2_kernels.txt 2>&1; head -45 $OUT/gru2_kernels.txt
   (cd /tmp/prof2 && tar czf $OUT/gru2_traces.tgz w1/trace-rank0.json w2/trace-rank0.json w2/trace-rank1.json)
