@@ -104,8 +104,6 @@ TEST(StopAgreement, NoDeadlineLineOutsideSlurm) {
   EXPECT_EQ(stops.deadline_line(), "");
 }
 
-}  // namespace
-
 // Flags read a check later (as on a GPU, here on the CPU): a signal posted at one check stops the
 // run at the next; one posted in an epoch's last check and drained by the epoch's end stops it at
 // the next epoch's first check instead of a check later.
@@ -127,3 +125,5 @@ TEST(StopAgreement, ReadLaterFlagsStopAtTheNextCheckAndSurviveTheEpochsEnd) {
   EXPECT_EQ(r.kind, StopKind::preempt);
   EXPECT_EQ(r.reason, "signal SIGUSR2");
 }
+
+}  // namespace
