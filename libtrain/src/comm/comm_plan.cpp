@@ -36,7 +36,7 @@ CommPlan plan_comm(const TrainConfig& c, const CommFacts& f) {
   plan.graph_average = c.gpu.graph_allreduce == GraphAllreduce::between ? GraphAverage::between : GraphAverage::in_graph;
   const Switch peer = c.gpu.peer_allreduce;
   // auto: two ranks, or up to 4 of one machine, where the small buckets' one-shot exchange beat
-  // NCCL's (4x H100: the GRU and MNIST at 4 x 64 +3%, ResNet-18 and the transformer unchanged;
+  // NCCL's (4x H100: the GRU and MNIST at 4 x 64 +2-3%, ResNet-18 and the transformer unchanged;
   // buckets too large for it stay NCCL's).
   const bool auto_ranks = f.world_size == 2 || (f.world_size <= kAutoPeerMaxRanks && f.local_world_size == f.world_size);
   const bool asked = peer == Switch::on || (peer == Switch::automatic && auto_ranks);
