@@ -23,13 +23,23 @@ def short(name, width=90):
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
-def load(spec, cats):
+def read_events(spec):
+    """A trace's path, its step count (TRACE.json:STEPS) and its events."""
     path, _, steps = spec.rpartition(":")
     if not path:
         path, steps = steps, "1"
     with open(path) as f:
         trace = json.load(f)
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    return path, max(1, int(steps)), trace["traceEvents"] if isinstance(trace, dict) else trace
+
+
+def load(spec, cats):
+    """path, steps, {kernel: (us, calls) per step}, busy us per step."""
+    path, n, events = read_events(spec)
+    return (path, n) + summarize(events, n, cats)
+
+
+def summarize(events, n, cats):
     per = collections.defaultdict(lambda: [0.0, 0])
     busy = 0.0
     for e in events:
@@ -40,23 +50,16 @@ def load(spec, cats):
         k[0] += d
         k[1] += 1
         busy += d
-    n = max(1, int(steps))
-    return path, n, {k: (v[0] / n, v[1] / n) for k, v in per.items()}, busy / n
+    return {k: (v[0] / n, v[1] / n) for k, v in per.items()}, busy / n
 
 
-def span_per_step(spec, cats):
-    """Microseconds from the first to the last event of `cats` in a trace, per traced step."""
-    path, _, steps = spec.rpartition(":")
-    if not path:
-        path, steps = steps, "1"
-    with open(path) as f:
-        trace = json.load(f)
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+def span_per_step(events, n, cats):
+    """Microseconds from the first to the last event of `cats`, per traced step."""
     times = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events
              if e.get("ph") == "X" and e.get("cat") in cats]
     if not times:
         return 0.0
-    return (max(t[1] for t in times) - min(t[0] for t in times)) / max(1, int(steps))
+    return (max(t[1] for t in times) - min(t[0] for t in times)) / n
 
 
 def main():
@@ -68,10 +71,13 @@ def main():
     p.add_argument("--span", action="store_true", help="also the time from the first to the last event, per step "
                    "(busy plus idle; on one stream, the step's GPU time)")
     a = p.parse_args()
-    runs = [load(s, ("cpu_op",) if a.ops else GPU_CATS) for s in a.traces]
     cats = ("cpu_op",) if a.ops else GPU_CATS
-    for spec, (path, n, _, busy) in zip(a.traces, runs):
-        span = f", span {span_per_step(spec, cats):.1f} us per step (first to last)" if a.span else ""
+    runs = []
+    for spec in a.traces:  # each trace read once
+        path, n, events = read_events(spec)
+        per, busy = summarize(events, n, cats)
+        runs.append((path, n, per, busy))
+        span = f", span {span_per_step(events, n, cats):.1f} us per step (first to last)" if a.span else ""
         print(f"{path}: {n} step(s), {'host op' if a.ops else 'GPU busy'} {busy:.1f} us per step{span}")
     names = set().union(*(r[2].keys() for r in runs))
     zero = (0.0, 0.0)
