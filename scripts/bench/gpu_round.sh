@@ -13,8 +13,8 @@
 #   zero     shard_optimizer.py: ZeRO-1 vs unsharded, the transformer at 2 and 4 GPUs (WORLDS=), memory
 #   clipsync host CUDA syncs of 3000-step MNIST runs at 2 GPUs: plain, --clip-grad-norm, sharded, both
 #   four     three_workloads.py, every workload at 1, 2 and 4 GPUs (NPROCS=) with the Python peers
-#   scale    the GRU and MNIST at batch 64 on 1, 2 and 4 GPUs (SCALE_WORLDS=), each multi-GPU run with
-#            its process group and peer all-reduce choices, ROUNDS= times interleaved, 3 epochs of
+#   scale    the GRU and MNIST (SCALE_WORKLOADS=) at batch 64 on 1, 2 and 4 GPUs, each run a
+#            GPUs:variant of SCALE_CFGS= (default, old, nccl, peer, peergloo), ROUNDS= times interleaved, 3 epochs of
 #            ~1000 steps (SCALE_STEPS=), host syncs counted; rate = the steady epochs' mean; variant
 #            old runs OLD_B's binaries (an earlier commit's build) for an A/B in the same call
 #   gruprof2 profiles of gru_bench at 1 and 2 GPUs (batch GRUPROF_BATCH, 64): GPU busy and span per
