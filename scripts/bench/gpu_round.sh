@@ -14,9 +14,11 @@
 #   clipsync host CUDA syncs of 3000-step MNIST runs at 2 GPUs: plain, --clip-grad-norm, sharded, both
 #   four     three_workloads.py, every workload at 1, 2 and 4 GPUs (NPROCS=) with the Python peers
 #   scale    the GRU and MNIST (SCALE_WORKLOADS=) at batch 64 on 1, 2 and 4 GPUs, each run a
-#            GPUs:variant of SCALE_CFGS= (default, old, nccl, peer, peergloo), ROUNDS= times interleaved, 3 epochs of
+#            GPUs:variant of SCALE_CFGS= (default, old, nccl, peer, peergloo, env=A=1,B=2: default with those
+#            variables set), ROUNDS= times interleaved, 3 epochs of
 #            ~1000 steps (SCALE_STEPS=), host syncs counted; rate = the steady epochs' mean; variant
 #            old runs OLD_B's binaries (an earlier commit's build) for an A/B in the same call
+#   prof     profiles of PROF_WL (mnist, gru) at PROF_NPROCS (1 2) GPUs, batch PROF_BATCH, extra flags PROF_FLAGS
 #   gruprof2 profiles of gru_bench at 1 and 2 GPUs (batch GRUPROF_BATCH, 64): GPU busy and span per
 #            step, the kernels
 # Output in $OUT (the device tool's folder). Example:
@@ -86,7 +88,7 @@ for part in ${PARTS:-sync goodput snap}; do
     case $t in
       watch) timeout 120 ./tests/nonfinite_watch_test > $OUT/t-$t.log 2>&1 ;;
       gpu) timeout 300 ./tests/gpu_train_test --gtest_filter='TrainGpu.*' > $OUT/t-$t.log 2>&1 ;;
-      dist) timeout 300 ./tests/dist_train_test --gtest_filter='DistTrainGpu.*' > $OUT/t-$t.log 2>&1 ;;
+      dist) timeout 300 ./tests/dist_train_test --gtest_filter="${DIST_FILTER:-DistTrainGpu.*}" > $OUT/t-$t.log 2>&1 ;;
       shard) timeout 400 ./tests/shard_optimizer_test --gtest_filter='ShardOptimizerGpu.*' > $OUT/t-$t.log 2>&1 ;;
     esac
     echo "test $t rc=$? $(( $(date +%s) - s )) s: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' $OUT/t-$t.log | tr '\n' ' ' | cut -c1-300)"
@@ -119,7 +121,9 @@ for part in ${PARTS:-sync goodput snap}; do
   for r in $(seq ${ROUNDS:-2}); do
    for cfg in ${SCALE_CFGS:-1:default 2:default 2:nccl 4:default 4:peer 4:peergloo}; do
     n=${cfg%%:*}; v=${cfg#*:}
-    case $v in default|old) fl="" ;; nccl) fl="--backend nccl" ;; peer) fl="--peer-allreduce on" ;; peergloo) fl="--peer-allreduce on --backend gloo" ;; esac
+    envs=""
+    case $v in default|old) fl="" ;; nccl) fl="--backend nccl" ;; peer) fl="--peer-allreduce on" ;; peergloo) fl="--peer-allreduce on --backend gloo" ;;
+      env=*) fl=""; envs=${v#env=}; envs=${envs//,/ } ;; esac
     [ $n -gt $(nvidia-smi -L | wc -l) ] && continue
     SB=$B; [ $v = old ] && SB=${OLD_B:?set OLD_B to the bin folder of an older build}
     for wl in ${SCALE_WORKLOADS:-gru mnist}; do
@@ -128,8 +132,10 @@ for part in ${PARTS:-sync goodput snap}; do
       else
         cmd="$SB/train --data $TRAIN_FASHION_MNIST_DIR --limit-train-samples $((st * 64 * n < 60000 ? st * 64 * n : 60000)) --limit-test-samples 1000"
       fi
-      SYNC_FROM=100000 LD_PRELOAD=/tmp/synctrace.so timeout 120 $B/trainctl local --nproc $n --no-prefix -- $cmd --device cuda --batch-size 64 --epochs 3 --tf32 off --precision fp32 --seed 1 --log-interval 1000000 $fl > $OUT/sc.out 2> $OUT/sc.err
-      echo "scale round $r $wl $n GPU(s) $v rc=$?: $(grep -o '"images_per_sec_steady":[0-9.]*\|"epoch_images_per_sec":[0-9.]*' $OUT/sc.out | tr '\n' ' ') syncs/rank $(grep -o 'SYNCCOUNT.*' $OUT/sc.err | head -1 | cut -c1-80) | $(grep -o 'backend [a-z]*' $OUT/sc.err | head -1)"
+      env $envs SYNC_FROM=100000 LD_PRELOAD=/tmp/synctrace.so timeout 120 $B/trainctl local --nproc $n --no-prefix -- $cmd --device cuda --batch-size 64 --epochs 3 --tf32 off --precision fp32 --seed 1 --log-interval ${SCALE_LOGI:-1000000} $fl > $OUT/sc.out 2> $OUT/sc.err
+      echo "scale round $r $wl $n GPU(s) $v rc=$?: $(grep -o '"images_per_sec_steady":[0-9.]*\|"epoch_images_per_sec":[0-9.]*' $OUT/sc.out | tr '\n' ' ') syncs/rank $(grep -o 'SYNCCOUNT.*' $OUT/sc.err | head -1 | cut -c1-80) | $(grep -o 'backend [a-z]*' $OUT/sc.err | head -1) | $(grep -o '[0-9]* of [0-9]* gradient buckets.*' $OUT/sc.err | head -1 | cut -c1-150)"
+      # with SCALE_LOGI: the progress lines' rates inside the epochs (lines 3+ of an epoch: the host waits for the line before last)
+      [ -n "${SCALE_LOGI:-}" ] && echo "  lines: $(cat $OUT/sc.out $OUT/sc.err | grep -o 'Train Epoch: [0-9]* .*' | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /\/s$/) print $3, $4, $(i-1) }' | awk '{ n[$1]++; if (n[$1] >= 3) print $3 }' | sort -n | awk '{ a[NR] = $1 } END { if (NR) printf "median %s of %d (min %s max %s)", a[int((NR + 1) / 2)], NR, a[1], a[NR] }')"
     done
    done
   done
@@ -143,6 +149,23 @@ for part in ${PARTS:-sync goodput snap}; do
   done
   python3 scripts/bench/trace_summary.py /tmp/prof2/w1/trace-rank0.json:50 /tmp/prof2/w2/trace-rank0.json:50 /tmp/prof2/w2/trace-rank1.json:50 --span --top 30 > $OUT/gru2_kernels.txt 2>&1; head -45 $OUT/gru2_kernels.txt
   (cd /tmp/prof2 && tar czf $OUT/gru2_traces.tgz w1/trace-rank0.json w2/trace-rank0.json w2/trace-rank1.json)
+  ;;
+ prof)
+  # profiles of one workload (PROF_WL: gru or mnist, batch PROF_BATCH) at PROF_NPROCS GPUs, steps 300-349
+  rm -rf /tmp/prof && mkdir -p /tmp/prof
+  pb=${PROF_BATCH:-64}; specs=""
+  for n in ${PROF_NPROCS:-1 2}; do
+    [ $n -gt $(nvidia-smi -L | wc -l) ] && continue
+    if [ ${PROF_WL:-mnist} = gru ]; then
+      cmd="$B/gru_bench --train-sequences $((1000 * pb * n))"
+    else
+      cmd="$B/train --data $TRAIN_FASHION_MNIST_DIR --limit-test-samples 1000"
+    fi
+    timeout 120 $B/trainctl local --nproc $n --no-prefix -- $cmd --device cuda --batch-size $pb --epochs 20 --max-steps 400 --log-interval 1000000 --tf32 off --profile /tmp/prof/w$n --profile-steps 300:349 ${PROF_FLAGS:-} > $OUT/p.out 2> $OUT/p.err; echo "prof ${PROF_WL:-mnist} $n GPU(s) rc=$?"
+    specs="$specs /tmp/prof/w$n/trace-rank0.json:50"; [ $n -gt 1 ] && specs="$specs /tmp/prof/w$n/trace-rank$((n - 1)).json:50"
+  done
+  python3 scripts/bench/trace_summary.py $specs --span --top 30 > $OUT/prof_${PROF_WL:-mnist}.txt 2>&1; head -50 $OUT/prof_${PROF_WL:-mnist}.txt
+  (cd /tmp/prof && tar czf $OUT/prof_${PROF_WL:-mnist}.tgz $(cd /tmp/prof && ls */trace-rank*.json))
   ;;
  snap2)
   for r in 1 2; do for e in auto 0; do

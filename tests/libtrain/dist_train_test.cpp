@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 using train::test::bin;
@@ -282,8 +283,10 @@ TEST(DistTrainGpu, TwoGpuRanksMatchOneRankWithDoubleBatch) {
 // mean a lost or stale chunk, or a fused update (small buckets update in the same kernel) that
 // rounds unlike the separate one. Two epochs with the default CUDA-graph step and Adadelta,
 // dropout on, each epoch's last, smaller batch averaged eagerly (peer memory or NCCL); the
-// default run's process group is Gloo (no NCCL at all), --peer-allreduce off's is NCCL. A second
-// peer run shows the peer path repeats itself bit for bit.
+// default run's process group is Gloo (no NCCL at all), --peer-allreduce off's is NCCL. The CNN's
+// small buckets (the convolutions') go the low-latency way, its large one (the linear layers')
+// one-shot: both kernels' sums are checked. A second peer run shows the peer path repeats itself
+// bit for bit.
 TEST(DistTrainGpu, PeerAllreduceGivesNcclsBitsOnTwoGpus) {
   const int gpus = train::test::nvidia_gpus();
   if (gpus < 2) GTEST_SKIP() << "needs 2 NVIDIA GPUs, found " << gpus << ": run scripts/gpu-check.sh on a node with 2 GPUs (docs/gpu.md)";
@@ -299,6 +302,20 @@ TEST(DistTrainGpu, PeerAllreduceGivesNcclsBitsOnTwoGpus) {
     const bool used = r.err.find("averaged through the GPUs' peer memory") != std::string::npos;
     EXPECT_EQ(used, peer == "auto") << r.err;
     EXPECT_NE(r.err.find(peer == "auto" ? "backend gloo" : "backend nccl"), std::string::npos) << r.err;
+    if (used) {
+      // "3 of 3 gradient buckets (... bytes) averaged through the GPUs' peer memory (2 small ones the low-latency way)"
+      int buckets = 0, total = 0, low_latency = -1;
+      const size_t at = r.err.find(" gradient buckets (");
+      const size_t ll = r.err.find(" small ones the low-latency way", at);
+      if (at != std::string::npos && ll != std::string::npos) {
+        const size_t line = r.err.rfind(": ", at);
+        std::sscanf(r.err.c_str() + line + 2, "%d of %d", &buckets, &total);
+        low_latency = std::atoi(r.err.c_str() + r.err.rfind('(', ll) + 1);
+      }
+      EXPECT_EQ(buckets, total) << r.err;
+      EXPECT_GT(low_latency, 0) << "no bucket went the low-latency way\n" << r.err;
+      EXPECT_LT(low_latency, buckets) << "no bucket went one-shot\n" << r.err;
+    }
     auto j = done_json(r);
     std::printf("[peer all-reduce] --peer-allreduce %s: %s steps %d test_loss %.9f\n", peer.c_str(),
                 j.value("params_sha256", std::string("?")).c_str(), j.value("steps", 0), j.value("test_loss", 0.0));

@@ -32,8 +32,7 @@ struct GraphCommState {
 
   struct Bucket {
     at::Tensor flat;         // one message for several gradients, or undefined
-    int peer_slot = -1;      // >= 0: averaged by the peer all-reduce, in this message slot
-    size_t peer_offset = 0;  // where its message starts in the peer buffers (floats)
+    int peer_slot = -1;      // >= 0: averaged by the peer all-reduce as this message
   };
   Reducer* reducer = nullptr;
   const NcclCalls* nccl = nullptr;
@@ -198,11 +197,11 @@ class PeerGraphHook : public CommHook {
     for (const PeerInput& in : inputs) numel += in.numel;
     if (s.updated_in_buckets && inputs.size() == grads.size() && numel * 4 <= GraphCommState::kFlatBucketBytes) {
       const bool updated = s.epilogue->run_fused(s.params_of(k), [&](const PeerFusedEpilogue& fused) {
-        s.peer->average(b.peer_slot, b.peer_offset, inputs, out, s.side_stream->stream(), &fused);
+        s.peer->average(b.peer_slot, inputs, out, s.side_stream->stream(), &fused);
       });
       if (updated) return;
     }
-    s.peer->average(b.peer_slot, b.peer_offset, inputs, out, s.side_stream->stream());
+    s.peer->average(b.peer_slot, inputs, out, s.side_stream->stream());
     s.update_bucket(k);
   }
 
@@ -221,7 +220,7 @@ class PeerEagerHook : public CommHook {
     GraphCommState& s = *s_;
     const GraphCommState::Bucket& b = s.buckets[k];
     std::vector<at::Tensor> grads = s.grads_of(k);
-    s.peer->average(b.peer_slot, b.peer_offset, s.peer_inputs(k, grads), s.peer_out(k, grads),
+    s.peer->average(b.peer_slot, s.peer_inputs(k, grads), s.peer_out(k, grads),
                     c10::cuda::getCurrentCUDAStream().stream());
     if (b.flat.defined()) s.rebind_to_flat(k, grads, /*keep=*/false);
   }
@@ -237,7 +236,7 @@ class PeerEagerHook : public CommHook {
 void setup_peer(GraphCommState& s, ProcessGroup& pg, const std::string& peer_flag) {
   const Reducer& r = *s.reducer;
   const int64_t max_bytes = s.comm != nullptr ? GraphCommState::kPeerMaxBytes : std::numeric_limits<int64_t>::max();
-  size_t capacity = 0;
+  std::vector<int64_t> messages;
   int slots = 0;
   int64_t bytes = 0;
   std::vector<size_t> peer_flat;  // flat buffers only the peer path needs
@@ -246,8 +245,7 @@ void setup_peer(GraphCommState& s, ProcessGroup& pg, const std::string& peer_fla
     GraphCommState::Bucket& b = s.buckets[k];
     if (gb.numel * 4 * (s.world - 1) > max_bytes) continue;
     b.peer_slot = slots++;
-    b.peer_offset = capacity;
-    capacity += (static_cast<size_t>(gb.numel) + 63) / 64 * 64;
+    messages.push_back(gb.numel);
     bytes += gb.numel * 4;
     if (gb.params.size() > 1 && !b.flat.defined()) {
       b.flat = at::empty({gb.numel}, r.params().front().options().dtype(at::kFloat).requires_grad(false));
@@ -256,7 +254,7 @@ void setup_peer(GraphCommState& s, ProcessGroup& pg, const std::string& peer_fla
   }
   if (slots == 0) return;
   std::string why;
-  s.peer = PeerReduce::create(details::core_of(pg), slots, capacity, &why);
+  s.peer = PeerReduce::create(details::core_of(pg), messages, &why);
   if (!s.peer) {
     for (GraphCommState::Bucket& b : s.buckets) b.peer_slot = -1;
     for (size_t k : peer_flat) s.buckets[k].flat = at::Tensor();  // NCCL sends large buckets as they are
@@ -264,7 +262,8 @@ void setup_peer(GraphCommState& s, ProcessGroup& pg, const std::string& peer_fla
     return;
   }
   log::info("--peer-allreduce " + peer_flag + ": " + std::to_string(slots) + " of " + std::to_string(s.buckets.size()) +
-            " gradient buckets (" + std::to_string(bytes) + " bytes) averaged through the GPUs' peer memory" +
+            " gradient buckets (" + std::to_string(bytes) + " bytes) averaged through the GPUs' peer memory (" +
+            std::to_string(s.peer->low_latency_messages()) + " small ones the low-latency way)" +
             (static_cast<size_t>(slots) < s.buckets.size() ? ", NCCL for the rest" : ""));
 }
 

@@ -12,7 +12,7 @@ namespace train::detail {
 bool adadelta_fused_available() { return false; }
 int adadelta_fused_launch(const AdadeltaFusedTensor*, int, const AdadeltaFusedOptions&, void*) { return -1; }
 bool peer_allreduce_available() { return false; }
-size_t peer_buffer_bytes(int, size_t) { return 0; }
+size_t peer_buffer_bytes(int, size_t, size_t, int) { return 0; }
 int peer_allreduce_launch(const PeerMaps&, const PeerCall&, void*) { return -1; }
 int adadelta_peer_launch(const PeerMaps&, const PeerCall&, const void*, void*) { return -1; }
 bool nonfinite_fused_available() { return false; }

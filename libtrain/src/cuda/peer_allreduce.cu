@@ -6,8 +6,9 @@
 
 namespace train::detail {
 
-size_t peer_buffer_bytes(int slots, size_t capacity) {
-  return peer_kernel::flag_area_bytes(slots) + 2 * peer_kernel::half_floats(capacity) * sizeof(float);
+size_t peer_buffer_bytes(int slots, size_t capacity, size_t ll_capacity, int world) {
+  return peer_kernel::flag_area_bytes(slots) + 2 * peer_kernel::half_floats(capacity) * sizeof(float) +
+         2 * static_cast<size_t>(world) * ll_capacity * sizeof(uint64_t);
 }
 
 bool peer_allreduce_available() { return true; }

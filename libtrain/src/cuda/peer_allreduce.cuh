@@ -19,6 +19,11 @@
 // epoch up to which rank r's block b has packed its chunk into rank r's buffer (written by rank r
 // into every rank's buffer).
 //
+// A low-latency call (PeerCall::low_latency) packs nothing and raises no flag: each element goes to
+// every other rank as one 8-byte word, {the float's bits, e}, stored into that rank's words for this
+// rank, half e % 2; the reader waits until each word it needs carries e (an aligned 8-byte store
+// is seen whole or not at all, so the epoch vouches for the bits beside it).
+//
 // Why it is safe: a call's epoch e is the slot's counter + 1, read by every block at its start;
 // the last block to finish stores e (every block read the counter before it counted itself
 // done). Rank r packs call e into half e % 2; a peer reads that half of r's buffer only after r
@@ -70,7 +75,7 @@ struct Args {
   size_t offset;
   float* out;
   int64_t n;
-  int64_t chunk;  // floats per block, a multiple of 4
+  int64_t chunk;  // floats per block, a multiple of 4 (one-shot)
   uint64_t timeout_ns;
 };
 
@@ -86,6 +91,22 @@ __device__ uint32_t* flag(unsigned char* base, int slots, int slot, int block, i
 __device__ float* data_half(const PeerMaps& m, int rank, uint32_t epoch) {
   auto* data = reinterpret_cast<float*>(m.base[rank] + flag_area_bytes(m.slots));
   return data + (epoch & 1u) * half_floats(m.capacity);
+}
+
+// Rank `src`'s run of low-latency words in `base`'s buffer, in the half of `epoch`.
+__device__ uint64_t* ll_words(unsigned char* base, const PeerMaps& m, uint32_t epoch, int src) {
+  auto* words = reinterpret_cast<uint64_t*>(base + flag_area_bytes(m.slots) + 2 * half_floats(m.capacity) * sizeof(float));
+  return words + ((epoch & 1u) * static_cast<size_t>(m.world) + static_cast<size_t>(src)) * m.ll_capacity;
+}
+
+__device__ void store_relaxed_sys(uint64_t* p, uint64_t v) {
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ uint64_t load_relaxed_sys(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
 }
 
 __device__ void store_release_sys(uint32_t* p, uint32_t v) {
@@ -250,6 +271,89 @@ __global__ void __launch_bounds__(kThreads) peer_allreduce_kernel(const Args a, 
   }
 }
 
+// The low-latency kernel: this block's elements go to every other rank as words (1), then each
+// element's average is the sum, in rank order, of this rank's own value and the words the others
+// sent (2), with the epilogue's work on it. Each thread reads, sends, sums and writes the same
+// elements, so `out` may be an input's own memory.
+__device__ float wait_word(const uint64_t* p, uint32_t epoch, const Args& a, int peer) {
+  uint64_t w = load_relaxed_sys(p);
+  if (static_cast<uint32_t>(w >> 32) != epoch) {
+    const uint64_t start = global_ns();
+    for (uint32_t spins = 1; static_cast<uint32_t>((w = load_relaxed_sys(p)) >> 32) != epoch; ++spins) {
+      if (a.timeout_ns != 0 && spins % 4096 == 0 && global_ns() - start > a.timeout_ns) {
+        printf("libtrain peer all-reduce: rank %d waited %llu s for rank %d (slot %d, block %d); aborting\n", a.maps.rank,
+               static_cast<unsigned long long>(a.timeout_ns / 1000000000ull), peer, a.slot, blockIdx.x);
+        __trap();
+      }
+    }
+  }
+  return __uint_as_float(static_cast<uint32_t>(w));
+}
+
+template <class Epilogue>
+__global__ void __launch_bounds__(kThreads) peer_ll_kernel(const Args a, const Epilogue e) {
+  const PeerMaps& m = a.maps;
+  unsigned char* mine = m.base[m.rank];
+  __shared__ uint32_t epoch_shared;
+  if (threadIdx.x == 0) epoch_shared = *reinterpret_cast<volatile uint32_t*>(counters(mine, a.slot)) + 1u;
+  __syncthreads();
+  const uint32_t epoch = epoch_shared;
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * a.chunk;
+  const int64_t end = begin + a.chunk < a.n ? begin + a.chunk : a.n;
+
+  // 1. Send: each element, with the epoch, into every other rank's words for this rank.
+  uint64_t* to[kPeerMaxRanks];
+  for (int r = 0; r < m.world; ++r) to[r] = ll_words(m.base[r], m, epoch, m.rank) + a.offset;
+  int64_t first = 0;
+  for (int k = 0; k < a.input_count; ++k) {
+    const int64_t last = first + a.inputs[k].numel;
+    const int64_t lo = begin > first ? begin : first;
+    const int64_t hi = end < last ? end : last;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads) {
+      const uint64_t w = (static_cast<uint64_t>(epoch) << 32) | __float_as_uint(a.inputs[k].data[i - first]);
+      for (int r = 0; r < m.world; ++r) {
+        if (r != m.rank) store_relaxed_sys(to[r] + i, w);
+      }
+    }
+    first = last;
+  }
+
+  // 2. Sum in rank order, the same arithmetic as sum_range's.
+  const float inv = 1.0f / static_cast<float>(m.world);
+  const uint64_t* from[kPeerMaxRanks];
+  for (int r = 0; r < m.world; ++r) from[r] = ll_words(mine, m, epoch, r) + a.offset;
+  const typename Epilogue::Block eb = e.begin_block();
+  first = 0;
+  for (int k = 0; k < a.input_count; ++k) {
+    const int64_t last = first + a.inputs[k].numel;
+    const int64_t lo = begin > first ? begin : first;
+    const int64_t hi = end < last ? end : last;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads) {
+      float s = 0.0f;
+      for (int r = 0; r < m.world; ++r) {
+        const float v = r == m.rank ? a.inputs[k].data[i - first] : wait_word(from[r] + i, epoch, a, r);
+        s = r == 0 ? v : s + v;
+      }
+      const float g = s * inv;
+      a.out[i] = g;
+      if (Epilogue::kActive) e.apply1(eb, k, i - first, g);
+    }
+    first = last;
+  }
+
+  // 3. The last block done makes this epoch the slot's (as the one-shot kernel does).
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t* c = counters(mine, a.slot);
+    __threadfence();
+    if (atomicAdd(c + 1, 1u) == gridDim.x - 1) {
+      c[1] = 0;
+      *reinterpret_cast<volatile uint32_t*>(c) = epoch;
+      __threadfence();
+    }
+  }
+}
+
 /// The plain average: no epilogue.
 struct NoEpilogue {
   static constexpr bool kActive = false;
@@ -277,7 +381,9 @@ int peer_allreduce_launch_with(const PeerMaps& maps, const PeerCall& call, const
     a.n += call.inputs[k].numel;
   }
   if (a.n == 0) return 0;
-  if (call.offset + static_cast<size_t>(a.n) > maps.capacity) return static_cast<int>(cudaErrorInvalidValue);
+  if (call.offset + static_cast<size_t>(a.n) > (call.low_latency ? maps.ll_capacity : maps.capacity)) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
   a.input_count = call.input_count;
   a.slot = call.slot;
   a.offset = call.offset;
@@ -285,6 +391,15 @@ int peer_allreduce_launch_with(const PeerMaps& maps, const PeerCall& call, const
   a.timeout_ns = call.timeout_ns;
   if (!e.fits(call)) return static_cast<int>(cudaErrorInvalidValue);
   static_assert(kMaxBlocks <= kPeerMaxBlocks, "one flag per block and rank");
+  if (call.low_latency) {
+    // One element a thread where the message is small: the words' trips run side by side.
+    int64_t blocks = (a.n + kThreads - 1) / kThreads;
+    if (blocks > kMaxBlocks) blocks = kMaxBlocks;
+    a.chunk = (a.n + blocks - 1) / blocks;
+    blocks = (a.n + a.chunk - 1) / a.chunk;
+    peer_ll_kernel<Epilogue><<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a, e);
+    return static_cast<int>(cudaGetLastError());
+  }
   const int64_t per_block_min = int64_t{kThreads} * kMinFloatsPerThread;
   int64_t blocks = (a.n + per_block_min - 1) / per_block_min;
   if (blocks > kMaxBlocks) blocks = kMaxBlocks;

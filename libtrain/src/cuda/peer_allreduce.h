@@ -3,7 +3,11 @@
 // block copies its chunk of the inputs into this rank's buffer, tells the same block on every
 // other rank that the chunk is there, waits for theirs, and sums every rank's chunk in rank
 // order (so every rank gets the same bits). For the small messages of a small model's step this
-// is a few microseconds where NCCL's protocol costs ten or more. Captured in CUDA graphs like any
+// is a few microseconds where NCCL's protocol costs ten or more. A small message can go the
+// low-latency way instead (PeerCall::low_latency): each element travels to every other rank as one
+// 8-byte word of its bits and the call's epoch, written straight into that rank's buffer, and a
+// reader waits for the words that carry the epoch: no copy, no flag, no fence, no read across the
+// link, the same sums. Captured in CUDA graphs like any
 // kernel: the epoch that pairs the ranks' calls lives in device memory. A caller may fuse its own
 // element-wise work on the averages into the same kernel (PeerFusedEpilogue, peer_allreduce.cuh).
 // Plain C++ interface: no torch or CUDA headers.
@@ -17,20 +21,24 @@ namespace train::detail {
 constexpr int kPeerMaxRanks = 8;
 constexpr int kPeerMaxInputs = 24;
 constexpr int kPeerMaxBlocks = 256;
+/// The largest message that may go the low-latency way: its words take 2 x 8 bytes a float and rank.
+constexpr int64_t kPeerLowLatencyMaxFloats = 32768;
 
-/// Each rank's buffer, as this process maps it: a flag area for `slots` messages, then two data
-/// halves of `capacity` floats. Calls alternate between the halves by epoch, so a rank never
+/// Each rank's buffer, as this process maps it: a flag area for `slots` messages, two data halves
+/// of `capacity` floats, then the low-latency words: two halves, each one run of `ll_capacity`
+/// words per sending rank. Calls alternate between the halves by epoch, so a rank never
 /// overwrites what a slower peer may still be reading.
 struct PeerMaps {
   unsigned char* base[kPeerMaxRanks] = {};
   int rank = 0;
   int world = 0;
   int slots = 0;
-  size_t capacity = 0;  ///< floats per data half
+  size_t capacity = 0;     ///< floats per data half
+  size_t ll_capacity = 0;  ///< low-latency words per half and sending rank
 };
 
 /// Bytes one rank's buffer needs (all zero before the first call).
-size_t peer_buffer_bytes(int slots, size_t capacity);
+size_t peer_buffer_bytes(int slots, size_t capacity, size_t ll_capacity, int world);
 
 /// One input's memory (dense, read in storage order).
 struct PeerInput {
@@ -51,7 +59,8 @@ struct PeerFusedEpilogue {
 
 struct PeerCall {
   int slot = 0;             ///< this message's flags: the same on every rank, one per message
-  size_t offset = 0;        ///< floats into each data half where the message starts (a multiple of 64)
+  size_t offset = 0;        ///< floats (words) into each data half (low-latency run) where the message starts (a multiple of 64)
+  bool low_latency = false; ///< the message goes as words straight into the other ranks' buffers
   const PeerInput* inputs = nullptr;
   int input_count = 0;      ///< concatenated in order into the message
   float* out = nullptr;     ///< the average, one dense message (may be an input's own memory)

@@ -41,7 +41,8 @@ bool from_hex(const std::string& s, void* data, size_t n) {
 
 }  // namespace
 
-std::unique_ptr<PeerReduce> PeerReduce::create(ProcessGroupImpl& pg, int slots, size_t capacity, std::string* why_not) {
+std::unique_ptr<PeerReduce> PeerReduce::create(ProcessGroupImpl& pg, const std::vector<int64_t>& messages,
+                                               std::string* why_not) {
   auto fail = [&](const std::string& why) -> std::unique_ptr<PeerReduce> {
     if (why_not) *why_not = why;
     return nullptr;
@@ -50,7 +51,7 @@ std::unique_ptr<PeerReduce> PeerReduce::create(ProcessGroupImpl& pg, int slots, 
   const int rank = pg.env.rank;
   if (!peer_allreduce_available()) return fail("this build has no peer all-reduce kernel");
   if (world < 2 || world > kPeerMaxRanks) return fail("world size " + std::to_string(world) + " is out of range");
-  if (slots < 1 || capacity == 0) return fail("nothing to reduce");
+  if (messages.empty()) return fail("nothing to reduce");
   const ShmGroup::Exchange ex = pg.store_exchange();
   const std::string prefix = "peer/" + std::to_string(pg.peer_groups_created++) + "/";
   if (!ShmGroup::all_on_one_machine(ex, prefix, rank, world)) return fail("the ranks are not all on one machine");
@@ -58,21 +59,42 @@ std::unique_ptr<PeerReduce> PeerReduce::create(ProcessGroupImpl& pg, int slots, 
   std::unique_ptr<PeerReduce> p(new PeerReduce());
   p->maps_.rank = rank;
   p->maps_.world = world;
-  p->maps_.slots = slots;
-  p->maps_.capacity = capacity;
+  p->maps_.slots = static_cast<int>(messages.size());
+  for (int64_t floats : messages) {
+    Message m;
+    m.floats = floats;
+    m.low_latency = floats <= kPeerLowLatencyMaxFloats;
+    size_t& used = m.low_latency ? p->maps_.ll_capacity : p->maps_.capacity;
+    m.offset = used;
+    used += (static_cast<size_t>(floats) + 63) / 64 * 64;
+    p->messages_.push_back(m);
+  }
   p->timeout_ns_ = static_cast<uint64_t>(pg.timeout.count()) * 1000000ull;
   std::string problem = p->map_peers(pg, prefix);
   problem = ShmGroup::first_problem_of_any_rank(ex, prefix + "mapped/", rank, world, problem);
   if (!problem.empty()) return fail(problem);
-  problem = ShmGroup::first_problem_of_any_rank(ex, prefix + "checked/", rank, world, p->check("the check all-reduce"));
+  // One check call through the first message of each way (every rank makes the same calls).
+  std::string checked;
+  for (bool ll : {false, true}) {
+    for (size_t i = 0; i < p->messages_.size() && checked.empty(); ++i) {
+      if (p->messages_[i].low_latency != ll) continue;
+      checked = p->check(static_cast<int>(i), ll ? "the low-latency check all-reduce" : "the check all-reduce");
+      break;
+    }
+  }
+  problem = ShmGroup::first_problem_of_any_rank(ex, prefix + "checked/", rank, world, checked);
   if (!problem.empty()) return fail(problem);
   return p;
+}
+
+int PeerReduce::low_latency_messages() const {
+  return static_cast<int>(std::count_if(messages_.begin(), messages_.end(), [](const Message& m) { return m.low_latency; }));
 }
 
 // This rank's buffer (zeroed), its handle published, every other rank's handle opened.
 std::string PeerReduce::map_peers(ProcessGroupImpl& pg, const std::string& prefix) {
   const ShmGroup::Exchange ex = pg.store_exchange();
-  const size_t bytes = peer_buffer_bytes(maps_.slots, maps_.capacity);
+  const size_t bytes = peer_buffer_bytes(maps_.slots, maps_.capacity, maps_.ll_capacity, maps_.world);
   std::string problem;
   cudaIpcMemHandle_t handle{};
   if (cudaError_t e = cudaMalloc(&own_, bytes); e != cudaSuccess) {
@@ -108,10 +130,10 @@ std::string PeerReduce::map_peers(ProcessGroupImpl& pg, const std::string& prefi
   return problem;
 }
 
-// A small all-reduce through the mapped buffers (slot 0; every rank runs it, so the epochs stay
-// paired), compared with the same sums on the host.
-std::string PeerReduce::check(const std::string& where) {
-  const int64_t n = static_cast<int64_t>(std::min<size_t>(maps_.capacity, 4099));
+// A small all-reduce through the mapped buffers, in `message`'s place (every rank runs it, so the
+// epochs stay paired), compared with the same sums on the host.
+std::string PeerReduce::check(int message, const std::string& where) {
+  const int64_t n = std::min<int64_t>(messages_[message].floats, 4099);
   std::vector<float> host(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) host[i] = static_cast<float>(i % 97) * 0.25f + static_cast<float>(maps_.rank);
   float* dev = nullptr;
@@ -124,6 +146,9 @@ std::string PeerReduce::check(const std::string& where) {
   }
   const PeerInput in{dev, n};
   PeerCall call;
+  call.slot = message;
+  call.offset = messages_[message].offset;
+  call.low_latency = messages_[message].low_latency;
   call.inputs = &in;
   call.input_count = 1;
   call.out = dev;
@@ -151,11 +176,13 @@ std::string PeerReduce::check(const std::string& where) {
   return "";
 }
 
-void PeerReduce::average(int slot, size_t offset, const std::vector<PeerInput>& inputs, float* out, void* stream,
+void PeerReduce::average(int message, const std::vector<PeerInput>& inputs, float* out, void* stream,
                          const PeerFusedEpilogue* fused) const {
+  const Message& m = messages_.at(static_cast<size_t>(message));
   PeerCall call;
-  call.slot = slot;
-  call.offset = offset;
+  call.slot = message;
+  call.offset = m.offset;
+  call.low_latency = m.low_latency;
   call.inputs = inputs.data();
   call.input_count = static_cast<int>(inputs.size());
   call.out = out;
@@ -164,7 +191,7 @@ void PeerReduce::average(int slot, size_t offset, const std::vector<PeerInput>& 
   const int e = peer_allreduce_launch(maps_, call, stream);
   if (e != 0) (void)cudaGetLastError();
   // A c10::Error: inside a capture, the step falls back to eager on every rank.
-  TORCH_CHECK(e == 0, "the peer all-reduce of gradient message ", slot,
+  TORCH_CHECK(e == 0, "the peer all-reduce of gradient message ", message,
               " could not be launched: ", cudaGetErrorString(static_cast<cudaError_t>(e)));
 }
 

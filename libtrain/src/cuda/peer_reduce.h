@@ -18,27 +18,38 @@ struct ProcessGroupImpl;
 
 class PeerReduce {
  public:
-  /// Collective: every rank of `pg` calls it with the same slots and capacity (floats per
-  /// message half). Null on every rank, with the reason in *why_not, unless every rank runs on
-  /// this machine and each maps every other's GPU memory and the check all-reduce gives the
+  /// Collective: every rank of `pg` calls it with the same messages (floats each; a message's
+  /// index is its slot). Messages up to kPeerLowLatencyMaxFloats go the low-latency way, the
+  /// others one-shot. Null on every rank, with the reason in *why_not, unless every rank runs on
+  /// this machine and each maps every other's GPU memory and the check all-reduces give the
   /// expected numbers everywhere.
-  static std::unique_ptr<PeerReduce> create(ProcessGroupImpl& pg, int slots, size_t capacity, std::string* why_not);
+  static std::unique_ptr<PeerReduce> create(ProcessGroupImpl& pg, const std::vector<int64_t>& messages,
+                                            std::string* why_not);
   ~PeerReduce();
   PeerReduce(const PeerReduce&) = delete;
   PeerReduce& operator=(const PeerReduce&) = delete;
 
-  /// Queues the average of the inputs (concatenated) into `out` on `stream` (a cudaStream_t),
-  /// with `fused`, the caller's epilogue, in the same kernel. Throws (c10::Error) if the launch fails.
-  void average(int slot, size_t offset, const std::vector<PeerInput>& inputs, float* out, void* stream,
+  /// Queues the average of the inputs (concatenated, at most the message's floats) into `out` on
+  /// `stream` (a cudaStream_t), with `fused`, the caller's epilogue, in the same kernel. Throws
+  /// (c10::Error) if the launch fails.
+  void average(int message, const std::vector<PeerInput>& inputs, float* out, void* stream,
                const PeerFusedEpilogue* fused = nullptr) const;
 
+  /// How many of the messages go the low-latency way.
+  int low_latency_messages() const;
   int world() const { return maps_.world; }
 
  private:
   PeerReduce() = default;
   std::string map_peers(ProcessGroupImpl& pg, const std::string& prefix);
-  std::string check(const std::string& where);
+  std::string check(int message, const std::string& where);
 
+  struct Message {
+    size_t offset = 0;  // floats into the data halves, or words into the low-latency runs
+    int64_t floats = 0;
+    bool low_latency = false;
+  };
+  std::vector<Message> messages_;
   PeerMaps maps_;
   void* own_ = nullptr;
   std::vector<void*> opened_;
