@@ -100,7 +100,7 @@ if(TRAIN_HAVE_CUDA)
     # (its architecture list) reach nvcc. The CUDA runtime comes with torch (torch::cudart in
     # TORCH_LIBRARIES): link no second one.
     add_library(train_cuda_kernels OBJECT ${_train_src}/cuda/adadelta_fused.cu ${_train_src}/cuda/adadelta_peer.cu
-                ${_train_src}/cuda/nonfinite_fused.cu ${_train_src}/cuda/peer_allreduce.cu)
+                ${_train_src}/cuda/graph_memsets.cu ${_train_src}/cuda/nonfinite_fused.cu ${_train_src}/cuda/peer_allreduce.cu)
     set_target_properties(train_cuda_kernels PROPERTIES CUDA_ARCHITECTURES "${TRAIN_CUDA_ARCHITECTURES}"
                           CUDA_RUNTIME_LIBRARY None POSITION_INDEPENDENT_CODE ON)
     target_sources(train PRIVATE $<TARGET_OBJECTS:train_cuda_kernels>)

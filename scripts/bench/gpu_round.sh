@@ -87,7 +87,7 @@ for part in ${PARTS:-sync goodput snap}; do
     s=$(date +%s)
     case $t in
       watch) timeout 120 ./tests/nonfinite_watch_test > $OUT/t-$t.log 2>&1 ;;
-      gpu) timeout 300 ./tests/gpu_train_test --gtest_filter='TrainGpu.*' > $OUT/t-$t.log 2>&1 ;;
+      gpu) timeout 300 ./tests/gpu_train_test --gtest_filter="${GPU_FILTER:-TrainGpu.*}" > $OUT/t-$t.log 2>&1 ;;
       dist) timeout 300 ./tests/dist_train_test --gtest_filter="${DIST_FILTER:-DistTrainGpu.*}" > $OUT/t-$t.log 2>&1 ;;
       shard) timeout 400 ./tests/shard_optimizer_test --gtest_filter='ShardOptimizerGpu.*' > $OUT/t-$t.log 2>&1 ;;
     esac

@@ -5,6 +5,7 @@
 #include "comm/reducer.h"
 #include "cuda/adadelta_epilogue.h"
 #include "cuda/graph_comm.h"
+#include "cuda/graph_memsets.h"
 #include "cuda/shard_graph.h"
 #include "nonfinite.h"
 #include "sharded_optimizer.h"
@@ -18,6 +19,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
@@ -245,7 +247,7 @@ class CudaGraphStep : public TrainStep {
   // One rank: the whole step, gradients created inside the graph's pool.
   void capture() {
     parts_.optimizer->zero_grad();
-    graph_ = std::make_unique<at::cuda::CUDAGraph>();
+    graph_ = new_graph();
     graph_->capture_begin();
     try {
       loss_ = step_on(parts_, graph_batches());
@@ -254,7 +256,7 @@ class CudaGraphStep : public TrainStep {
       abandon_capture(*graph_);
       throw;
     }
-    graph_->capture_end();
+    end_capture(*graph_);
     keep_norms();
   }
 
@@ -320,7 +322,7 @@ class CudaGraphStep : public TrainStep {
     release_grads();
     parts_.optimizer->zero_grad();
     c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream();
-    graph_ = std::make_unique<at::cuda::CUDAGraph>();
+    graph_ = new_graph();
     UseHooks use(*parts_.reducer, comm_->capture_hooks());
     // Thread-local capture: c10d's watchdog thread keeps polling earlier collectives' events.
     graph_->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
@@ -335,7 +337,7 @@ class CudaGraphStep : public TrainStep {
       abandon_capture(*graph_);
       throw;
     }
-    graph_->capture_end();
+    end_capture(*graph_);
     keep_norms();
   }
 
@@ -352,7 +354,7 @@ class CudaGraphStep : public TrainStep {
     comm->bind_grads(*parts_.reducer);  // the backward accumulates into the reduce-scatter's input
     UseHooks use(*parts_.reducer, parts_.reducer->all_buckets(comm, /*manual=*/true));
     UseCollectives collectives(*comm, shard_graph_);
-    graph_ = std::make_unique<at::cuda::CUDAGraph>();
+    graph_ = new_graph();
     graph_->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
     try {
       shard_graph_->begin(c10::cuda::getCurrentCUDAStream());
@@ -367,7 +369,7 @@ class CudaGraphStep : public TrainStep {
       abandon_capture(*graph_);
       throw;
     }
-    graph_->capture_end();
+    end_capture(*graph_);
     keep_norms();
   }
 
@@ -375,7 +377,7 @@ class CudaGraphStep : public TrainStep {
   // eager all-reduce between the replays sums them, update_ averages and applies them.
   void capture_split() {
     bind_flat_grads();
-    graph_ = std::make_unique<at::cuda::CUDAGraph>();
+    graph_ = new_graph();
     {
       Unreduced off(parts_.reducer);
       graph_->capture_begin();
@@ -386,9 +388,9 @@ class CudaGraphStep : public TrainStep {
         abandon_capture(*graph_);
         throw;
       }
-      graph_->capture_end();
+      end_capture(*graph_);
     }
-    update_ = std::make_unique<at::cuda::CUDAGraph>();
+    update_ = new_graph();
     update_->capture_begin(graph_->pool());
     try {
       flat_grads_.div_(static_cast<double>(parts_.world_size));
@@ -398,8 +400,23 @@ class CudaGraphStep : public TrainStep {
       abandon_capture(*update_);
       throw;
     }
-    update_->capture_end();
+    end_capture(*update_);
     keep_norms();
+  }
+
+  // A graph that keeps its captured form until end_capture has rewritten it.
+  static std::unique_ptr<at::cuda::CUDAGraph> new_graph() {
+    return std::make_unique<at::cuda::CUDAGraph>(/*keep_graph=*/true);
+  }
+
+  // Ends the capture, turns its memset nodes into kernels (graph_memsets.h: the GPU idles after a
+  // memset node) and instantiates the graph.
+  static void end_capture(at::cuda::CUDAGraph& graph) {
+    graph.capture_end();
+    int replaced = 0;
+    C10_CUDA_CHECK(static_cast<cudaError_t>(graph_memsets_to_kernels(graph.raw_cuda_graph(), &replaced)));
+    log::debug("CUDA graph: " + std::to_string(replaced) + " memset nodes now kernels");
+    graph.instantiate();
   }
 
   static void abandon_capture(at::cuda::CUDAGraph& graph) {
