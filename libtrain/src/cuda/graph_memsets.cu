@@ -12,6 +12,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxBlocks = 1024;
+constexpr size_t kMaxRows = 64;
 
 // What cudaMemset2D writes: `height` rows of `width` elements of `element` bytes (1, 2 or 4),
 // `pitch` bytes apart, each element the low bytes of `value`. Rows of one element size start at
@@ -65,6 +66,8 @@ int graph_memsets_to_kernels(void* graph_ptr, int* replaced) {
     cudaMemsetParams m;
     if (cudaError_t e = cudaGraphMemsetNodeGetParams(node, &m); e != cudaSuccess) return e;
     if (m.elementSize != 1 && m.elementSize != 2 && m.elementSize != 4) continue;
+    // The kernel goes one row at a time: many rows would make it slow. Such a memset stays.
+    if (m.height > kMaxRows) continue;
     size_t n_in = 0, n_out = 0;
     if (cudaError_t e = cudaGraphNodeGetDependencies(node, nullptr, nullptr, &n_in); e != cudaSuccess) return e;
     if (cudaError_t e = cudaGraphNodeGetDependentNodes(node, nullptr, nullptr, &n_out); e != cudaSuccess) return e;

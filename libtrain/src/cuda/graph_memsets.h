@@ -11,7 +11,7 @@ namespace train::detail {
 bool graph_memsets_available();
 
 /// Replaces each memset node of `graph` (a cudaGraph_t, captured, not yet instantiated) whose
-/// edges are plain ones by a kernel node that writes the same bytes, with the same dependencies.
+/// edges are plain ones and that sets at most 64 rows by a kernel node that writes the same bytes, with the same dependencies.
 /// Returns the CUDA error code (0 on success); *replaced counts the nodes replaced.
 int graph_memsets_to_kernels(void* graph, int* replaced);
 
