@@ -73,7 +73,7 @@ if(TRAIN_HAVE_CUDA)
   target_compile_definitions(train PRIVATE USE_C10D_NCCL)
   target_include_directories(train PRIVATE ${TRAIN_NCCL_INCLUDE_DIR} ${TRAIN_CUDA_INCLUDE_DIR})
   target_sources(train PRIVATE
-    ${_train_src}/cuda/adadelta_epilogue.cpp
+    ${_train_src}/cuda/optimizer_epilogues.cpp
     ${_train_src}/cuda/adadelta_fused_step.cpp
     ${_train_src}/cuda/cuda_device.cpp
     ${_train_src}/cuda/graph_comm.cpp
@@ -100,6 +100,7 @@ if(TRAIN_HAVE_CUDA)
     # (its architecture list) reach nvcc. The CUDA runtime comes with torch (torch::cudart in
     # TORCH_LIBRARIES): link no second one.
     add_library(train_cuda_kernels OBJECT ${_train_src}/cuda/adadelta_fused.cu ${_train_src}/cuda/adadelta_peer.cu
+                ${_train_src}/cuda/adam_peer.cu
                 ${_train_src}/cuda/graph_memsets.cu ${_train_src}/cuda/nonfinite_fused.cu ${_train_src}/cuda/peer_allreduce.cu)
     set_target_properties(train_cuda_kernels PROPERTIES CUDA_ARCHITECTURES "${TRAIN_CUDA_ARCHITECTURES}"
                           CUDA_RUNTIME_LIBRARY None POSITION_INDEPENDENT_CODE ON)

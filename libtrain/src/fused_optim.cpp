@@ -3,6 +3,7 @@
 // ATen's CPU fused kernels run with the rate as a number, as Python's do.
 #include "train/fused_optim.h"
 
+#include "fused_adam_buckets.h"
 #include "train/error.h"
 
 #include <ATen/ops/_foreach_add.h>
@@ -16,6 +17,7 @@
 #include <c10/core/GradMode.h>
 #include <torch/optim/serialize.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -178,7 +180,7 @@ namespace {
 /// the fused kernel.
 template <bool kDecoupled>
 void adam_update(torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params, const AdamHyper& h,
-                 const at::Tensor* lr_tensor) {
+                 const at::Tensor* lr_tensor, bool advance = true) {
   std::vector<at::Tensor> grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps;
   auto& states = optimizer.state();
   for (const auto& p : params) {
@@ -201,7 +203,7 @@ void adam_update(torch::optim::Optimizer& optimizer, const std::vector<at::Tenso
     if (h.amsgrad) max_exp_avg_sqs.push_back(st.max_exp_avg_sq());
     steps.push_back(st.step());
   }
-  at::_foreach_add_(steps, 1);
+  if (advance) at::_foreach_add_(steps, 1);
   const std::optional<at::Tensor> none;
   if (kDecoupled && lr_tensor != nullptr) {
     at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, *lr_tensor, h.beta1, h.beta2,
@@ -275,3 +277,149 @@ void FusedAdamW::load(torch::serialize::InputArchive& archive) {
 }
 
 }  // namespace train::optim
+
+namespace train::details {
+namespace {
+
+struct Found {
+  optim::FusedOptimizer* optimizer = nullptr;
+  bool decoupled = true;
+};
+
+Found fused_adam(torch::optim::Optimizer& optimizer) {
+  if (auto* adamw = dynamic_cast<optim::FusedAdamW*>(&optimizer)) return {adamw, true};
+  if (auto* adam = dynamic_cast<optim::FusedAdam*>(&optimizer)) return {adam, false};
+  return {};
+}
+
+// The group that holds `p`, or -1.
+int group_of(const torch::optim::Optimizer& optimizer, const at::Tensor& p) {
+  const auto& groups = optimizer.param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (const auto& q : groups[g].params()) {
+      if (q.is_same(p)) return static_cast<int>(g);
+    }
+  }
+  return -1;
+}
+
+optim::AdamHyper hyper_of_group(const Found& f, size_t group) {
+  const auto& options = f.optimizer->param_groups()[group].options();
+  if (f.decoupled) return optim::hyper_of<torch::optim::AdamWOptions>(options);
+  return optim::hyper_of<torch::optim::AdamOptions>(options);
+}
+
+optim::FusedAdamParamState* state_of(torch::optim::Optimizer& optimizer, const at::Tensor& p) {
+  auto it = optimizer.state().find(p.unsafeGetTensorImpl());
+  return it == optimizer.state().end() ? nullptr : dynamic_cast<optim::FusedAdamParamState*>(it->second.get());
+}
+
+bool laid_out_like(const at::Tensor& t, const at::Tensor& p) {
+  return t.defined() && t.device() == p.device() && t.scalar_type() == at::kFloat && t.strides() == p.strides() &&
+         t.sizes() == p.sizes();
+}
+
+// `params` split by group, in their order within each.
+std::vector<std::pair<size_t, std::vector<at::Tensor>>> by_group(const torch::optim::Optimizer& optimizer,
+                                                                 const std::vector<at::Tensor>& params) {
+  std::vector<std::pair<size_t, std::vector<at::Tensor>>> split;
+  for (const auto& p : params) {
+    const int g = group_of(optimizer, p);
+    TORCH_CHECK(g >= 0, "a parameter of the bucket is not the optimizer's");
+    const auto group = static_cast<size_t>(g);
+    auto it = std::find_if(split.begin(), split.end(), [&](const auto& s) { return s.first == group; });
+    if (it == split.end()) {
+      split.push_back({group, {}});
+      it = split.end() - 1;
+    }
+    it->second.push_back(p);
+  }
+  return split;
+}
+
+}  // namespace
+
+bool FusedAdamBuckets::applies(torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params,
+                               std::string* why) {
+  const Found f = fused_adam(optimizer);
+  auto no = [&](const std::string& reason) {
+    *why = reason;
+    return false;
+  };
+  if (f.optimizer == nullptr) return no("not a FusedAdam or FusedAdamW");
+  if (params.empty()) return no("no parameters");
+  for (const auto& p : params) {
+    const int g = group_of(optimizer, p);
+    if (g < 0) return no("a parameter the step averages is not the optimizer's");
+    if (!p.is_cuda() || p.scalar_type() != at::kFloat || !p.is_non_overlapping_and_dense()) {
+      return no("a parameter is not a dense float32 CUDA tensor");
+    }
+    const auto* st = state_of(optimizer, p);
+    if (st == nullptr || !st->step().defined() || st->step().device() != p.device() ||
+        st->step().scalar_type() != at::kFloat || st->step().numel() != 1) {
+      return no("a parameter has no state on its device yet (no eager step before)");
+    }
+    if (!laid_out_like(st->exp_avg(), p) || !laid_out_like(st->exp_avg_sq(), p)) {
+      return no("a parameter's moments are not laid out like it");
+    }
+    if (hyper_of_group(f, static_cast<size_t>(g)).amsgrad && !laid_out_like(st->max_exp_avg_sq(), p)) {
+      return no("a parameter's amsgrad maximum is not laid out like it");
+    }
+    const auto& rates = f.optimizer->rates_;
+    if (static_cast<size_t>(g) >= rates.size() || !rates[static_cast<size_t>(g)].tensor.defined() ||
+        rates[static_cast<size_t>(g)].tensor.device() != p.device()) {
+      return no("a group's rate is not in device memory yet (no eager step before)");
+    }
+  }
+  return true;
+}
+
+void FusedAdamBuckets::advance_steps(torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> steps;
+  for (const auto& p : params) {
+    auto* st = state_of(optimizer, p);
+    TORCH_CHECK(st != nullptr, "advancing the step count of a parameter without state");
+    steps.push_back(st->step());
+  }
+  at::_foreach_add_(steps, 1);
+}
+
+void FusedAdamBuckets::update(torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params) {
+  at::NoGradGuard no_grad;
+  const Found f = fused_adam(optimizer);
+  TORCH_CHECK(f.optimizer != nullptr, "a bucket's Adam update with another optimizer");
+  for (const auto& [g, same] : by_group(optimizer, params)) {
+    const optim::AdamHyper h = hyper_of_group(f, g);
+    const at::Tensor& lr = f.optimizer->device_lr(g, same.front().device());
+    if (f.decoupled) {
+      optim::adam_update<true>(optimizer, same, h, &lr, /*advance=*/false);
+    } else {
+      optim::adam_update<false>(optimizer, same, h, &lr, /*advance=*/false);
+    }
+  }
+}
+
+std::optional<FusedAdamBuckets::Hyper> FusedAdamBuckets::describe(torch::optim::Optimizer& optimizer,
+                                                                  const std::vector<at::Tensor>& params,
+                                                                  std::vector<Tensors>* tensors) {
+  const Found f = fused_adam(optimizer);
+  if (f.optimizer == nullptr || params.empty()) return std::nullopt;
+  const auto split = by_group(optimizer, params);
+  if (split.size() != 1) return std::nullopt;
+  const optim::AdamHyper h = hyper_of_group(f, split.front().first);
+  if (h.amsgrad) return std::nullopt;
+  tensors->clear();
+  for (const auto& p : params) {
+    const auto* st = state_of(optimizer, p);
+    TORCH_CHECK(st != nullptr, "describing the update of a parameter without state");
+    tensors->push_back({p, st->exp_avg(), st->exp_avg_sq(), st->step()});
+  }
+  Hyper out;
+  out.beta1 = h.beta1, out.beta2 = h.beta2, out.eps = h.eps, out.weight_decay = h.weight_decay;
+  out.decoupled = f.decoupled;
+  out.lr = f.optimizer->device_lr(split.front().first, params.front().device());
+  return out;
+}
+
+}  // namespace train::details

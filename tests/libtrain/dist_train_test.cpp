@@ -330,8 +330,9 @@ TEST(DistTrainGpu, PeerAllreduceGivesNcclsBitsOnTwoGpus) {
 }
 
 // Two GPU ranks, the fused optimizers with a per-step warm-up + cosine schedule: the CUDA-graph
-// step (gradients averaged inside the graph, NCCL or the peer all-reduce) lands on the eager
-// step's bits, rate refreshes and all.
+// step (gradients averaged inside the graph, NCCL or the peer all-reduce; Adam's and AdamW's
+// update on each bucket as its average lands, inside the peer kernel for the small ones) lands on
+// the eager step's bits, rate refreshes and all.
 TEST(DistTrainGpu, FusedOptimizersWithPerStepScheduleGraphEqualsEagerOnTwoGpus) {
   const int gpus = train::test::nvidia_gpus();
   if (gpus < 2) GTEST_SKIP() << "needs 2 NVIDIA GPUs, found " << gpus << ": run scripts/gpu-check.sh on a node with 2 GPUs (docs/gpu.md)";
@@ -351,6 +352,15 @@ TEST(DistTrainGpu, FusedOptimizersWithPerStepScheduleGraphEqualsEagerOnTwoGpus) 
         if (graph == "on") {
           EXPECT_NE(r.err.find("training step: CUDA graph"), std::string::npos) << r.err;
           EXPECT_EQ(r.err.find("capturing the step failed"), std::string::npos) << r.err;
+          // Adam and AdamW update each bucket after its average (inside the peer kernel where
+          // the peer all-reduce takes the bucket); SGD after every average.
+          const size_t at = r.err.find("the optimizer updates each gradient bucket once it is averaged (");
+          EXPECT_EQ(at != std::string::npos, std::string(opt) != "sgd") << r.err;
+          if (at != std::string::npos) {
+            const std::string line = r.err.substr(at, r.err.find('\n', at) - at);
+            std::printf("[%s, --peer-allreduce %s] %s\n", opt, peer, line.c_str());
+            EXPECT_EQ(line.find("(0 of") == std::string::npos, std::string(peer) == "auto") << line;
+          }
         }
         return done_json(r);
       };
@@ -369,36 +379,44 @@ TEST(DistTrainGpu, FusedOptimizersWithPerStepScheduleGraphEqualsEagerOnTwoGpus) 
 // step (3 micro-batches without averaging, the 4th averaged inside the graph by NCCL or the peer
 // all-reduce, or by one eager all-reduce between two graphs; then the clipping and the update)
 // lands on the eager step's bits. 3000 samples leave each epoch a last, shorter step, run eagerly.
+// Without clipping, AdamW's update runs on each bucket after its average (the step counts advanced
+// at the capture's start, before the micro-batches): the same bits.
 TEST(DistTrainGpu, AccumulationAndClippingGraphEqualsEagerOnTwoGpus) {
   const int gpus = train::test::nvidia_gpus();
   if (gpus < 2) GTEST_SKIP() << "needs 2 NVIDIA GPUs, found " << gpus << ": run scripts/gpu-check.sh on a node with 2 GPUs (docs/gpu.md)";
   if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
   struct Case {
     std::string optimizer, graph_allreduce, peer;
+    bool clip = true;
   };
   for (const Case& k : {Case{"adamw", "in-graph", "off"}, Case{"adamw", "in-graph", "auto"},
-                        Case{"adamw", "between", "off"}, Case{"adadelta", "in-graph", "auto"}}) {
+                        Case{"adamw", "between", "off"}, Case{"adadelta", "in-graph", "auto"},
+                        Case{"adamw", "in-graph", "auto", false}}) {
     auto run = [&](const std::string& graph) {
       std::vector<std::string> a = {bin("train"), "--data", train::test::fashion_mnist_dir(), "--epochs", "2",
                                     "--limit-train-samples", "3000", "--limit-test-samples", "1000", "--batch-size",
-                                    "8", "--accumulate-steps", "4", "--clip-grad-norm", "0.5", "--device", "cuda",
+                                    "8", "--accumulate-steps", "4", "--device", "cuda",
                                     "--deterministic", "--tf32", "off", "--precision", "fp32", "--no-dropout",
                                     "--log-interval", "1000", "--optimizer", k.optimizer, "--graph-allreduce",
                                     k.graph_allreduce, "--peer-allreduce", k.peer, "--cuda-graph", graph};
+      if (k.clip) a.insert(a.end(), {"--clip-grad-norm", "0.5"});
       auto r = run_program(local_command(2, a));
       EXPECT_EQ(r.exit_code, 0) << r.err;
       if (graph == "on") {
         EXPECT_NE(r.err.find("training step: CUDA graph"), std::string::npos) << r.err;
         EXPECT_NE(r.err.find("accumulated micro-batches of 8"), std::string::npos) << r.err;
-        EXPECT_NE(r.err.find("gradients clipped in the graph"), std::string::npos) << r.err;
+        EXPECT_EQ(r.err.find("gradients clipped in the graph") != std::string::npos, k.clip) << r.err;
+        EXPECT_EQ(r.err.find("updates each gradient bucket once it is averaged") != std::string::npos,
+                  !k.clip && k.graph_allreduce == "in-graph")
+            << r.err;
         EXPECT_EQ(r.err.find("capturing the step failed"), std::string::npos) << r.err;
       }
       return done_json(r);
     };
     const auto eager = run("off");
     const auto graph = run("on");
-    std::printf("[2 GPUs, accumulate 4 + clip, %s, %s, --peer-allreduce %s] graph %s vs eager %s\n",
-                k.optimizer.c_str(), k.graph_allreduce.c_str(), k.peer.c_str(),
+    std::printf("[2 GPUs, accumulate 4%s, %s, %s, --peer-allreduce %s] graph %s vs eager %s\n",
+                k.clip ? " + clip" : "", k.optimizer.c_str(), k.graph_allreduce.c_str(), k.peer.c_str(),
                 graph.value("params_sha256", std::string("?")).c_str(), eager.value("params_sha256", std::string("?")).c_str());
     EXPECT_EQ(graph["steps"], eager["steps"]);
     EXPECT_EQ(graph["params_sha256"], eager["params_sha256"])

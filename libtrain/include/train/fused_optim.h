@@ -14,6 +14,10 @@
 
 #include <vector>
 
+namespace train::details {
+struct FusedAdamBuckets;  // libtrain's CUDA step: the update one gradient bucket at a time (private)
+}  // namespace train::details
+
 namespace train::optim {
 
 /// What the three fused optimizers share: each parameter group's rate in device memory.
@@ -34,6 +38,7 @@ class FusedOptimizer : public torch::optim::Optimizer, public DeviceStateOptimiz
   std::vector<std::vector<at::Tensor>> params_with_grads(size_t group) const;
 
  private:
+  friend struct details::FusedAdamBuckets;
   struct Rate {
     at::Tensor tensor;  // float32 [] on the group's device
     double value = 0;   // what it holds

@@ -17,6 +17,12 @@ class BucketEpilogue {
  public:
   virtual ~BucketEpilogue() = default;
 
+  /// At the start of a step's capture, on the stream the buckets' epilogues will run on (forked
+  /// from the capture's): work the whole step's epilogues need first (Adam's step counts). False,
+  /// with nothing queued, where the epilogues won't run this step (the step updates after the
+  /// averages); true commits every bucket's run() to succeed.
+  virtual bool begin() { return true; }
+
   /// Queues the epilogue of the bucket whose parameters are `params` (their gradients averaged)
   /// on the current stream. False, with nothing queued, where it doesn't apply.
   virtual bool run(const std::vector<at::Tensor>& params) = 0;

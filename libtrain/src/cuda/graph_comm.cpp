@@ -42,13 +42,16 @@ struct GraphCommState {
   std::unique_ptr<PeerReduce> peer;      // buckets with a peer_slot go through it
   std::shared_ptr<BucketEpilogue> epilogue;  // set: try it on each bucket after its average
   bool updated_in_buckets = false;           // this capture ran the epilogue on every bucket
+  int fused_updates = 0;                     // buckets whose epilogue ran inside the peer kernel
+  bool told = false;                         // the updates' placement was logged
   std::optional<c10::cuda::CUDAStream> capture_stream, side_stream;
   std::vector<cudaEvent_t> forks;
-  cudaEvent_t join = nullptr;
+  cudaEvent_t start = nullptr, join = nullptr;
   std::vector<at::Tensor> kept;  // gradients copied into a flat bucket: the graph still writes them
 
   ~GraphCommState() {
     for (cudaEvent_t e : forks) (void)cudaEventDestroy(e);
+    if (start != nullptr) (void)cudaEventDestroy(start);
     if (join != nullptr) (void)cudaEventDestroy(join);
   }
 
@@ -199,7 +202,10 @@ class PeerGraphHook : public CommHook {
       const bool updated = s.epilogue->run_fused(s.params_of(k), [&](const PeerFusedEpilogue& fused) {
         s.peer->average(b.peer_slot, inputs, out, s.side_stream->stream(), &fused);
       });
-      if (updated) return;
+      if (updated) {
+        ++s.fused_updates;
+        return;
+      }
     }
     s.peer->average(b.peer_slot, inputs, out, s.side_stream->stream());
     s.update_bucket(k);
@@ -298,6 +304,7 @@ std::unique_ptr<GraphComm> GraphComm::create(Reducer& reducer, ProcessGroup& pg,
   s->side_stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, reducer.params().front().device().index());
   s->forks.resize(s->buckets.size(), nullptr);
   for (cudaEvent_t& e : s->forks) C10_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  C10_CUDA_CHECK(cudaEventCreateWithFlags(&s->start, cudaEventDisableTiming));
   C10_CUDA_CHECK(cudaEventCreateWithFlags(&s->join, cudaEventDisableTiming));
   log::debug("--graph-allreduce in-graph: " + std::to_string(s->buckets.size()) + " gradient buckets");
   return std::unique_ptr<GraphComm>(new GraphComm(std::move(s)));
@@ -319,15 +326,31 @@ std::optional<Reducer::Hooks> GraphComm::eager_hooks() const {
   return state_->reducer->all_buckets(std::make_shared<PeerEagerHook>(state_), /*manual=*/true);
 }
 
+// The side stream forks at the capture's start for the epilogue's first work (beside the
+// forward), then at each bucket.
 void GraphComm::begin(const c10::cuda::CUDAStream& capture_stream) {
-  state_->capture_stream = capture_stream;
-  state_->kept.clear();
-  state_->updated_in_buckets = state_->epilogue != nullptr;
+  GraphCommState& s = *state_;
+  s.capture_stream = capture_stream;
+  s.kept.clear();
+  s.fused_updates = 0;
+  s.updated_in_buckets = false;
+  if (s.epilogue == nullptr) return;
+  C10_CUDA_CHECK(cudaEventRecord(s.start, capture_stream.stream()));
+  C10_CUDA_CHECK(cudaStreamWaitEvent(s.side_stream->stream(), s.start, 0));
+  c10::cuda::CUDAStreamGuard on_side(*s.side_stream);
+  s.updated_in_buckets = s.epilogue->begin();
 }
 
 void GraphComm::join() {
-  C10_CUDA_CHECK(cudaEventRecord(state_->join, state_->side_stream->stream()));
-  C10_CUDA_CHECK(cudaStreamWaitEvent(state_->capture_stream->stream(), state_->join, 0));
+  GraphCommState& s = *state_;
+  C10_CUDA_CHECK(cudaEventRecord(s.join, s.side_stream->stream()));
+  C10_CUDA_CHECK(cudaStreamWaitEvent(s.capture_stream->stream(), s.join, 0));
+  if (s.updated_in_buckets && !s.told) {
+    s.told = true;
+    log::info("--graph-allreduce in-graph: the optimizer updates each gradient bucket once it is averaged (" +
+              std::to_string(s.fused_updates) + " of " + std::to_string(s.buckets.size()) +
+              " inside the peer all-reduce's kernel)");
+  }
 }
 
 bool GraphComm::updated_in_buckets() const { return state_->updated_in_buckets; }

@@ -3,7 +3,7 @@
 // before each replay; everything else (activations, gradients, the reducer's buckets, the loss)
 // lives in the graph's private memory pool. CUDA builds only.
 #include "comm/reducer.h"
-#include "cuda/adadelta_epilogue.h"
+#include "cuda/optimizer_epilogues.h"
 #include "cuda/graph_comm.h"
 #include "cuda/graph_memsets.h"
 #include "cuda/shard_graph.h"
@@ -305,11 +305,12 @@ class CudaGraphStep : public TrainStep {
     if (parts_.graph_average != GraphAverage::in_graph) return false;
     if (!comm_tried_) {
       comm_tried_ = true;
-      // The optimizer's epilogue on each bucket (the fused Adadelta's update), wired here: the
-      // communication knows no optimizer.
+      // The optimizer's epilogue on each bucket (the fused Adadelta's, Adam's or AdamW's
+      // update), wired here: the communication knows no optimizer.
       // Clipping needs every bucket's average before any update: no per-bucket epilogue then.
-      comm_ = GraphComm::create(*parts_.reducer, *parts_.process_group,
-                                parts_.clip != nullptr ? nullptr : bucket_epilogue_of(*parts_.optimizer), parts_.peer,
+      std::shared_ptr<BucketEpilogue> epilogue;
+      if (parts_.clip == nullptr) epilogue = bucket_epilogue_of(*parts_.optimizer, parts_.reducer->params());
+      comm_ = GraphComm::create(*parts_.reducer, *parts_.process_group, std::move(epilogue), parts_.peer,
                                 choice_name(parts_.peer_flag));
     }
     return comm_ != nullptr;

@@ -1,9 +1,10 @@
 // A CUDA build without a CUDA compiler: libtrain's own kernels (adadelta_fused.cu,
-// peer_allreduce.cu, adadelta_peer.cu, nonfinite_fused.cu, graph_memsets.cu) aren't compiled, and these say so. The fused Adadelta falls
+// peer_allreduce.cu, adadelta_peer.cu, adam_peer.cu, nonfinite_fused.cu, graph_memsets.cu) aren't compiled, and these say so. The fused Adadelta falls
 // back to torch's foreach ops; the GPUs average through NCCL instead of each other's memory; the non-finite watch notes
 // with ATen ops.
 #include "cuda/adadelta_fused.h"
 #include "cuda/adadelta_peer.h"
+#include "cuda/adam_peer.h"
 #include "cuda/graph_memsets.h"
 #include "cuda/nonfinite_fused.h"
 #include "cuda/peer_allreduce.h"
@@ -16,6 +17,7 @@ bool peer_allreduce_available() { return false; }
 size_t peer_buffer_bytes(int, size_t, size_t, int) { return 0; }
 int peer_allreduce_launch(const PeerMaps&, const PeerCall&, void*) { return -1; }
 int adadelta_peer_launch(const PeerMaps&, const PeerCall&, const void*, void*) { return -1; }
+int adam_peer_launch(const PeerMaps&, const PeerCall&, const void*, void*) { return -1; }
 bool graph_memsets_available() { return false; }
 int graph_memsets_to_kernels(void*, int* replaced) {
   if (replaced != nullptr) *replaced = 0;
