@@ -42,13 +42,7 @@ struct AdadeltaPeerEpilogue {
     adadelta_element(p, g, sq, acc, a.options, b.lr);
     u.param[j] = p, u.square_avg[j] = sq, u.acc_delta[j] = acc;
   }
-  __host__ bool fits(const PeerCall& call) const {
-    if (a.count != call.input_count) return false;
-    for (int k = 0; k < call.input_count; ++k) {
-      if (a.tensors[k].numel != call.inputs[k].numel) return false;
-    }
-    return true;
-  }
+  __host__ bool fits(const PeerCall& call) const { return a.fits(call); }
 };
 
 }  // namespace

@@ -10,11 +10,7 @@ namespace train::detail {
 
 /// The update of the parameter behind each input of a call, with the input's average as its
 /// gradient (the `grad` fields are not read).
-struct AdadeltaPeerArgs {
-  AdadeltaFusedTensor tensors[kPeerMaxInputs];
-  int count = 0;  ///< one per input of the call
-  AdadeltaFusedOptions options;
-};
+using AdadeltaPeerArgs = PeerUpdateArgs<AdadeltaFusedTensor, AdadeltaFusedOptions>;
 
 /// A PeerFusedEpilogue's launch: `args` is an AdadeltaPeerArgs. Returns the CUDA error code
 /// (cudaErrorInvalidValue where the tensors don't match the call's inputs one for one).

@@ -78,9 +78,9 @@ struct AdamPeerEpilogue {
     u.param[j] = p, u.exp_avg[j] = m, u.exp_avg_sq[j] = v;
   }
   __host__ bool fits(const PeerCall& call) const {
-    if (a.count != call.input_count || a.options.lr_device == nullptr) return false;
-    for (int k = 0; k < call.input_count; ++k) {
-      if (a.tensors[k].numel != call.inputs[k].numel || a.tensors[k].step == nullptr) return false;
+    if (!a.fits(call) || a.options.lr_device == nullptr) return false;
+    for (int k = 0; k < a.count; ++k) {
+      if (a.tensors[k].step == nullptr) return false;
     }
     return true;
   }

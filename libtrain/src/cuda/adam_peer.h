@@ -30,11 +30,7 @@ struct AdamFusedOptions {
 
 /// The update of the parameter behind each input of a call, with the input's average as its
 /// gradient.
-struct AdamPeerArgs {
-  AdamFusedTensor tensors[kPeerMaxInputs];
-  int count = 0;  ///< one per input of the call
-  AdamFusedOptions options;
-};
+using AdamPeerArgs = PeerUpdateArgs<AdamFusedTensor, AdamFusedOptions>;
 
 /// A PeerFusedEpilogue's launch: `args` is an AdamPeerArgs. Returns the CUDA error code
 /// (cudaErrorInvalidValue where the tensors don't match the call's inputs one for one).

@@ -3,9 +3,9 @@
 // before each replay; everything else (activations, gradients, the reducer's buckets, the loss)
 // lives in the graph's private memory pool. CUDA builds only.
 #include "comm/reducer.h"
-#include "cuda/optimizer_epilogues.h"
 #include "cuda/graph_comm.h"
 #include "cuda/graph_memsets.h"
+#include "cuda/optimizer_epilogues.h"
 #include "cuda/shard_graph.h"
 #include "nonfinite.h"
 #include "sharded_optimizer.h"

@@ -69,6 +69,24 @@ struct PeerCall {
   const PeerFusedEpilogue* fused = nullptr;
 };
 
+/// The arguments of an optimizer's update fused into the kernel: one descriptor per input of the
+/// call, in order (a `Tensor` has `numel`), and the options they share.
+template <class Tensor, class Options>
+struct PeerUpdateArgs {
+  Tensor tensors[kPeerMaxInputs];
+  int count = 0;
+  Options options;
+
+  /// One descriptor per input of `call`, each with the input's element count.
+  bool fits(const PeerCall& call) const {
+    if (count != call.input_count) return false;
+    for (int k = 0; k < count; ++k) {
+      if (tensors[k].numel != call.inputs[k].numel) return false;
+    }
+    return true;
+  }
+};
+
 /// Whether this build compiled the kernel.
 bool peer_allreduce_available();
 
