@@ -1,6 +1,8 @@
 // The fused optimizers (train/fused_optim.h) against Python's fused=True on the same inputs under
 // the same per-step warm-up + cosine rate; their checkpoints; the built-in schedules against
-// torch.optim.lr_scheduler.
+// torch.optim.lr_scheduler; FusedAdam(W)'s update bucket by bucket (a captured multi-GPU step's)
+// against the whole step.
+#include "fused_adam_buckets.h"
 #include "test_util.h"
 #include "train/error.h"
 #include "train/fused_optim.h"
@@ -123,6 +125,115 @@ TEST(FusedOptimizers, RejectBadOptions) {
   EXPECT_THROW(FusedSGD(p, torch::optim::SGDOptions(0.1).nesterov(true)), train::ConfigError);  // no momentum
   EXPECT_THROW(FusedAdamW(p, torch::optim::AdamWOptions(0.1).betas({0.9, 1.0})), train::ConfigError);
   EXPECT_THROW(FusedAdam(p, torch::optim::AdamOptions(0.1).eps(-1)), train::ConfigError);
+}
+
+// What a captured step on several GPUs does with FusedAdam(W) (libtrain/src/fused_adam_buckets.h):
+// the step counts advanced once, then each gradient bucket updated on its own, in any order and
+// across parameter groups, gives step()'s bits. Run on the CPU (ATen's CPU fused kernels, rates
+// exact in float: the bucket path reads the rate from a float tensor, step() on the CPU a double),
+// and on CUDA where a GPU is present.
+void buckets_equal_step(const std::string& name, const torch::Device& device) {
+  using train::details::FusedAdamBuckets;
+  torch::manual_seed(11);
+  std::vector<torch::Tensor> a, b;
+  for (const auto& s : kShapes) a.push_back(torch::randn(s).to(device).requires_grad_(true));
+  for (const auto& t : a) b.push_back(t.detach().clone().requires_grad_(true));
+  // Two groups: decay and a rate on the first, another rate and no decay on the second.
+  auto groups = [&](const std::vector<torch::Tensor>& ps) {
+    using torch::optim::AdamOptions, torch::optim::AdamWOptions;
+    std::vector<torch::optim::OptimizerParamGroup> out;
+    const std::vector<torch::Tensor> first{ps[0], ps[1]}, second{ps[2]};
+    if (name == "adam") {
+      out.emplace_back(first, std::make_unique<AdamOptions>(AdamOptions(0.015625).weight_decay(0.0078125)));
+      out.emplace_back(second, std::make_unique<AdamOptions>(0.03125));
+    } else {
+      out.emplace_back(first, std::make_unique<AdamWOptions>(AdamWOptions(0.015625).weight_decay(0.0078125)));
+      out.emplace_back(second, std::make_unique<AdamWOptions>(AdamWOptions(0.03125).weight_decay(0)));
+    }
+    return out;
+  };
+  std::unique_ptr<torch::optim::Optimizer> opt_a, opt_b;
+  if (name == "adam") {
+    opt_a = std::make_unique<train::optim::FusedAdam>(groups(a));
+    opt_b = std::make_unique<train::optim::FusedAdam>(groups(b));
+  } else {
+    opt_a = std::make_unique<train::optim::FusedAdamW>(groups(a));
+    opt_b = std::make_unique<train::optim::FusedAdamW>(groups(b));
+  }
+  auto grads = [](int k, const torch::Tensor& p) { return torch::sin(p.detach() * (k + 1)) * 0.1; };
+  for (int k = 0; k < 5; ++k) {
+    for (auto& p : a) p.mutable_grad() = grads(k, p);
+    for (auto& p : b) p.mutable_grad() = grads(k, p);
+    opt_a->step();
+    if (k == 0) {
+      opt_b->step();  // the state and the rates come from an eager step first
+      continue;
+    }
+    FusedAdamBuckets::advance_steps(*opt_b, b);
+    FusedAdamBuckets::update(*opt_b, {b[2], b[0]});  // a bucket across both groups
+    FusedAdamBuckets::update(*opt_b, {b[1]});
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(torch::equal(a[i], b[i])) << name << " on " << device << ", param " << i;
+    using State = train::optim::FusedAdamParamState;
+    const auto& sa = static_cast<const State&>(*opt_a->state().at(a[i].unsafeGetTensorImpl()));
+    const auto& sb = static_cast<const State&>(*opt_b->state().at(b[i].unsafeGetTensorImpl()));
+    EXPECT_TRUE(torch::equal(sa.exp_avg(), sb.exp_avg()) && torch::equal(sa.exp_avg_sq(), sb.exp_avg_sq()) &&
+                torch::equal(sa.step(), sb.step()))
+        << name << " on " << device << ", the state of param " << i;
+  }
+  // A caller's kernel gets one group's tensors and options, never a mix.
+  std::vector<FusedAdamBuckets::Tensors> tensors;
+  EXPECT_FALSE(FusedAdamBuckets::describe(*opt_b, {b[0], b[2]}, &tensors).has_value());
+  const auto hyper = FusedAdamBuckets::describe(*opt_b, {b[1], b[0]}, &tensors);
+  ASSERT_TRUE(hyper.has_value());
+  EXPECT_EQ(hyper->decoupled, name == "adamw");
+  EXPECT_EQ(hyper->weight_decay, 0.0078125);
+  ASSERT_EQ(tensors.size(), 2u);
+  EXPECT_TRUE(tensors[0].param.is_same(b[1]));
+  EXPECT_EQ(hyper->lr.item<double>(), 0.015625);
+}
+
+TEST(FusedOptimizers, BucketByBucketUpdatesGiveTheStepsBits) {
+  for (const char* name : {"adam", "adamw"}) buckets_equal_step(name, torch::kCPU);
+  if (!torch::cuda::is_available()) {
+    std::printf("[CUDA] not run: no CUDA GPU here (the CPU's kernels ran)\n");
+    return;
+  }
+  for (const char* name : {"adam", "adamw"}) buckets_equal_step(name, torch::kCUDA);
+}
+
+// Where the bucket-by-bucket update applies: FusedAdam(W) over CUDA parameters with state and a
+// rate on the device; elsewhere it says why.
+TEST(FusedOptimizers, BucketByBucketUpdatesSayWhyTheyDontApply) {
+  using train::details::FusedAdamBuckets;
+  std::vector<torch::Tensor> p{torch::ones({4}, torch::requires_grad())};
+  std::string why;
+  train::optim::FusedSGD sgd(p, torch::optim::SGDOptions(0.1));
+  EXPECT_FALSE(FusedAdamBuckets::applies(sgd, p, &why));
+  EXPECT_NE(why.find("not a FusedAdam or FusedAdamW"), std::string::npos) << why;
+  train::optim::FusedAdamW adamw(p, torch::optim::AdamWOptions(0.1));
+  EXPECT_FALSE(FusedAdamBuckets::applies(adamw, p, &why));
+  EXPECT_NE(why.find("not a dense float32 CUDA tensor"), std::string::npos) << why;
+  std::vector<torch::Tensor> other{torch::ones({4}, torch::requires_grad())};
+  EXPECT_FALSE(FusedAdamBuckets::applies(adamw, other, &why));
+  EXPECT_NE(why.find("is not the optimizer's"), std::string::npos) << why;
+  train::optim::FusedAdamW amsgrad(p, torch::optim::AdamWOptions(0.1).amsgrad(true));
+  p[0].mutable_grad() = torch::ones({4});
+  amsgrad.step();
+  std::vector<FusedAdamBuckets::Tensors> tensors;
+  EXPECT_FALSE(FusedAdamBuckets::describe(amsgrad, p, &tensors).has_value()) << "no amsgrad in a caller's kernel";
+  if (!torch::cuda::is_available()) {
+    std::printf("[CUDA] the no-state-yet case not run: no CUDA GPU here\n");
+    return;
+  }
+  std::vector<torch::Tensor> q{torch::ones({4}, torch::TensorOptions().device(torch::kCUDA)).requires_grad_(true)};
+  train::optim::FusedAdamW fresh(q, torch::optim::AdamWOptions(0.1));
+  EXPECT_FALSE(FusedAdamBuckets::applies(fresh, q, &why));
+  EXPECT_NE(why.find("no eager step before"), std::string::npos) << why;
+  q[0].mutable_grad() = torch::ones({4}, torch::TensorOptions().device(torch::kCUDA));
+  fresh.step();
+  EXPECT_TRUE(FusedAdamBuckets::applies(fresh, q, &why)) << why;
 }
 
 // The rate on the CPU never goes to the device: a captured step can't follow it there.
