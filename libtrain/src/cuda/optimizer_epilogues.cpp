@@ -69,6 +69,10 @@ class AdamEpilogue : public BucketEpilogue {
   bool run_fused(const std::vector<at::Tensor>& params,
                  const std::function<void(const PeerFusedEpilogue&)>& average) override {
     if (!armed_ || params.size() > static_cast<size_t>(kPeerMaxInputs)) return false;
+    // The kernel walks each gradient and its parameter's tensors in storage order: alike only.
+    for (const auto& p : params) {
+      if (!p.grad().defined() || p.grad().strides() != p.strides()) return false;
+    }
     std::vector<details::FusedAdamBuckets::Tensors> tensors;
     const auto hyper = details::FusedAdamBuckets::describe(optimizer_, params, &tensors);
     if (!hyper) return false;
