@@ -18,6 +18,12 @@ class Optimizer;
 
 namespace train::details {
 
+/// Whether every parameter of `optimizer` that requires a gradient is one of `params` (the
+/// parameters a step averages): an update bucket by bucket then leaves none of the optimizer's
+/// behind (a tensor trained outside the model, which step() would update, keeps the step's update
+/// after the averages).
+bool updates_only(const torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params);
+
 struct FusedAdamBuckets {
   /// One parameter's state as a caller's kernel reads it.
   struct Tensors {
@@ -31,9 +37,10 @@ struct FusedAdamBuckets {
   };
 
   /// Whether `optimizer` is a FusedAdam or FusedAdamW whose update of `params` (every parameter
-  /// the step averages; their gradients need not exist yet) can run bucket by bucket: each is one
-  /// of its parameters, CUDA float32 and dense, with its state from an eager step before (laid out
-  /// like it) and its group's rate in device memory. False, with the reason in `why`.
+  /// the step averages; their gradients need not exist yet) can run bucket by bucket: it trains
+  /// no other parameter (updates_only), each is one of its parameters, CUDA float32 and dense,
+  /// with its state from an eager step before (laid out like it) and its group's rate in device
+  /// memory. False, with the reason in `why`.
   static bool applies(torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params, std::string* why);
   /// Queues the step counts of `params` advanced by one (one kernel), as step() does first.
   static void advance_steps(torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params);

@@ -339,6 +339,16 @@ std::vector<std::pair<size_t, std::vector<at::Tensor>>> by_group(const torch::op
 
 }  // namespace
 
+bool updates_only(const torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params) {
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& q : group.params()) {
+      if (!q.requires_grad()) continue;  // frozen: step() never updates it
+      if (std::none_of(params.begin(), params.end(), [&](const at::Tensor& p) { return p.is_same(q); })) return false;
+    }
+  }
+  return true;
+}
+
 bool FusedAdamBuckets::applies(torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params,
                                std::string* why) {
   const Found f = fused_adam(optimizer);
@@ -348,6 +358,7 @@ bool FusedAdamBuckets::applies(torch::optim::Optimizer& optimizer, const std::ve
   };
   if (f.optimizer == nullptr) return no("not a FusedAdam or FusedAdamW");
   if (params.empty()) return no("no parameters");
+  if (!updates_only(optimizer, params)) return no("the optimizer trains a tensor that the step does not average");
   for (const auto& p : params) {
     const int g = group_of(optimizer, p);
     if (g < 0) return no("a parameter the step averages is not the optimizer's");

@@ -217,7 +217,20 @@ TEST(FusedOptimizers, BucketByBucketUpdatesSayWhyTheyDontApply) {
   EXPECT_NE(why.find("not a dense float32 CUDA tensor"), std::string::npos) << why;
   std::vector<torch::Tensor> other{torch::ones({4}, torch::requires_grad())};
   EXPECT_FALSE(FusedAdamBuckets::applies(adamw, other, &why));
+  EXPECT_NE(why.find("trains a tensor that the step does not average"), std::string::npos) << why;
+  EXPECT_FALSE(FusedAdamBuckets::applies(adamw, {other[0], p[0]}, &why));
   EXPECT_NE(why.find("is not the optimizer's"), std::string::npos) << why;
+  // A tensor trained beside the averaged parameters (step() would update it): not bucket by
+  // bucket. A frozen one (no gradient ever) is no obstacle.
+  const torch::Tensor extra = torch::zeros({2}, torch::requires_grad());
+  const torch::Tensor frozen = torch::zeros({2});
+  train::optim::FusedAdamW with_extra(std::vector<torch::Tensor>{p[0], extra}, torch::optim::AdamWOptions(0.1));
+  EXPECT_FALSE(train::details::updates_only(with_extra, p));
+  train::optim::FusedAdamW with_frozen(std::vector<torch::Tensor>{p[0], frozen}, torch::optim::AdamWOptions(0.1));
+  EXPECT_TRUE(train::details::updates_only(with_frozen, p));
+  EXPECT_TRUE(train::details::updates_only(with_extra, {extra, p[0]}));
+  EXPECT_FALSE(FusedAdamBuckets::applies(with_frozen, p, &why));
+  EXPECT_NE(why.find("not a dense float32 CUDA tensor"), std::string::npos) << why << " (past the check above)";
   train::optim::FusedAdamW amsgrad(p, torch::optim::AdamWOptions(0.1).amsgrad(true));
   p[0].mutable_grad() = torch::ones({4});
   amsgrad.step();

@@ -15,7 +15,11 @@ namespace {
 
 class AdadeltaEpilogue : public BucketEpilogue {
  public:
-  explicit AdadeltaEpilogue(optim::Adadelta& adadelta) : adadelta_(adadelta) {}
+  AdadeltaEpilogue(optim::Adadelta& adadelta, std::vector<at::Tensor> params)
+      : adadelta_(adadelta), params_(std::move(params)) {}
+
+  // A tensor the optimizer trains outside the averaged parameters keeps the step after them.
+  bool begin() override { return details::updates_only(adadelta_, params_); }
 
   bool run(const std::vector<at::Tensor>& params) override { return adadelta_.update_bucket(params); }
 
@@ -37,6 +41,7 @@ class AdadeltaEpilogue : public BucketEpilogue {
 
  private:
   optim::Adadelta& adadelta_;
+  std::vector<at::Tensor> params_;
 };
 
 // FusedAdam's and FusedAdamW's: the step counts of every averaged parameter advanced at the
@@ -107,7 +112,9 @@ class AdamEpilogue : public BucketEpilogue {
 
 std::shared_ptr<BucketEpilogue> bucket_epilogue_of(torch::optim::Optimizer& optimizer,
                                                    const std::vector<at::Tensor>& params) {
-  if (auto* adadelta = dynamic_cast<optim::Adadelta*>(&optimizer)) return std::make_shared<AdadeltaEpilogue>(*adadelta);
+  if (auto* adadelta = dynamic_cast<optim::Adadelta*>(&optimizer)) {
+    return std::make_shared<AdadeltaEpilogue>(*adadelta, params);
+  }
   const bool adam = dynamic_cast<optim::FusedAdam*>(&optimizer) != nullptr;
   if (adam || dynamic_cast<optim::FusedAdamW*>(&optimizer) != nullptr) {
     return std::make_shared<AdamEpilogue>(optimizer, params);
