@@ -88,6 +88,22 @@ __device__ uint32_t* flag(unsigned char* base, int slots, int slot, int block, i
   return flags + (static_cast<size_t>(slot) * kPeerMaxBlocks + block) * kPeerMaxRanks + rank;
 }
 
+// The end of a call, every thread of every block: once the block's threads are done, its first
+// counts the block done, and the last block to finish stores the call's epoch as the slot's (the
+// next call's epoch is one more) and resets the count. Both kernels end this way.
+__device__ __forceinline__ void finish_call(unsigned char* mine, int slot, uint32_t epoch) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t* c = counters(mine, slot);
+    __threadfence();
+    if (atomicAdd(c + 1, 1u) == gridDim.x - 1) {
+      c[1] = 0;
+      *reinterpret_cast<volatile uint32_t*>(c) = epoch;
+      __threadfence();
+    }
+  }
+}
+
 __device__ float* data_half(const PeerMaps& m, int rank, uint32_t epoch) {
   auto* data = reinterpret_cast<float*>(m.base[rank] + flag_area_bytes(m.slots));
   return data + (epoch & 1u) * half_floats(m.capacity);
@@ -259,16 +275,7 @@ __global__ void __launch_bounds__(kThreads) peer_allreduce_kernel(const Args a, 
   }
 
   // 4. The last block done makes this epoch the slot's.
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    uint32_t* c = counters(mine, a.slot);
-    __threadfence();
-    if (atomicAdd(c + 1, 1u) == gridDim.x - 1) {
-      c[1] = 0;
-      *reinterpret_cast<volatile uint32_t*>(c) = epoch;
-      __threadfence();
-    }
-  }
+  finish_call(mine, a.slot, epoch);
 }
 
 // The low-latency kernel: this block's elements go to every other rank as words (1), then each
@@ -342,16 +349,7 @@ __global__ void __launch_bounds__(kThreads) peer_ll_kernel(const Args a, const E
   }
 
   // 3. The last block done makes this epoch the slot's (as the one-shot kernel does).
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    uint32_t* c = counters(mine, a.slot);
-    __threadfence();
-    if (atomicAdd(c + 1, 1u) == gridDim.x - 1) {
-      c[1] = 0;
-      *reinterpret_cast<volatile uint32_t*>(c) = epoch;
-      __threadfence();
-    }
-  }
+  finish_call(mine, a.slot, epoch);
 }
 
 /// The plain average: no epilogue.
