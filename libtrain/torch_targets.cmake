@@ -27,6 +27,7 @@ add_library(train STATIC
   ${_train_src}/health_verdict.cpp
   ${_train_src}/rank_record.cpp
   ${_train_src}/early_stop.cpp
+  ${_train_src}/epoch_orders.cpp
   ${_train_src}/weight_average.cpp
   ${_train_src}/rollcall.cpp
   ${_train_src}/run_log.cpp

@@ -4,7 +4,6 @@
 #include "trainer_run.h"
 
 #include "train/checkpoint_budget.h"
-#include "train/sampler.h"
 #include "train/subprocess.h"
 
 #include <ATen/ops/from_blob.h>
@@ -55,9 +54,11 @@ void Trainer::Run::train() {
 // ends here (a stop, --max-steps; --dry-run's single step is not an end).
 bool Trainer::Run::train_epoch() {
   schedule->start_epoch();
-  DistributedSampler sampler(spec->train_data->size(), env.world_size, env.rank, /*shuffle=*/true, c.run.seed);
-  sampler.set_epoch(prog().epoch - 1);
-  std::vector<int64_t> local = sampler.indices();
+  if (!orders) {
+    orders = std::make_unique<detail::EpochOrders>(spec->train_data->size(), env.world_size, env.rank, c.run.seed);
+  }
+  // The next epoch's order is drawn while this one trains (not after the drain, rank by rank).
+  std::vector<int64_t> local = orders->take(prog().epoch - 1, /*next=*/prog().epoch < epochs);
   at::Tensor order = at::from_blob(local.data(), {static_cast<int64_t>(local.size())}, at::kLong).to(device());
   const int64_t n_local = order.size(0);
   const int64_t per_step = step_samples();  // with --accumulate-steps, N micro-batches of `batch`

@@ -17,6 +17,7 @@
 #include "comm/comm_plan.h"
 #include "device/train_device.h"
 #include "early_stop.h"
+#include "epoch_orders.h"
 #include "fault_injection.h"
 #include "nonfinite.h"
 #include "profile.h"
@@ -86,6 +87,7 @@ struct Trainer::Run {
   std::unique_ptr<detail::Schedule> schedule;             // the learning rate
   std::unique_ptr<detail::StopAgreement> stops;           // signals, time limit, non-finite values
   std::unique_ptr<detail::CheckpointSession> checkpoints;  // when, write, keep, resume
+  std::unique_ptr<detail::EpochOrders> orders;            // each epoch's samples, the next drawn ahead
   // The training controls (trainer_controls.cpp).
   Trainer* owner = nullptr;                                  // for the callbacks' hooks
   detail::EarlyStop early_stop;                              // TrainSpec::early_stopping, --early-stop-*

@@ -329,6 +329,37 @@ TEST(DistTrainGpu, PeerAllreduceGivesNcclsBitsOnTwoGpus) {
   EXPECT_EQ(again["params_sha256"], peer["params_sha256"]);
 }
 
+// On a node with 4 GPUs: the peer all-reduce's large bucket (the CNN's linear layers, 4.7 MB) goes
+// in two passes (each rank sums a quarter of every chunk in rank order, the others copy it) and
+// gives the one-shot kernel's bits (every rank sums every element, TRAIN_PEER_ONE_SHOT=1). Two
+// epochs with the CUDA-graph step and Adadelta, dropout on, each epoch's last, smaller batch
+// averaged eagerly through the same kernels.
+TEST(DistTrainGpu, TwoPassPeerAllreduceGivesOneShotsBitsOnFourGpus) {
+  const int gpus = train::test::nvidia_gpus();
+  if (gpus < 4) GTEST_SKIP() << "needs 4 NVIDIA GPUs, found " << gpus << ": run it on a node with 4 GPUs (docs/gpu.md)";
+  if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
+  auto run = [](bool one_shot) {
+    std::vector<std::string> a = {bin("train"), "--data", train::test::fashion_mnist_dir(), "--epochs", "2",
+                                  "--limit-train-samples", "8100", "--limit-test-samples", "2000", "--batch-size", "32",
+                                  "--device", "cuda", "--deterministic", "--log-interval", "1000"};
+    auto r = run_program(local_command(4, a), one_shot ? std::vector<std::string>{"TRAIN_PEER_ONE_SHOT=1"}
+                                                       : std::vector<std::string>{});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.err.find("capturing the step failed"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("averaged through the GPUs' peer memory"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find(" 1 in two passes)") != std::string::npos, !one_shot) << r.err;
+    auto j = done_json(r);
+    std::printf("[peer all-reduce, 4 GPUs] %s: %s steps %d test_loss %.9f\n", one_shot ? "one-shot" : "two passes",
+                j.value("params_sha256", std::string("?")).c_str(), j.value("steps", 0), j.value("test_loss", 0.0));
+    return j;
+  };
+  const auto one_shot = run(true);
+  const auto two_pass = run(false);
+  EXPECT_GT(one_shot.value("steps", 0), 100);
+  EXPECT_EQ(two_pass["steps"], one_shot["steps"]);
+  EXPECT_EQ(two_pass["params_sha256"], one_shot["params_sha256"]);
+}
+
 // Two GPU ranks, the fused optimizers with a per-step warm-up + cosine schedule: the CUDA-graph
 // step (gradients averaged inside the graph, NCCL or the peer all-reduce; Adam's and AdamW's
 // update on each bucket as its average lands, inside the peer kernel for the small ones) lands on

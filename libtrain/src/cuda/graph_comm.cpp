@@ -269,7 +269,9 @@ void setup_peer(GraphCommState& s, ProcessGroup& pg, const std::string& peer_fla
   }
   log::info("--peer-allreduce " + peer_flag + ": " + std::to_string(slots) + " of " + std::to_string(s.buckets.size()) +
             " gradient buckets (" + std::to_string(bytes) + " bytes) averaged through the GPUs' peer memory (" +
-            std::to_string(s.peer->low_latency_messages()) + " small ones the low-latency way)" +
+            std::to_string(s.peer->low_latency_messages()) + " small ones the low-latency way" +
+            (s.peer->two_shot_messages() > 0 ? ", " + std::to_string(s.peer->two_shot_messages()) + " in two passes" : "") +
+            ")" +
             (static_cast<size_t>(slots) < s.buckets.size() ? ", NCCL for the rest" : ""));
 }
 

@@ -13,11 +13,18 @@
 //   __device__ void apply1(const Block&, int k, int64_t j, float g) const;                element j
 //   __host__ bool fits(const PeerCall&) const;  false: the launch returns cudaErrorInvalidValue
 //
-// A rank's buffer: [counters: slots x 64 bytes][flags: slots x kPeerMaxBlocks x kPeerMaxRanks
-// uint32][data half 0][data half 1]. Per slot, counter[0] is the epoch of the last finished call
-// and counter[1] counts the blocks of the running call that are done; flags[slot][b][r] is the
-// epoch up to which rank r's block b has packed its chunk into rank r's buffer (written by rank r
-// into every rank's buffer).
+// A rank's buffer: [counters: slots x 64 bytes][flags, twice: slots x kPeerMaxBlocks x
+// kPeerMaxRanks uint32][data half 0][data half 1]. Per slot, counter[0] is the epoch of the last
+// finished call and counter[1] counts the blocks of the running call that are done; flags[0][slot]
+// [b][r] is the epoch up to which rank r's block b has packed its chunk into rank r's buffer
+// (written by rank r into every rank's buffer); flags[1] the same for a two-pass call's averages.
+//
+// A two-pass call (PeerCall::two_shot, three or more ranks) packs and signals as a one-shot call
+// does, then each rank sums only its own part of each block's chunk (part r of W) over the ranks,
+// in rank order, writes those averages over its own packed values and signals again (flags[1]);
+// then it copies the other ranks' parts of averages. Each rank reads 2 (W - 1) / W of the message
+// across the links where a one-shot call reads W - 1 messages, and every element's average is
+// the same sum in the same order, so the same bits.
 //
 // A low-latency call (PeerCall::low_latency) packs nothing and raises no flag: each element goes to
 // every other rank as one 8-byte word, {the float's bits, e}, stored into that rank's words for this
@@ -51,6 +58,10 @@ constexpr int kMinFloatsPerThread = 4;
 // of the GPU to the backward it runs beside (2x H100, batch 64: 64 blocks 301k img/s, 128 blocks
 // 284k, 32 blocks 276k).
 constexpr int kMaxBlocks = 64;
+// Two passes (4x H200, MNIST's 4.7 MB bucket at batch 64, images/s: 16 blocks 405k, 24 482k,
+// 32 527k, 64 520k, 128 495k): half the reads of one-shot, so half the blocks keep pace with the
+// backward and take less of the GPU from it.
+constexpr int kTwoShotMaxBlocks = 32;
 constexpr size_t kCounterBytes = 64;
 constexpr size_t kAlign = 256;
 
@@ -61,9 +72,11 @@ __host__ __device__ size_t half_floats(size_t capacity) {
   return (capacity * sizeof(float) + kAlign - 1) / kAlign * kAlign / sizeof(float);
 }
 
+constexpr int kFlagSets = 2;  // packed; a two-pass call's averages
+
 __host__ __device__ size_t flag_area_bytes(int slots) {
   const size_t counters = static_cast<size_t>(slots) * kCounterBytes;
-  const size_t flags = static_cast<size_t>(slots) * kPeerMaxBlocks * kPeerMaxRanks * sizeof(uint32_t);
+  const size_t flags = kFlagSets * static_cast<size_t>(slots) * kPeerMaxBlocks * kPeerMaxRanks * sizeof(uint32_t);
   return (counters + flags + kAlign - 1) / kAlign * kAlign;
 }
 
@@ -77,15 +90,16 @@ struct Args {
   int64_t n;
   int64_t chunk;  // floats per block, a multiple of 4 (one-shot)
   uint64_t timeout_ns;
+  bool two_shot;  // the one-shot kernel in two passes (each rank sums its part, then copies the others')
 };
 
 __device__ uint32_t* counters(unsigned char* base, int slot) {
   return reinterpret_cast<uint32_t*>(base + static_cast<size_t>(slot) * kCounterBytes);
 }
 
-__device__ uint32_t* flag(unsigned char* base, int slots, int slot, int block, int rank) {
+__device__ uint32_t* flag(unsigned char* base, int slots, int slot, int block, int rank, int set = 0) {
   auto* flags = reinterpret_cast<uint32_t*>(base + static_cast<size_t>(slots) * kCounterBytes);
-  return flags + (static_cast<size_t>(slot) * kPeerMaxBlocks + block) * kPeerMaxRanks + rank;
+  return flags + ((static_cast<size_t>(set) * slots + slot) * kPeerMaxBlocks + block) * kPeerMaxRanks + rank;
 }
 
 // The end of a call, every thread of every block: once the block's threads are done, its first
@@ -179,15 +193,16 @@ __device__ void pack(const Args& a, int64_t begin, int64_t end, float* dst) {
 
 __device__ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// out[lo, hi) = the mean over the ranks of src[r][lo, hi), summed in rank order; with an active
-// epilogue, also its work on input k's elements [j0, j0 + hi - lo) with that mean.
+// out[lo, hi) = the mean over the ranks of src[r][lo, hi), summed in rank order (also into
+// also[lo, hi) where `also` is set); with an active epilogue, also its work on input k's elements
+// [j0, j0 + hi - lo) with that mean.
 template <class Epilogue>
 __device__ void sum_range(const Args& a, const float* const* src, int64_t lo, int64_t hi, const Epilogue& e,
-                          const typename Epilogue::Block& eb, int k, int64_t j0) {
+                          const typename Epilogue::Block& eb, int k, int64_t j0, float* also = nullptr) {
   const int world = a.maps.world;
   const float inv = 1.0f / static_cast<float>(world);
   int64_t tail = lo;
-  bool vec = aligned16(a.out + lo);
+  bool vec = aligned16(a.out + lo) && (also == nullptr || aligned16(also + lo));
   for (int r = 0; r < world; ++r) vec = vec && aligned16(src[r] + lo);
   if (Epilogue::kActive) vec = vec && e.aligned16(k, j0);
   if (vec) {
@@ -214,6 +229,7 @@ __device__ void sum_range(const Args& a, const float* const* src, int64_t lo, in
         if (jq >= n4) break;
         const float4 g = make_float4(s[q].x * inv, s[q].y * inv, s[q].z * inv, s[q].w * inv);
         out4[jq] = g;
+        if (also != nullptr) reinterpret_cast<float4*>(also + lo)[jq] = g;
         if (Epilogue::kActive) e.apply4(eb, k, j0, jq, g);
       }
     }
@@ -224,8 +240,75 @@ __device__ void sum_range(const Args& a, const float* const* src, int64_t lo, in
     for (int r = 1; r < world; ++r) s += __ldcg(src[r] + i);
     const float g = s * inv;
     a.out[i] = g;
+    if (also != nullptr) also[i] = g;
     if (Epilogue::kActive) e.apply1(eb, k, j0 + (i - lo), g);
   }
+}
+
+// out[lo, hi) = from[lo, hi) (another rank's averages); with an active epilogue, also its work on
+// input k's elements [j0, j0 + hi - lo).
+template <class Epilogue>
+__device__ void copy_range(const Args& a, const float* from, int64_t lo, int64_t hi, const Epilogue& e,
+                           const typename Epilogue::Block& eb, int k, int64_t j0) {
+  int64_t tail = lo;
+  if (aligned16(a.out + lo) && aligned16(from + lo) && (!Epilogue::kActive || e.aligned16(k, j0))) {
+    const int64_t n4 = (hi - lo) / 4;
+    auto* out4 = reinterpret_cast<float4*>(a.out + lo);
+    const auto* from4 = reinterpret_cast<const float4*>(from + lo);
+    for (int64_t j = threadIdx.x; j < n4; j += int64_t{kThreads} * kUnroll) {
+      float4 g[kUnroll];
+#pragma unroll
+      for (int q = 0; q < kUnroll; ++q) {
+        if (j + q * kThreads < n4) g[q] = __ldcg(from4 + j + q * kThreads);
+      }
+#pragma unroll
+      for (int q = 0; q < kUnroll; ++q) {
+        const int64_t jq = j + q * kThreads;
+        if (jq >= n4) break;
+        out4[jq] = g[q];
+        if (Epilogue::kActive) e.apply4(eb, k, j0, jq, g[q]);
+      }
+    }
+    tail = lo + 4 * n4;
+  }
+  for (int64_t i = tail + threadIdx.x; i < hi; i += kThreads) {
+    const float g = __ldcg(from + i);
+    a.out[i] = g;
+    if (Epilogue::kActive) e.apply1(eb, k, j0 + (i - lo), g);
+  }
+}
+
+// Input k's part of the message's elements [begin, end): [lo, hi), its first element j0 of input k.
+struct InputPart {
+  int64_t lo, hi, j0;
+};
+
+__device__ InputPart input_part(const Args& a, int k, int64_t first, int64_t begin, int64_t end) {
+  const int64_t last = first + a.inputs[k].numel;
+  return {begin > first ? begin : first, end < last ? end : last, (begin > first ? begin : first) - first};
+}
+
+// Once the block's threads are done with what they write (the barrier orders it before the fence
+// and the release store), tells the same block on every other rank, in flag set `set`, and waits
+// for theirs (in our own memory).
+__device__ void signal_and_wait(const Args& a, unsigned char* mine, uint32_t epoch, int set) {
+  const PeerMaps& m = a.maps;
+  __syncthreads();
+  const int peer = static_cast<int>(threadIdx.x);
+  if (peer < m.world && peer != m.rank) {
+    __threadfence_system();
+    store_release_sys(flag(m.base[peer], m.slots, a.slot, blockIdx.x, m.rank, set), epoch);
+    const uint32_t* theirs = flag(mine, m.slots, a.slot, blockIdx.x, peer, set);
+    const uint64_t start = global_ns();
+    for (uint32_t spins = 1; static_cast<int32_t>(load_acquire_sys(theirs) - epoch) < 0; ++spins) {
+      if (a.timeout_ns != 0 && spins % 4096 == 0 && global_ns() - start > a.timeout_ns) {
+        printf("libtrain peer all-reduce: rank %d waited %llu s for rank %d (slot %d, block %d); aborting\n", m.rank,
+               static_cast<unsigned long long>(a.timeout_ns / 1000000000ull), peer, a.slot, blockIdx.x);
+        __trap();
+      }
+    }
+  }
+  __syncthreads();
 }
 
 template <class Epilogue>
@@ -239,39 +322,41 @@ __global__ void __launch_bounds__(kThreads) peer_allreduce_kernel(const Args a, 
   const int64_t begin = static_cast<int64_t>(blockIdx.x) * a.chunk;
   const int64_t end = begin + a.chunk < a.n ? begin + a.chunk : a.n;
 
-  // 1. Pack this block's chunk into our half, then tell every other rank's same block: the
-  // barrier orders the block's writes before the signalling thread's fence and release store.
+  // 1. Pack this block's chunk into our half, tell every other rank's same block, wait for theirs.
   pack(a, begin, end, data_half(m, m.rank, epoch) + a.offset);
-  __syncthreads();
-  const int peer = static_cast<int>(threadIdx.x);
-  if (peer < m.world && peer != m.rank) {
-    __threadfence_system();
-    store_release_sys(flag(m.base[peer], m.slots, a.slot, blockIdx.x, m.rank), epoch);
-    // 2. Wait for theirs (in our own memory).
-    const uint32_t* theirs = flag(mine, m.slots, a.slot, blockIdx.x, peer);
-    const uint64_t start = global_ns();
-    for (uint32_t spins = 1; static_cast<int32_t>(load_acquire_sys(theirs) - epoch) < 0; ++spins) {
-      if (a.timeout_ns != 0 && spins % 4096 == 0 && global_ns() - start > a.timeout_ns) {
-        printf("libtrain peer all-reduce: rank %d waited %llu s for rank %d (slot %d, block %d); aborting\n", m.rank,
-               static_cast<unsigned long long>(a.timeout_ns / 1000000000ull), peer, a.slot, blockIdx.x);
-        __trap();
-      }
-    }
-  }
-  __syncthreads();
+  signal_and_wait(a, mine, epoch, 0);
 
-  // 3. Sum the chunk over the ranks in rank order (every rank computes the same bits), input by
-  // input, with the epilogue's work on each input's elements where there is one.
+  // 2. Sum the chunk (two passes: our part of it) over the ranks in rank order (every rank computes
+  // the same bits), input by input, with the epilogue's work on each input's elements where there is one.
   const float* src[kPeerMaxRanks];
   for (int r = 0; r < m.world; ++r) src[r] = data_half(m, r, epoch) + a.offset;
   const typename Epilogue::Block eb = e.begin_block();
+  const int64_t part = a.two_shot ? static_cast<int64_t>(round_up(static_cast<size_t>((end - begin + m.world - 1) / m.world), 4))
+                                  : end - begin;
+  auto part_end = [&](int r) { return begin + (r + 1) * part < end ? begin + (r + 1) * part : end; };
+  const int64_t lo = a.two_shot ? begin + m.rank * part : begin;
+  const int64_t hi = a.two_shot ? part_end(m.rank) : end;
+  // Two passes: our averages also over our packed values, where the others read them.
+  float* also = a.two_shot ? data_half(m, m.rank, epoch) + a.offset : nullptr;
   int64_t first = 0;
   for (int k = 0; k < a.input_count; ++k) {
-    const int64_t last = first + a.inputs[k].numel;
-    const int64_t lo = begin > first ? begin : first;
-    const int64_t hi = end < last ? end : last;
-    if (lo < hi) sum_range(a, src, lo, hi, e, eb, k, lo - first);
-    first = last;
+    const InputPart p = input_part(a, k, first, lo, hi);
+    if (p.lo < p.hi) sum_range(a, src, p.lo, p.hi, e, eb, k, p.j0, also);
+    first += a.inputs[k].numel;
+  }
+
+  // 3. Two passes: tell the others our averages are there, wait for theirs, copy their parts.
+  if (a.two_shot) {
+    signal_and_wait(a, mine, epoch, 1);
+    for (int r = 0; r < m.world; ++r) {
+      if (r == m.rank) continue;
+      first = 0;
+      for (int k = 0; k < a.input_count; ++k) {
+        const InputPart p = input_part(a, k, first, begin + r * part, part_end(r));
+        if (p.lo < p.hi) copy_range(a, src[r], p.lo, p.hi, e, eb, k, p.j0);
+        first += a.inputs[k].numel;
+      }
+    }
   }
 
   // 4. The last block done makes this epoch the slot's.
@@ -387,6 +472,7 @@ int peer_allreduce_launch_with(const PeerMaps& maps, const PeerCall& call, const
   a.offset = call.offset;
   a.out = call.out;
   a.timeout_ns = call.timeout_ns;
+  a.two_shot = call.two_shot && !call.low_latency && maps.world > 2;
   if (!e.fits(call)) return static_cast<int>(cudaErrorInvalidValue);
   static_assert(kMaxBlocks <= kPeerMaxBlocks, "one flag per block and rank");
   if (call.low_latency) {
@@ -400,7 +486,8 @@ int peer_allreduce_launch_with(const PeerMaps& maps, const PeerCall& call, const
   }
   const int64_t per_block_min = int64_t{kThreads} * kMinFloatsPerThread;
   int64_t blocks = (a.n + per_block_min - 1) / per_block_min;
-  if (blocks > kMaxBlocks) blocks = kMaxBlocks;
+  const int64_t max_blocks = a.two_shot ? kTwoShotMaxBlocks : kMaxBlocks;
+  if (blocks > max_blocks) blocks = max_blocks;
   a.chunk = round_up(static_cast<size_t>((a.n + blocks - 1) / blocks), 4);
   blocks = (a.n + a.chunk - 1) / a.chunk;
   peer_allreduce_kernel<Epilogue><<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a, e);

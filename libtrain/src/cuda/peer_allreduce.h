@@ -7,7 +7,9 @@
 // low-latency way instead (PeerCall::low_latency): each element travels to every other rank as one
 // 8-byte word of its bits and the call's epoch, written straight into that rank's buffer, and a
 // reader waits for the words that carry the epoch: no copy, no flag, no fence, no read across the
-// link, the same sums. Captured in CUDA graphs like any
+// link, the same sums. A large message among three or more ranks goes in two passes instead
+// (PeerCall::two_shot): each rank sums its part of every chunk and the others copy it, half the
+// reads across the links of W - 1 whole copies, the same sums. Captured in CUDA graphs like any
 // kernel: the epoch that pairs the ranks' calls lives in device memory. A caller may fuse its own
 // element-wise work on the averages into the same kernel (PeerFusedEpilogue, peer_allreduce.cuh).
 // Plain C++ interface: no torch or CUDA headers.
@@ -23,6 +25,8 @@ constexpr int kPeerMaxInputs = 24;
 constexpr int kPeerMaxBlocks = 256;
 /// The largest message that may go the low-latency way: its words take 2 x 8 bytes a float and rank.
 constexpr int64_t kPeerLowLatencyMaxFloats = 32768;
+/// The smallest message that goes in two passes where three or more ranks average (PeerCall::two_shot).
+constexpr int64_t kPeerTwoShotMinFloats = 262144;
 
 /// Each rank's buffer, as this process maps it: a flag area for `slots` messages, two data halves
 /// of `capacity` floats, then the low-latency words: two halves, each one run of `ll_capacity`
@@ -61,6 +65,7 @@ struct PeerCall {
   int slot = 0;             ///< this message's flags: the same on every rank, one per message
   size_t offset = 0;        ///< floats (words) into each data half (low-latency run) where the message starts (a multiple of 64)
   bool low_latency = false; ///< the message goes as words straight into the other ranks' buffers
+  bool two_shot = false;    ///< (three or more ranks, not low-latency) each rank sums a part, then copies the others'
   const PeerInput* inputs = nullptr;
   int input_count = 0;      ///< concatenated in order into the message
   float* out = nullptr;     ///< the average, one dense message (may be an input's own memory)

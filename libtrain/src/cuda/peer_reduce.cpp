@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 namespace train::detail {
 namespace {
@@ -56,6 +57,9 @@ std::unique_ptr<PeerReduce> PeerReduce::create(ProcessGroupImpl& pg, const std::
   const std::string prefix = "peer/" + std::to_string(pg.peer_groups_created++) + "/";
   if (!ShmGroup::all_on_one_machine(ex, prefix, rank, world)) return fail("the ranks are not all on one machine");
 
+  // Every rank reads the same environment (a launcher passes it to all): the same ways everywhere.
+  const char* one_shot_env = std::getenv("TRAIN_PEER_ONE_SHOT");
+  const bool one_shot_only = one_shot_env != nullptr && std::string(one_shot_env) == "1";
   std::unique_ptr<PeerReduce> p(new PeerReduce());
   p->maps_.rank = rank;
   p->maps_.world = world;
@@ -64,6 +68,7 @@ std::unique_ptr<PeerReduce> PeerReduce::create(ProcessGroupImpl& pg, const std::
     Message m;
     m.floats = floats;
     m.low_latency = floats <= kPeerLowLatencyMaxFloats;
+    m.two_shot = world > 2 && floats >= kPeerTwoShotMinFloats && !one_shot_only;
     size_t& used = m.low_latency ? p->maps_.ll_capacity : p->maps_.capacity;
     m.offset = used;
     used += (static_cast<size_t>(floats) + 63) / 64 * 64;
@@ -75,10 +80,12 @@ std::unique_ptr<PeerReduce> PeerReduce::create(ProcessGroupImpl& pg, const std::
   if (!problem.empty()) return fail(problem);
   // One check call through the first message of each way (every rank makes the same calls).
   std::string checked;
-  for (bool ll : {false, true}) {
+  const char* ways[] = {"the check all-reduce", "the low-latency check all-reduce", "the two-pass check all-reduce"};
+  for (int way = 0; way < 3; ++way) {
     for (size_t i = 0; i < p->messages_.size() && checked.empty(); ++i) {
-      if (p->messages_[i].low_latency != ll) continue;
-      checked = p->check(static_cast<int>(i), ll ? "the low-latency check all-reduce" : "the check all-reduce");
+      const Message& m = p->messages_[i];
+      if ((m.low_latency ? 1 : m.two_shot ? 2 : 0) != way) continue;
+      checked = p->check(static_cast<int>(i), ways[way]);
       break;
     }
   }
@@ -89,6 +96,10 @@ std::unique_ptr<PeerReduce> PeerReduce::create(ProcessGroupImpl& pg, const std::
 
 int PeerReduce::low_latency_messages() const {
   return static_cast<int>(std::count_if(messages_.begin(), messages_.end(), [](const Message& m) { return m.low_latency; }));
+}
+
+int PeerReduce::two_shot_messages() const {
+  return static_cast<int>(std::count_if(messages_.begin(), messages_.end(), [](const Message& m) { return m.two_shot; }));
 }
 
 // This rank's buffer (zeroed), its handle published, every other rank's handle opened.
@@ -149,6 +160,7 @@ std::string PeerReduce::check(int message, const std::string& where) {
   call.slot = message;
   call.offset = messages_[message].offset;
   call.low_latency = messages_[message].low_latency;
+  call.two_shot = messages_[message].two_shot;
   call.inputs = &in;
   call.input_count = 1;
   call.out = dev;
@@ -183,6 +195,7 @@ void PeerReduce::average(int message, const std::vector<PeerInput>& inputs, floa
   call.slot = message;
   call.offset = m.offset;
   call.low_latency = m.low_latency;
+  call.two_shot = m.two_shot;
   call.inputs = inputs.data();
   call.input_count = static_cast<int>(inputs.size());
   call.out = out;

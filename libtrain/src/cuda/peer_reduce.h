@@ -19,8 +19,9 @@ struct ProcessGroupImpl;
 class PeerReduce {
  public:
   /// Collective: every rank of `pg` calls it with the same messages (floats each; a message's
-  /// index is its slot). Messages up to kPeerLowLatencyMaxFloats go the low-latency way, the
-  /// others one-shot. Null on every rank, with the reason in *why_not, unless every rank runs on
+  /// index is its slot). Messages up to kPeerLowLatencyMaxFloats go the low-latency way, those
+  /// from kPeerTwoShotMinFloats among three or more ranks in two passes (unless the environment
+  /// has TRAIN_PEER_ONE_SHOT=1), the others one-shot. Null on every rank, with the reason in *why_not, unless every rank runs on
   /// this machine and each maps every other's GPU memory and the check all-reduces give the
   /// expected numbers everywhere.
   static std::unique_ptr<PeerReduce> create(ProcessGroupImpl& pg, const std::vector<int64_t>& messages,
@@ -35,8 +36,9 @@ class PeerReduce {
   void average(int message, const std::vector<PeerInput>& inputs, float* out, void* stream,
                const PeerFusedEpilogue* fused = nullptr) const;
 
-  /// How many of the messages go the low-latency way.
+  /// How many of the messages go the low-latency way, and how many in two passes.
   int low_latency_messages() const;
+  int two_shot_messages() const;
   int world() const { return maps_.world; }
 
  private:
@@ -48,6 +50,7 @@ class PeerReduce {
     size_t offset = 0;  // floats into the data halves, or words into the low-latency runs
     int64_t floats = 0;
     bool low_latency = false;
+    bool two_shot = false;
   };
   std::vector<Message> messages_;
   PeerMaps maps_;
