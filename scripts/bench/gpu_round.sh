@@ -22,6 +22,9 @@
 #   prof     profiles of PROF_WL (mnist, gru) at PROF_NPROCS (1 2) GPUs, batch PROF_BATCH, extra flags PROF_FLAGS
 #   gruprof2 profiles of gru_bench at 1 and 2 GPUs (batch GRUPROF_BATCH, 64): GPU busy and span per
 #            step, the kernels
+#   epochs   each epoch's milliseconds and the steady rate (--metrics) of the GRU (300-step epochs,
+#            as three_workloads.py runs it) and MNIST (60,000 samples) at batch 64, one run per
+#            WORKLOAD:GPUS:VAR=VALUE[,VAR=VALUE] of EPOCH_CFGS (DEFAULT=1: no variable), ROUNDS= times
 # Output in $OUT (the device tool's folder). Example:
 #   OUT=/tmp/out PARTS="gru gruprof" scripts/bench/gpu_round.sh
 set -u
@@ -168,6 +171,27 @@ for part in ${PARTS:-sync goodput snap}; do
   done
   python3 scripts/bench/trace_summary.py $specs --span --top 30 > $OUT/prof_${PROF_WL:-mnist}.txt 2>&1; head -50 $OUT/prof_${PROF_WL:-mnist}.txt
   (cd /tmp/prof && tar czf $OUT/prof_${PROF_WL:-mnist}.tgz $(cd /tmp/prof && ls */trace-rank*.json))
+  ;;
+ epochs)
+  for r in $(seq ${ROUNDS:-2}); do
+   for cfg in ${EPOCH_CFGS:-gru:1:DEFAULT=1 gru:4:DEFAULT=1 mnist:1:DEFAULT=1 mnist:4:DEFAULT=1}; do
+    IFS=: read -r wl n vars <<< "$cfg"
+    [ $n -gt $(nvidia-smi -L | wc -l) ] && continue
+    if [ $wl = gru ]; then
+      cmd="$B/gru_bench --train-sequences $((300 * 64 * n)) --eval-sequences 128 --epochs 6"
+    else
+      cmd="$B/train --data $TRAIN_FASHION_MNIST_DIR --limit-test-samples 1000 --epochs 5"
+    fi
+    rm -f /tmp/ep.jsonl
+    env ${vars//,/ } timeout 120 $B/trainctl local --nproc $n --no-prefix -- $cmd --device cuda --batch-size 64 --tf32 off --seed 1 --log-interval 1000000 --metrics /tmp/ep.jsonl > $OUT/ep.out 2> $OUT/ep.err
+    echo "epochs round $r $wl $n GPU(s) $vars rc=$?: $(python3 -c "
+import json, sys
+e = [r for r in map(json.loads, (l for l in open(sys.argv[1]) if l.startswith('{'))) if r.get('event') == 'epoch']
+s = [r['epoch_images_per_sec'] for r in e[1:]]
+print('steady %.0f /s, ms per epoch: ' % (sum(s) / max(1, len(s))) + ' '.join('%.1f' % (r['epoch_seconds'] * 1e3) for r in e))" /tmp/ep.jsonl)"
+   done
+  done
+  rm -f $OUT/ep.out $OUT/ep.err /tmp/ep.jsonl
   ;;
  snap2)
   for r in 1 2; do for e in auto 0; do

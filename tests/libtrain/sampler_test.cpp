@@ -1,4 +1,6 @@
-// DistributedSampler against torch.utils.data.DistributedSampler, fixtures made by the venv's Python.
+// DistributedSampler against torch.utils.data.DistributedSampler, fixtures made by the venv's Python;
+// the trainer's epoch orders (drawn ahead) against it.
+#include "epoch_orders.h"
 #include "test_util.h"
 #include "train/error.h"
 #include "train/sampler.h"
@@ -79,4 +81,33 @@ TEST(DistributedSampler, RejectsBadArguments) {
   EXPECT_THROW(train::DistributedSampler(10, 2, 2), train::ConfigError);
   EXPECT_THROW(train::DistributedSampler(0, 1, 0), train::ConfigError);
   EXPECT_THROW(train::DistributedSampler(2, 4, 0, true, 0, /*drop_last=*/true), train::ConfigError);
+}
+
+// The trainer's epoch orders (epoch_orders.h): the sampler's indices whether the epoch's order was
+// drawn ahead on the background thread or now, and a drawing ahead for another epoch (a resume, a
+// skipped epoch) is never handed out.
+TEST(EpochOrders, GiveTheSamplersOrderDrawnAheadOrNot) {
+  auto sampler = [](int world, int rank, int64_t epoch) {
+    train::DistributedSampler s(1000, world, rank, /*shuffle=*/true, 7);
+    s.set_epoch(epoch);
+    return s.indices();
+  };
+  for (int world : {1, 3}) {
+    for (int rank = 0; rank < world; ++rank) {
+      train::detail::EpochOrders orders(1000, world, rank, 7);
+      for (int64_t epoch = 0; epoch < 4; ++epoch) {
+        EXPECT_EQ(orders.take(epoch, /*next=*/true), sampler(world, rank, epoch)) << "epoch " << epoch;
+      }
+      // Epoch 4 was drawn ahead; 6 is asked for (and 7 drawn ahead), then 5 without a next.
+      EXPECT_EQ(orders.take(6, true), sampler(world, rank, 6));
+      EXPECT_EQ(orders.take(5, false), sampler(world, rank, 5));
+      EXPECT_EQ(orders.take(7, false), sampler(world, rank, 7));
+    }
+  }
+  EXPECT_NE(sampler(1, 0, 0), sampler(1, 0, 1));  // the epochs' orders differ: the checks above tell them apart
+}
+
+TEST(EpochOrders, RejectBadSizesAtOnce) {
+  EXPECT_THROW(train::detail::EpochOrders(0, 1, 0, 0), train::ConfigError);
+  EXPECT_THROW(train::detail::EpochOrders(10, 2, 2, 0), train::ConfigError);
 }

@@ -102,6 +102,21 @@ __device__ uint32_t* flag(unsigned char* base, int slots, int slot, int block, i
   return flags + ((static_cast<size_t>(set) * slots + slot) * kPeerMaxBlocks + block) * kPeerMaxRanks + rank;
 }
 
+// The start of a call, every thread of every block: the call's epoch (the slot's last + 1, read
+// once per block) and the block's chunk [begin, end) of the message. Both kernels start this way.
+struct CallStart {
+  uint32_t epoch;
+  int64_t begin, end;
+};
+
+__device__ __forceinline__ CallStart start_call(const Args& a, unsigned char* mine) {
+  __shared__ uint32_t epoch_shared;
+  if (threadIdx.x == 0) epoch_shared = *reinterpret_cast<volatile uint32_t*>(counters(mine, a.slot)) + 1u;
+  __syncthreads();
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * a.chunk;
+  return {epoch_shared, begin, begin + a.chunk < a.n ? begin + a.chunk : a.n};
+}
+
 // The end of a call, every thread of every block: once the block's threads are done, its first
 // counts the block done, and the last block to finish stores the call's epoch as the slot's (the
 // next call's epoch is one more) and resets the count. Both kernels end this way.
@@ -315,12 +330,9 @@ template <class Epilogue>
 __global__ void __launch_bounds__(kThreads) peer_allreduce_kernel(const Args a, const Epilogue e) {
   const PeerMaps& m = a.maps;
   unsigned char* mine = m.base[m.rank];
-  __shared__ uint32_t epoch_shared;
-  if (threadIdx.x == 0) epoch_shared = *reinterpret_cast<volatile uint32_t*>(counters(mine, a.slot)) + 1u;
-  __syncthreads();
-  const uint32_t epoch = epoch_shared;
-  const int64_t begin = static_cast<int64_t>(blockIdx.x) * a.chunk;
-  const int64_t end = begin + a.chunk < a.n ? begin + a.chunk : a.n;
+  const CallStart c = start_call(a, mine);
+  const uint32_t epoch = c.epoch;
+  const int64_t begin = c.begin, end = c.end;
 
   // 1. Pack this block's chunk into our half, tell every other rank's same block, wait for theirs.
   pack(a, begin, end, data_half(m, m.rank, epoch) + a.offset);
@@ -386,12 +398,9 @@ template <class Epilogue>
 __global__ void __launch_bounds__(kThreads) peer_ll_kernel(const Args a, const Epilogue e) {
   const PeerMaps& m = a.maps;
   unsigned char* mine = m.base[m.rank];
-  __shared__ uint32_t epoch_shared;
-  if (threadIdx.x == 0) epoch_shared = *reinterpret_cast<volatile uint32_t*>(counters(mine, a.slot)) + 1u;
-  __syncthreads();
-  const uint32_t epoch = epoch_shared;
-  const int64_t begin = static_cast<int64_t>(blockIdx.x) * a.chunk;
-  const int64_t end = begin + a.chunk < a.n ? begin + a.chunk : a.n;
+  const CallStart c = start_call(a, mine);
+  const uint32_t epoch = c.epoch;
+  const int64_t begin = c.begin, end = c.end;
 
   // 1. Send: each element, with the epoch, into every other rank's words for this rank.
   uint64_t* to[kPeerMaxRanks];
