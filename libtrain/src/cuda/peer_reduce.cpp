@@ -57,9 +57,19 @@ std::unique_ptr<PeerReduce> PeerReduce::create(ProcessGroupImpl& pg, const std::
   const std::string prefix = "peer/" + std::to_string(pg.peer_groups_created++) + "/";
   if (!ShmGroup::all_on_one_machine(ex, prefix, rank, world)) return fail("the ranks are not all on one machine");
 
-  // Every rank reads the same environment (a launcher passes it to all): the same ways everywhere.
+  // Every rank's kernels must take the same ways: TRAIN_PEER_ONE_SHOT as rank 0 has it, or no peer
+  // all-reduce at all (a one-shot rank would never raise the two-pass flags the others wait for).
   const char* one_shot_env = std::getenv("TRAIN_PEER_ONE_SHOT");
   const bool one_shot_only = one_shot_env != nullptr && std::string(one_shot_env) == "1";
+  ex.set(prefix + "one-shot/" + std::to_string(rank), one_shot_only ? "1" : "0");
+  const bool rank0_one_shot = ex.get(prefix + "one-shot/0") == "1";
+  const std::string unlike = ShmGroup::first_problem_of_any_rank(
+      ex, prefix + "ways/", rank, world,
+      one_shot_only == rank0_one_shot ? ""
+                                      : std::string("TRAIN_PEER_ONE_SHOT is ") + (one_shot_only ? "1" : "not 1") +
+                                            " here but " + (rank0_one_shot ? "1" : "not 1") +
+                                            " on rank 0; set it alike on every rank");
+  if (!unlike.empty()) return fail(unlike);
   std::unique_ptr<PeerReduce> p(new PeerReduce());
   p->maps_.rank = rank;
   p->maps_.world = world;
