@@ -103,6 +103,7 @@ TrainResult Trainer::fit(const TrainSpec& spec) {
 // Checks the spec, moves the data to the device, starts the run record, installs the signal handlers.
 void Trainer::Run::setup(const TrainSpec& s) {
   spec = &s;
+  orders.reset();  // another fit() may train other data
   if (!s.model || !s.train_data || !s.optimizer || !s.loss) {
     throw ConfigError("TrainSpec: expected a model builder, training data, a loss and an optimizer builder, found " +
                           std::string(!s.model ? "no model" : !s.train_data ? "no training data"
