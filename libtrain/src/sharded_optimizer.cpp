@@ -248,6 +248,11 @@ void ShardedOptimizer::step() {
   const auto& params = reducer_.params();
   for (size_t k = 0; k < comm_->layout().size(); ++k) {
     const BucketShards& b = comm_->layout()[k];
+    if (at::Tensor flat = comm_->params_in_place(k); flat.defined()) {
+      // The update wrote this rank's chunk of the parameters' own buffer: gathered in place.
+      comm_->all_gather(k, flat.narrow(0, b.chunk * comm_->rank(), b.chunk), flat);
+      continue;
+    }
     // One multi-tensor copy each way instead of a copy per parameter (a graph's launches add up).
     std::vector<at::Tensor> to, from;
     for (size_t j = 0; j < b.owned.size(); ++j) {

@@ -25,7 +25,7 @@ WeightAverage::WeightAverage(torch::nn::Module& model, double decay) : decay_(de
   auto add = [this](const std::string& name, const at::Tensor& t) {
     if (!t.is_floating_point()) return;
     names_.push_back(name);
-    live_.push_back(t.detach());
+    live_.push_back(t);  // the tensor itself, not an alias: it follows the parameter if it moves (set_data)
     average_.push_back(t.detach().clone());
   };
   for (const auto& kv : model.named_parameters()) add(kv.key(), kv.value());

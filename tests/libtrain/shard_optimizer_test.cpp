@@ -172,6 +172,20 @@ TEST(ShardOptimizer, AdadeltaRecipeEqualsUnshardedDdp) {
   EXPECT_NE(four.log.find("(sharded 1/4"), std::string::npos) << four.log;
 }
 
+// The moving average of the weights follows the parameters a sharded run moved into its buckets'
+// buffers: its evaluation (the done line's test loss) and the weights equal unsharded DDP's.
+TEST(ShardOptimizer, WeightAverageFollowsTheShardedParameters) {
+  if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  const Outcome plain = run(2, mnist_args(2, {"--ema-decay", "0.5"}));
+  const Outcome sharded = run(2, mnist_args(2, {"--ema-decay", "0.5", "--shard-optimizer"}));
+  EXPECT_NE(sharded.log.find("(sharded 1/2"), std::string::npos) << sharded.log;
+  EXPECT_TRUE(sharded.done.value("ema", false)) << sharded.log;
+  EXPECT_EQ(sha(sharded), sha(plain));
+  EXPECT_EQ(sharded.done["test_loss"], plain.done["test_loss"]) << "the average's evaluation";
+  EXPECT_NE(sharded.done["test_loss"], run(2, mnist_args(2, {"--shard-optimizer"})).done["test_loss"])
+      << "without the average the evaluation differs";
+}
+
 // A user's FusedAdamW (with a per-step warm-up and cosine) and FusedSGD with momentum: sharded at
 // 2 ranks, asked for by the flag or by TrainSpec::shard_optimizer, gives unsharded DDP's bits.
 TEST(ShardOptimizer, FusedAdamWAndSgdEqualUnshardedDdp) {
@@ -347,6 +361,7 @@ TEST(ShardOptimizerGpu, GraphEqualsEagerAndUnshardedOnTwoGpus) {
     std::printf("[2 GPUs, %s] sharded graph %s, sharded eager %s, unsharded %s\n", opt.c_str(), sha(graph).c_str(),
                 sha(eager).c_str(), sha(plain).c_str());
     EXPECT_NE(graph.log.find(zero1), std::string::npos) << graph.log;
+    EXPECT_NE(graph.log.find(zero1 + ", into the parameters in place"), std::string::npos) << graph.log;
     EXPECT_NE(graph.log.find("(sharded 1/2"), std::string::npos) << graph.log;
     EXPECT_EQ(graph.done["steps"], plain.done["steps"]);
     EXPECT_EQ(sha(graph), sha(eager)) << opt;

@@ -66,8 +66,11 @@ struct ShardComm::Impl {
   RollCallRecord* rollcall = nullptr;
   std::shared_ptr<ShardCollectives> graph;      // set while a CUDA graph is captured
   std::vector<at::Tensor> gather;               // per bucket, shared memory only: all_gather's output
+  std::vector<at::Tensor> param_flats;          // per bucket: where its parameters live (the flat layout)
+  std::vector<std::vector<at::Tensor>> members; // per bucket: its parameters, bucket order
 
   void make_buffers(const Reducer& r);
+  void bind_params(const Reducer& r);
 };
 
 void ShardComm::Impl::make_buffers(const Reducer& r) {
@@ -93,6 +96,32 @@ void ShardComm::Impl::make_buffers(const Reducer& r) {
   }
   works.resize(flats.size());
   numbers.resize(flats.size());
+}
+
+void ShardComm::Impl::bind_params(const Reducer& r) {
+  for (const at::Tensor& p : r.params()) {
+    // Only a parameter that alone holds its memory moves: a view of it kept elsewhere (another
+    // parameter tied to it, a detached alias) would go on reading the old memory. Those stay,
+    // and the step copies around the all-gather. Non-contiguous ones: ShardedOptimizer refuses.
+    if (!p.is_contiguous() || p.storage_offset() != 0 || p.storage().use_count() != 1 ||
+        p.storage().nbytes() != p.nbytes()) {
+      return;
+    }
+  }
+  for (size_t k = 0; k < r.buckets().size(); ++k) {
+    const GradBucket& b = r.buckets()[k];
+    const BucketShards& s = layout[k];
+    const auto opts = r.params()[b.params.front()].options().requires_grad(false);
+    param_flats.push_back(at::zeros({s.flat()}, opts));
+    members.emplace_back();
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      at::Tensor p = r.params()[b.params[j]];
+      at::Tensor home = param_flats.back().narrow(0, s.offsets[j], p.numel()).view(p.sizes());
+      home.copy_(p.detach());
+      p.set_data(home);  // the same tensor (its identity, its grad, the optimizer's state), moved
+      members.back().push_back(p);
+    }
+  }
 }
 
 std::shared_ptr<ShardComm> ShardComm::create(Reducer& r, ProcessGroup& process_group, bool shared_memory,
@@ -131,6 +160,11 @@ std::shared_ptr<ShardComm> ShardComm::create(Reducer& r, ProcessGroup& process_g
                      : "Gloo reduce-scatters the gradients and all-gathers the parameters (" + why_not + ")";
   }
   impl->make_buffers(r);
+  impl->bind_params(r);
+  if (impl->param_flats.empty() && r.params().front().is_cuda()) {
+    *why += " (a parameter shares its memory with another tensor, so the parameters stay where they are and "
+            "the captured step copies them around the all-gather)";
+  }
   return std::shared_ptr<ShardComm>(new ShardComm(std::move(impl)));
 }
 
@@ -138,6 +172,7 @@ ShardComm::ShardComm(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ShardComm::~ShardComm() = default;
 
 const std::vector<BucketShards>& ShardComm::layout() const { return impl_->layout; }
+int ShardComm::rank() const { return impl_->rank; }
 const at::Tensor& ShardComm::grad_chunk(size_t k) const { return impl_->chunks[k]; }
 
 void ShardComm::add(Reducer& r, size_t k, size_t i) {
@@ -246,6 +281,24 @@ void ShardComm::bind_grads(Reducer& r) {
 
 void ShardComm::zero_grads() {
   for (at::Tensor& f : impl_->flats) f.zero_();
+}
+
+bool ShardComm::params_bound() const { return !impl_->param_flats.empty(); }
+
+at::Tensor ShardComm::params_in_place(size_t k) const {
+  const Impl& m = *impl_;
+  if (!m.graph || k >= m.param_flats.size()) return {};
+  const at::Tensor& flat = m.param_flats[k];
+  const auto* base = static_cast<const char*>(flat.const_data_ptr());
+  const BucketShards& s = m.layout[k];
+  for (size_t j = 0; j < m.members[k].size(); ++j) {
+    const at::Tensor& p = m.members[k][j];
+    if (!p.is_contiguous() || p.scalar_type() != flat.scalar_type() ||
+        p.const_data_ptr() != base + s.offsets[j] * static_cast<int64_t>(flat.element_size())) {
+      return {};  // moved since (a user's set_data): the step copies
+    }
+  }
+  return flat;
 }
 
 void ShardComm::use_collectives(std::shared_ptr<ShardCollectives> c) { impl_->graph = std::move(c); }

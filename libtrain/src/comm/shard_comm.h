@@ -74,10 +74,14 @@ class ShardCollectives {
 class ShardComm : public CommHook {
  public:
   /// Collective (the shared-memory set-up): every rank calls it alike. `why` gets the transport.
+  /// Moves every parameter into its bucket's parameter buffer, laid out as the gradients' flat
+  /// buffer (set_data: the same tensors, the same values; call before anything keeps a view of a
+  /// parameter).
   static std::shared_ptr<ShardComm> create(Reducer& reducer, ProcessGroup& pg, bool shared_memory, std::string* why);
   ~ShardComm() override;
 
   const std::vector<BucketShards>& layout() const;
+  int rank() const;
   /// This rank's chunk of bucket k's averaged gradients, valid after a synchronised backward.
   const at::Tensor& grad_chunk(size_t k) const;
   /// Collective: every rank's `mine` (bucket k's chunk, `chunk` elements of the bucket's dtype)
@@ -96,6 +100,14 @@ class ShardComm : public CommHook {
   void bind_grads(Reducer& r);
   /// Zeroes every flat buffer (the bound gradients and the padding).
   void zero_grads();
+  /// Bucket k's parameter buffer (world x chunk elements, the gradients' layout) when every one of
+  /// its parameters still lives there and the graph's collectives are in use: this rank's slices of
+  /// the parameters are then its chunk of it, and the all-gather fills the parameters in place (no
+  /// copy either way). Undefined otherwise (the step copies as before).
+  at::Tensor params_in_place(size_t k) const;
+  /// create() moved the parameters into the buckets' parameter buffers (not where a parameter
+  /// shares its memory with another tensor).
+  bool params_bound() const;
   /// The collectives of a CUDA graph capture, from now until set back to null (the process
   /// group's): launch() hands each bucket to `c` and finalize() waits for nothing.
   void use_collectives(std::shared_ptr<ShardCollectives> c);

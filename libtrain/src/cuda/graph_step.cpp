@@ -148,6 +148,7 @@ class CudaGraphStep : public TrainStep {
     std::string ranks;
     if (parts_.world_size > 1 && parts_.shard != nullptr) {
       ranks = ", gradients reduce-scattered and parameters all-gathered inside the graph (ZeRO-1)";
+      if (parts_.shard->comm()->params_bound()) ranks += ", into the parameters in place";
     } else if (parts_.world_size > 1) {
       ranks = parts_.graph_average == GraphAverage::in_graph ? ", gradients averaged inside the graph"
                                                              : ", one eager all-reduce between two graphs";
