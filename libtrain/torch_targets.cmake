@@ -102,7 +102,8 @@ if(TRAIN_HAVE_CUDA)
     # TORCH_LIBRARIES): link no second one.
     add_library(train_cuda_kernels OBJECT ${_train_src}/cuda/adadelta_fused.cu ${_train_src}/cuda/adadelta_peer.cu
                 ${_train_src}/cuda/adam_peer.cu
-                ${_train_src}/cuda/graph_memsets.cu ${_train_src}/cuda/nonfinite_fused.cu ${_train_src}/cuda/peer_allreduce.cu)
+                ${_train_src}/cuda/graph_memsets.cu ${_train_src}/cuda/nonfinite_fused.cu ${_train_src}/cuda/peer_allreduce.cu
+                ${_train_src}/cuda/step_inputs.cu)
     set_target_properties(train_cuda_kernels PROPERTIES CUDA_ARCHITECTURES "${TRAIN_CUDA_ARCHITECTURES}"
                           CUDA_RUNTIME_LIBRARY None POSITION_INDEPENDENT_CODE ON)
     target_sources(train PRIVATE $<TARGET_OBJECTS:train_cuda_kernels>)

@@ -47,6 +47,15 @@ struct FusedAdamBuckets {
   /// Queues the update of `params` with their gradients, their counts already advanced: ATen's
   /// fused kernel, one launch per parameter group.
   static void update(torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params);
+  /// A group's rate that its options changed since it was last written to the device.
+  struct RateWrite {
+    at::Tensor tensor;  ///< float32 []
+    double value = 0;
+  };
+  /// The rates sync_lr() would fill now, recorded as written: the caller queues the writes before
+  /// anything reads them (a kernel of its own; `tensor.fill_(value)` is the same). False, taking
+  /// nothing, where `optimizer` is not a FusedOptimizer or more than `max` rates changed.
+  static bool take_rate_writes(torch::optim::Optimizer& optimizer, size_t max, std::vector<RateWrite>* out);
   /// The tensors of `params` for a caller's kernel of the same update, and their group's options,
   /// where they share one group without amsgrad; nullopt otherwise.
   static std::optional<Hyper> describe(torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params,

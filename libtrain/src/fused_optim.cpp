@@ -349,6 +349,24 @@ bool updates_only(const torch::optim::Optimizer& optimizer, const std::vector<at
   return true;
 }
 
+bool FusedAdamBuckets::take_rate_writes(torch::optim::Optimizer& optimizer, size_t max, std::vector<RateWrite>* out) {
+  auto* fused = dynamic_cast<optim::FusedOptimizer*>(&optimizer);
+  if (fused == nullptr) return false;
+  std::vector<RateWrite> writes;
+  auto& groups = fused->param_groups();
+  for (size_t g = 0; g < fused->rates_.size() && g < groups.size(); ++g) {
+    const auto& rate = fused->rates_[g];
+    const double now = groups[g].options().get_lr();
+    if (rate.tensor.defined() && rate.value != now) writes.push_back({rate.tensor, now});
+  }
+  if (writes.size() > max) return false;
+  for (size_t g = 0; g < fused->rates_.size() && g < groups.size(); ++g) {
+    if (fused->rates_[g].tensor.defined()) fused->rates_[g].value = groups[g].options().get_lr();
+  }
+  *out = std::move(writes);
+  return true;
+}
+
 bool FusedAdamBuckets::applies(torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params,
                                std::string* why) {
   const Found f = fused_adam(optimizer);

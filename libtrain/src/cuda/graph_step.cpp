@@ -7,11 +7,14 @@
 #include "cuda/graph_memsets.h"
 #include "cuda/optimizer_epilogues.h"
 #include "cuda/shard_graph.h"
+#include "cuda/step_inputs.h"
+#include "fused_adam_buckets.h"
 #include "nonfinite.h"
 #include "sharded_optimizer.h"
 #include "step/grad_clip.h"
 #include "step/train_step.h"
 #include "train/adadelta.h"
+#include "train/fused_optim.h"
 #include "train/log.h"
 #include "train/process_group.h"
 
@@ -98,7 +101,7 @@ class CudaGraphStep : public TrainStep {
       captured_now = true;
     }
     if (gather_in_graph_) {
-      indices_.copy_(order.narrow(0, start, batch_), /*non_blocking=*/true);
+      queue_inputs(order, start);
     } else if (!captured_now) {
       // A dataset the graph can't capture (random augmentation, host state) gathers eagerly
       // into the graph's fixed inputs.
@@ -128,7 +131,10 @@ class CudaGraphStep : public TrainStep {
     }
     auto* on_device = dynamic_cast<optim::DeviceStateOptimizer*>(parts_.optimizer);
     if (on_device != nullptr && on_device->lr_on_device()) {
-      on_device->sync_lr();  // the captured update reads the rate from the device
+      // The captured update reads the rate from the device. A fused optimizer's goes there with
+      // the next replay's indices, in one kernel (queue_inputs); an eager step or a capture before
+      // then writes it first itself.
+      if (!rates_with_inputs()) on_device->sync_lr();
     } else {
       release();
     }
@@ -168,6 +174,8 @@ class CudaGraphStep : public TrainStep {
   // replaying NCCL calls that another rank makes eagerly would pair different collectives).
   bool capture_all(const at::Tensor& order, int64_t start) {
     std::string error;
+    // A rate left for queue_inputs() goes to the device now: a capture must not take its write.
+    if (auto* on_device = dynamic_cast<optim::DeviceStateOptimizer*>(parts_.optimizer)) on_device->sync_lr();
     try {
       prepare_capture(order, start);
       if (parts_.reducer == nullptr || parts_.world_size == 1) {
@@ -203,6 +211,37 @@ class CudaGraphStep : public TrainStep {
   }
 
   // The indices of the step about to be captured in their fixed tensor, and the device idle.
+  // Whether a fused optimizer's new rates wait for queue_inputs() (lr_changed()).
+  bool rates_with_inputs() const {
+    return gather_in_graph_ && parts_.shard == nullptr && step_inputs_available() &&
+           dynamic_cast<const optim::FusedOptimizer*>(parts_.optimizer) != nullptr;
+  }
+
+  // The next replay's indices (this step's slice of the epoch's order) and the rates the schedule
+  // changed since the last replay: one kernel (step_inputs.h) where it applies, else a copy and
+  // the optimizer's fills.
+  void queue_inputs(const at::Tensor& order, int64_t start) {
+    const at::Tensor slice = order.narrow(0, start, batch_);
+    std::vector<details::FusedAdamBuckets::RateWrite> rates;
+    if (rates_with_inputs() && slice.is_contiguous() && slice.scalar_type() == at::kLong &&
+        indices_.scalar_type() == at::kLong && indices_.is_contiguous() &&
+        details::FusedAdamBuckets::take_rate_writes(*parts_.optimizer, kStepInputRates, &rates)) {
+      StepInputs in;
+      in.indices = indices_.mutable_data_ptr<int64_t>();
+      in.order = slice.const_data_ptr<int64_t>();
+      in.count = batch_;
+      for (const auto& r : rates) {
+        in.rate[in.rates] = r.tensor.mutable_data_ptr<float>();
+        in.value[in.rates++] = static_cast<float>(r.value);
+      }
+      if (step_inputs_launch(in, c10::cuda::getCurrentCUDAStream().stream()) == 0) return;
+      for (const auto& r : rates) r.tensor.fill_(r.value);  // taken as written: write them
+    } else if (auto* on_device = dynamic_cast<optim::DeviceStateOptimizer*>(parts_.optimizer)) {
+      on_device->sync_lr();
+    }
+    indices_.copy_(slice, /*non_blocking=*/true);
+  }
+
   // Capture runs on the current stream (never the legacy default stream: the Trainer made a pool
   // stream current).
   void prepare_capture(const at::Tensor& order, int64_t start) {
