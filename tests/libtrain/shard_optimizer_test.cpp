@@ -386,8 +386,8 @@ TEST(ShardOptimizerGpu, GraphEqualsEagerAndUnshardedOnTwoGpus) {
   EXPECT_LT(stopped.done["steps"].get<int>(), 100) << "the stop came before the end";
   const Outcome resumed = go(2, args(2, "adamw", ck));
   EXPECT_EQ(sha(resumed), sha(go(2, args(2, "adamw", {})))) << "sharded checkpoint, unsharded resume";
-  // A NaN loss on rank 1 at step 20: the check inside the graph (before the update, whose
-  // all-gather reuses the gradients' buffers) stops the run there and names it.
+  // A NaN loss on rank 1 at step 20: the check inside the graph (before the update and the
+  // all-gather) stops the run there and names it.
   auto nan = run_program(local_command(2, args(2, "adamw", {"--shard-optimizer"})), {"TRAIN_FAULT_NAN_AT_STEP=20:1"}, 300);
   EXPECT_EQ(nan.exit_code, 65) << nan.err;
   EXPECT_NE(nan.err.find("rank 1: the loss at step 20"), std::string::npos) << nan.err;

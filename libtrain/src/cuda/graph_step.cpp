@@ -403,7 +403,8 @@ class CudaGraphStep : public TrainStep {
       loss_ = accumulate_backward(parts_, graph_batches());
       parts_.reducer->finish();
       shard_graph_->join();
-      // Before the update: the all-gather lands in the flat buffers that the gradients view.
+      // Before the update: where the parameters could not move into their buckets' buffers, the
+      // all-gather lands in the flat buffers that the gradients view.
       if (parts_.watch != nullptr) parts_.watch->note_in_capture(loss_);
       update(parts_);
     } catch (...) {
