@@ -210,7 +210,6 @@ class CudaGraphStep : public TrainStep {
     return false;
   }
 
-  // The indices of the step about to be captured in their fixed tensor, and the device idle.
   // Whether a fused optimizer's new rates wait for queue_inputs() (lr_changed()).
   bool rates_with_inputs() const {
     return gather_in_graph_ && parts_.shard == nullptr && step_inputs_available() &&
@@ -242,6 +241,7 @@ class CudaGraphStep : public TrainStep {
     indices_.copy_(slice, /*non_blocking=*/true);
   }
 
+  // The indices of the step about to be captured in their fixed tensor, and the device idle.
   // Capture runs on the current stream (never the legacy default stream: the Trainer made a pool
   // stream current).
   void prepare_capture(const at::Tensor& order, int64_t start) {
