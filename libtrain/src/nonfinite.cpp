@@ -4,6 +4,7 @@
 #include "step/grad_clip.h"
 #include "train/log.h"
 #include "train/process_group.h"
+#include "unique_params.h"
 
 #include <ATen/ops/_foreach_norm.h>
 #include <ATen/ops/cat.h>
@@ -21,7 +22,7 @@ NonFiniteWatch::NonFiniteWatch(const TrainConfig& c, torch::nn::Module& model, c
                                int world_size)
     : skip_(c.run.nonfinite == NonFinite::skip), max_skips_(c.run.nonfinite_max_skips), device_(device), rank_(rank),
       world_size_(world_size) {
-  for (const auto& p : model.named_parameters()) params_.emplace_back(p.key(), p.value());
+  params_ = unique_named_parameters(model);
   stride_ = static_cast<int64_t>(params_.size()) + 1;
   first_ = at::full(c10::IntArrayRef{}, -1, at::TensorOptions().dtype(at::kLong).device(device));
   step_dev_ = at::zeros({}, first_.options());  // here, not in a capture: a graph's pool would own it

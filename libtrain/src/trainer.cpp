@@ -5,6 +5,7 @@
 
 #include "health_check.h"
 #include "cpu_kernels.h"
+#include "unique_params.h"
 
 #include <ATen/Parallel.h>
 
@@ -170,7 +171,7 @@ void Trainer::Run::build_model() {
   dev->prepare_model(*model.module);
   model.module->train();
   optimizer = user_code("TrainSpec::optimizer (the optimizer builder)",
-                        [&] { return spec->optimizer(model.module->parameters()); });
+                        [&] { return spec->optimizer(detail::unique_parameters(*model.module)); });
   if (!optimizer || optimizer->param_groups().empty()) {
     throw ConfigError("TrainSpec::optimizer: expected an optimizer over the model's parameters, found none.",
                       "return e.g. std::make_unique<torch::optim::SGD>(parameters, torch::optim::SGDOptions(0.1)).");
@@ -186,7 +187,7 @@ void Trainer::Run::build_model() {
   state.batch_size = step_samples();  // progress counts optimizer steps
   state.shape_json = detail::run_shape_json(*spec, batch, schedule->context().base_lr, c.run.seed, epochs, accumulate,
                                             clip ? std::optional<double>(clip->max_norm) : std::nullopt);
-  if (clip) clip->params = model.module->parameters();
+  if (clip) clip->params = detail::unique_parameters(*model.module);
   state.save_user = [this](torch::serialize::OutputArchive& a) {
     for_callbacks("on_save_checkpoint", [&](Callback& cb) { cb.on_save_checkpoint(a); });
   };

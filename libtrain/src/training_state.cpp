@@ -7,6 +7,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <ATen/ops/tensor.h>
+#include <c10/util/Exception.h>
 #include <torch/serialize/input-archive.h>
 
 #include <mutex>
@@ -114,7 +115,17 @@ int TrainingState::load(torch::serialize::InputArchive& a, const at::Device& dev
     throw CheckpointError("checkpoint: expected the optimizer's state, found it missing.",
                           "point --checkpoint-dir at a fresh folder.");
   }
-  optimizer->load(oa);
+  try {
+    optimizer->load(oa);
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    throw CheckpointError("checkpoint: expected the optimizer's state to fit this run's optimizer (" +
+                              std::to_string(optimizer->param_groups().size()) + " parameter group(s)), found: " +
+                              what.substr(0, what.find('\n')) + ".",
+                          "resume with the same model and optimizer (a checkpoint of a model with tied weights "
+                          "written before libtrain 0.2.0 holds the tied weight twice), or point --checkpoint-dir "
+                          "at a fresh folder.");
+  }
   Progress& p = progress;
   p.epoch = static_cast<int>(read_i64(a, "progress/epoch"));
   p.batches_done = read_i64(a, "progress/batches_done");

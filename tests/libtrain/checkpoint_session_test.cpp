@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <filesystem>
 #include <vector>
 
 namespace {
@@ -172,6 +173,34 @@ TEST(CheckpointSession, RefusesACheckpointOfAnotherModel) {
     EXPECT_NE(what.find("\"linear\""), std::string::npos) << what;
     EXPECT_NE(what.find("\"other\""), std::string::npos) << what;
   }
+}
+
+// An optimizer state written for other parameters (here: one listing the weight twice, as a tied
+// weight was listed before 0.2.0) is refused with a CheckpointError that says so and gives a hint,
+// not c10's message with its stack trace; the file stays.
+TEST(CheckpointSession, RefusesAnOptimizerStateThatDoesNotFit) {
+  train::test::TempDir dir("checkpoint_optimizer");
+  Trained a(1);
+  torch::optim::SGD twice({a.model->weight, a.model->bias, a.model->weight}, torch::optim::SGDOptions(0.1).momentum(0.9));
+  a.model->forward(torch::ones({4, 3})).sum().backward();
+  twice.step();
+  a.state.optimizer = &twice;
+  CheckpointSession s(in(dir.path()), 0, at::kCPU);
+  s.write(a.state, some_progress(), a.state.loss_sum);
+  s.collect(/*wait=*/true);
+  Trained b(2);
+  CheckpointSession reader(in(dir.path()), 0, at::kCPU);
+  try {
+    reader.resume(b.state);
+    FAIL() << "expected a train::CheckpointError";
+  } catch (const train::CheckpointError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("expected the optimizer's state to fit this run's optimizer"), std::string::npos) << what;
+    EXPECT_NE(what.find("different size"), std::string::npos) << what;
+    EXPECT_EQ(what.find("frame #"), std::string::npos) << what;
+    EXPECT_NE(what.find("resume with the same model and optimizer"), std::string::npos) << what;
+  }
+  EXPECT_FALSE(std::filesystem::is_empty(dir.path())) << "the checkpoint stays";
 }
 
 TEST(CheckpointSession, SharedLossSumOfOneProcessIsItsOwn) {

@@ -206,6 +206,37 @@ TEST(ShardOptimizer, FusedAdamWAndSgdEqualUnshardedDdp) {
   EXPECT_NE(sha(uninterrupted({2, true}, {"SHARD_OPTIMIZER=adam"})), sha(uninterrupted({2, true}, {})));
 }
 
+// A weight registered in two modules (tied, as embeddings are) is one parameter, as in PyTorch's
+// parameters(): the optimizer gets it once (not two updates a step), DDP averages it once, and a
+// sharded run updates it once, ending on unsharded DDP's bits. Clipped (FusedSGD), its gradient
+// counts once in the norm on both sides (the sharded norm comes from DDP's buckets, the unsharded one from
+// the model's parameters), so the two agree to rounding.
+TEST(ShardOptimizer, ATiedWeightIsOneParameter) {
+  const std::vector<std::string> env = {"SHARD_TIED=1"};
+  const Outcome plain = uninterrupted({2, false}, env);
+  const Outcome sharded = uninterrupted({2, true}, env);
+  EXPECT_NE(plain.log.find("the optimizer gets 3 tensors"), std::string::npos)
+      << "w (also head.w), b and head.b: " << plain.log;
+  EXPECT_EQ(sharded.done["steps"], 32);
+  EXPECT_NE(sharded.log.find("(sharded 1/2"), std::string::npos) << sharded.log;
+  EXPECT_EQ(sha(sharded), sha(plain));
+  // FusedSGD for the clipped runs: Adam's update hardly changes when every gradient is scaled.
+  const std::vector<std::string> sgd = {"SHARD_TIED=1", "SHARD_OPTIMIZER=sgd"};
+  train::test::TempDir d("shard-tied");
+  auto saved = [&](const std::string& name, std::vector<std::string> extra) {
+    extra.insert(extra.end(), {"--save-model", d.file(name + ".pt")});
+    EXPECT_EQ(run(2, toy_args(2, d.file("ck-" + name), extra), sgd).done["steps"], 32) << name;
+    return load_params(d.file(name + ".pt"));
+  };
+  const auto clipped = saved("plain", {"--clip-grad-norm", "0.01"});
+  const double diff = max_rel_diff(clipped, saved("sharded", {"--clip-grad-norm", "0.01", "--shard-optimizer"}));
+  const double clip_effect = max_rel_diff(clipped, saved("unclipped", {}));
+  std::printf("[shard] tied weight, clip 0.01: sharded vs unsharded max rel diff %.3e; unclipped %.3e away\n", diff,
+              clip_effect);
+  EXPECT_LE(diff, 1e-5);
+  EXPECT_GT(clip_effect, 1e-3) << "the bound must clip for this test to mean anything";
+}
+
 // Checkpoints hold the whole state: a sharded run's checkpoint resumes unsharded and the other way
 // round, each ending on the uninterrupted run's bits; a sharded FusedAdamW checkpoint resumes on
 // one rank exactly as an unsharded one does, and a one-rank checkpoint resumes sharded on two

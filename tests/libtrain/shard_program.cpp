@@ -2,12 +2,14 @@
 // random data (10 classes) whose optimizer SHARD_OPTIMIZER picks: adamw (train::optim::FusedAdamW,
 // the default), adam (FusedAdam), sgd (FusedSGD with momentum) or torch-adamw (torch::optim::AdamW,
 // which --shard-optimizer refuses). SHARD_SPEC=1 asks for sharding through TrainSpec::shard_optimizer;
-// SHARD_HOOK=1 adds a callback with on_before_optimizer_step (refused with sharding).
+// SHARD_HOOK=1 adds a callback with on_before_optimizer_step (refused with sharding); SHARD_TIED=1
+// trains a model with a tied weight instead.
 #include <train/cli.h>
 #include <train/fused_optim.h>
 #include <train/trainer.h>
 #include <torch/torch.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -40,6 +42,28 @@ class ToyData : public train::Dataset {
   at::Tensor x_, y_;
 };
 
+// SHARD_TIED=1: the output layer's weight is the hidden layer's, registered in both modules (as
+// "w" and "head.w"), as tied embeddings are.
+struct TiedHead : torch::nn::Module {
+  explicit TiedHead(const torch::Tensor& shared) {
+    w = register_parameter("w", shared);
+    b = register_parameter("b", torch::zeros({10}));
+  }
+  torch::Tensor forward(const torch::Tensor& h) { return h.mm(w) + b; }
+  torch::Tensor w, b;
+};
+
+struct TiedMlp : torch::nn::Module {
+  TiedMlp() {
+    w = register_parameter("w", torch::randn({10, 10}) * 0.3);
+    b = register_parameter("b", torch::zeros({10}));
+    head = register_module("head", std::make_shared<TiedHead>(w));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return head->forward(torch::relu(x.mm(w.t()) + b)); }
+  torch::Tensor w, b;
+  std::shared_ptr<TiedHead> head;
+};
+
 class GradientReader : public train::OptimizerStepCallback {
  public:
   void on_before_optimizer_step(train::Trainer&) override {}
@@ -47,6 +71,7 @@ class GradientReader : public train::OptimizerStepCallback {
 
 train::OptimizerBuilder optimizer(const std::string& kind, double lr) {
   return [kind, lr](const std::vector<at::Tensor>& params) -> std::unique_ptr<torch::optim::Optimizer> {
+    std::fprintf(stderr, "shard_program: the optimizer gets %zu tensors\n", params.size());
     if (kind == "adam") return std::make_unique<train::optim::FusedAdam>(params, torch::optim::AdamOptions(lr));
     if (kind == "sgd") {
       return std::make_unique<train::optim::FusedSGD>(params, torch::optim::SGDOptions(lr).momentum(0.9).weight_decay(1e-4));
@@ -60,7 +85,8 @@ train::TrainResult train_it(const train::TrainConfig& config, const train::cli::
                             const train::DistEnv& env) {
   train::Trainer trainer(config, env);
   train::TrainSpec spec;
-  spec.model = [] {
+  spec.model = []() -> train::ModelHandle {
+    if (env_or("SHARD_TIED", "") == "1") return train::wrap_model(std::make_shared<TiedMlp>());
     return train::wrap_model(torch::nn::Sequential(torch::nn::Linear(10, 300), torch::nn::ReLU(), torch::nn::Linear(300, 10)));
   };
   spec.model_name = "mlp";

@@ -27,7 +27,8 @@ namespace train {
 class ProcessGroup;
 class Trainer;
 
-/// Builds the optimizer over the model's parameters (already on the training device).
+/// Builds the optimizer over the model's parameters (already on the training device), each tensor
+/// once: a weight registered in two modules (tied) comes once, as PyTorch's `parameters()` gives it.
 using OptimizerBuilder =
     std::function<std::unique_ptr<torch::optim::Optimizer>(const std::vector<at::Tensor>& parameters)>;
 

@@ -3,6 +3,7 @@
 #include "comm/reducer.h"
 
 #include "train/error.h"
+#include "unique_params.h"
 
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/engine.h>
@@ -64,10 +65,10 @@ Reducer::~Reducer() {
 
 // The trainable parameters, with their names, all on one device.
 void Reducer::collect_params(torch::nn::Module& module) {
-  for (auto& item : module.named_parameters(/*recurse=*/true)) {
-    if (!item.value().requires_grad()) continue;
-    params_.push_back(item.value());
-    names_.push_back(item.key());
+  for (auto& [name, p] : detail::unique_named_parameters(module)) {
+    if (!p.requires_grad()) continue;
+    params_.push_back(p);
+    names_.push_back(name);
   }
   if (params_.empty()) {
     throw ConfigError("DistributedDataParallel: expected a module with trainable parameters, found none.",

@@ -17,6 +17,7 @@
 #include "train/fused_optim.h"
 #include "train/log.h"
 #include "train/process_group.h"
+#include "unique_params.h"
 
 #include <ATen/cuda/CUDAGraph.h>
 #include <ATen/ops/empty.h>
@@ -303,7 +304,7 @@ class CudaGraphStep : public TrainStep {
   // The trainable parameters, last layer first: the order their gradients are done in.
   std::vector<at::Tensor> params_last_first() const {
     std::vector<at::Tensor> params;
-    for (auto& q : parts_.model->module->parameters()) {
+    for (auto& q : unique_parameters(*parts_.model->module)) {
       if (q.requires_grad()) params.push_back(q);
     }
     std::reverse(params.begin(), params.end());
