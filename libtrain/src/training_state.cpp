@@ -89,6 +89,31 @@ std::string TrainingState::read_shape(torch::serialize::InputArchive& a) {
   return shape.toStringRef();
 }
 
+namespace {
+
+// The optimizer's state from the checkpoint. The archive was loaded onto the run's device, so
+// whatever state tensors the optimizer keeps are created where its parameters live.
+void load_optimizer(torch::serialize::InputArchive& a, torch::optim::Optimizer& optimizer) {
+  torch::serialize::InputArchive oa;
+  if (!a.try_read("optimizer", oa)) {
+    throw CheckpointError("checkpoint: expected the optimizer's state, found it missing.",
+                          "point --checkpoint-dir at a fresh folder.");
+  }
+  try {
+    optimizer.load(oa);
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    throw CheckpointError("checkpoint: expected the optimizer's state to fit this run's optimizer (" +
+                              std::to_string(optimizer.param_groups().size()) + " parameter group(s)), found: " +
+                              what.substr(0, what.find('\n')) + ".",
+                          "resume with the same model and optimizer (a checkpoint of a model with tied weights "
+                          "written before libtrain 0.2.0 holds the tied weight twice), or point --checkpoint-dir "
+                          "at a fresh folder.");
+  }
+}
+
+}  // namespace
+
 int TrainingState::load(torch::serialize::InputArchive& a, const at::Device& device) {
   at::NoGradGuard no_grad;
   for (auto& kv : model->named_parameters()) {
@@ -108,24 +133,7 @@ int TrainingState::load(torch::serialize::InputArchive& a, const at::Device& dev
     }
     kv.value().copy_(t);
   }
-  // The archive was loaded onto `device`, so whatever state tensors this optimizer keeps are
-  // created where its parameters live.
-  torch::serialize::InputArchive oa;
-  if (!a.try_read("optimizer", oa)) {
-    throw CheckpointError("checkpoint: expected the optimizer's state, found it missing.",
-                          "point --checkpoint-dir at a fresh folder.");
-  }
-  try {
-    optimizer->load(oa);
-  } catch (const c10::Error& e) {
-    const std::string what = e.what_without_backtrace();
-    throw CheckpointError("checkpoint: expected the optimizer's state to fit this run's optimizer (" +
-                              std::to_string(optimizer->param_groups().size()) + " parameter group(s)), found: " +
-                              what.substr(0, what.find('\n')) + ".",
-                          "resume with the same model and optimizer (a checkpoint of a model with tied weights "
-                          "written before libtrain 0.2.0 holds the tied weight twice), or point --checkpoint-dir "
-                          "at a fresh folder.");
-  }
+  load_optimizer(a, *optimizer);
   Progress& p = progress;
   p.epoch = static_cast<int>(read_i64(a, "progress/epoch"));
   p.batches_done = read_i64(a, "progress/batches_done");
