@@ -157,22 +157,29 @@ TEST(CheckpointSession, EveryNStepsKeepsTheNewestAndStartsFreshWithoutOne) {
   EXPECT_EQ(b.state.progress.step, 0);
 }
 
+// Writes `written`'s state into `dir`, resumes `reader` from it, and returns the CheckpointError's
+// text ("" and a failure where none came).
+std::string refusal(const std::string& dir, TrainingState& written, TrainingState& reader) {
+  CheckpointSession s(in(dir), 0, at::kCPU);
+  s.write(written, some_progress(), written.loss_sum);
+  s.collect(/*wait=*/true);
+  CheckpointSession r(in(dir), 0, at::kCPU);
+  try {
+    r.resume(reader);
+  } catch (const train::CheckpointError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a train::CheckpointError";
+  return "";
+}
+
 TEST(CheckpointSession, RefusesACheckpointOfAnotherModel) {
   train::test::TempDir dir("checkpoint_other");
   Trained a(1, "linear");
-  CheckpointSession s(in(dir.path()), 0, at::kCPU);
-  s.write(a.state, some_progress(), a.state.loss_sum);
-  s.collect(/*wait=*/true);
   Trained b(2, "other");
-  CheckpointSession reader(in(dir.path()), 0, at::kCPU);
-  try {
-    reader.resume(b.state);
-    FAIL() << "expected a train::CheckpointError";
-  } catch (const train::CheckpointError& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("\"linear\""), std::string::npos) << what;
-    EXPECT_NE(what.find("\"other\""), std::string::npos) << what;
-  }
+  const std::string what = refusal(dir.path(), a.state, b.state);
+  EXPECT_NE(what.find("\"linear\""), std::string::npos) << what;
+  EXPECT_NE(what.find("\"other\""), std::string::npos) << what;
 }
 
 // An optimizer state written for other parameters (here: one listing the weight twice, as a tied
@@ -185,21 +192,12 @@ TEST(CheckpointSession, RefusesAnOptimizerStateThatDoesNotFit) {
   a.model->forward(torch::ones({4, 3})).sum().backward();
   twice.step();
   a.state.optimizer = &twice;
-  CheckpointSession s(in(dir.path()), 0, at::kCPU);
-  s.write(a.state, some_progress(), a.state.loss_sum);
-  s.collect(/*wait=*/true);
   Trained b(2);
-  CheckpointSession reader(in(dir.path()), 0, at::kCPU);
-  try {
-    reader.resume(b.state);
-    FAIL() << "expected a train::CheckpointError";
-  } catch (const train::CheckpointError& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("expected the optimizer's state to fit this run's optimizer"), std::string::npos) << what;
-    EXPECT_NE(what.find("different size"), std::string::npos) << what;
-    EXPECT_EQ(what.find("frame #"), std::string::npos) << what;
-    EXPECT_NE(what.find("resume with the same model and optimizer"), std::string::npos) << what;
-  }
+  const std::string what = refusal(dir.path(), a.state, b.state);
+  EXPECT_NE(what.find("expected the optimizer's state to fit this run's optimizer"), std::string::npos) << what;
+  EXPECT_NE(what.find("different size"), std::string::npos) << what;
+  EXPECT_EQ(what.find("frame #"), std::string::npos) << what;
+  EXPECT_NE(what.find("resume with the same model and optimizer"), std::string::npos) << what;
   EXPECT_FALSE(std::filesystem::is_empty(dir.path())) << "the checkpoint stays";
 }
 
