@@ -4,6 +4,7 @@
 #include "train/error.h"
 #include "train/log.h"
 #include "train/text.h"
+#include "unique_params.h"
 
 #include <ATen/ops/_foreach_lerp.h>
 #include <ATen/ops/tensor.h>
@@ -28,7 +29,8 @@ WeightAverage::WeightAverage(torch::nn::Module& model, double decay) : decay_(de
     live_.push_back(t);  // the tensor itself, not an alias: it follows the parameter if it moves (set_data)
     average_.push_back(t.detach().clone());
   };
-  for (const auto& kv : model.named_parameters()) add(kv.key(), kv.value());
+  // A tied weight once: kept twice, the second swap() would leave the average in it.
+  for (const auto& [name, p] : unique_named_parameters(model)) add(name, p);
   for (const auto& kv : model.named_buffers()) add(kv.key(), kv.value());
 }
 

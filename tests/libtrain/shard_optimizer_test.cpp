@@ -207,8 +207,8 @@ TEST(ShardOptimizer, FusedAdamWAndSgdEqualUnshardedDdp) {
 }
 
 // A weight registered in two modules (tied, as embeddings are) is one parameter, as in PyTorch's
-// parameters(): the optimizer gets it once (not two updates a step), DDP averages it once, and a
-// sharded run updates it once, ending on unsharded DDP's bits. Clipped (FusedSGD), its gradient
+// parameters(): the optimizer gets it once (not two updates a step), DDP averages it once, a
+// sharded run updates it once, ending on unsharded DDP's bits, and the moving average keeps it once. Clipped (FusedSGD), its gradient
 // counts once in the norm on both sides (the sharded norm comes from DDP's buckets, the unsharded one from
 // the model's parameters), so the two agree to rounding.
 TEST(ShardOptimizer, ATiedWeightIsOneParameter) {
@@ -220,6 +220,15 @@ TEST(ShardOptimizer, ATiedWeightIsOneParameter) {
   EXPECT_EQ(sharded.done["steps"], 32);
   EXPECT_NE(sharded.log.find("(sharded 1/2"), std::string::npos) << sharded.log;
   EXPECT_EQ(sha(sharded), sha(plain));
+  // The moving average keeps it once too: evaluating the average swaps it in and back out, and
+  // leaves the trained weights as a run without the average ends (kept twice, the second swap
+  // left the average in the tied weight).
+  {
+    train::test::TempDir e("shard-tied-ema");
+    const Outcome ema = run(1, toy_args(1, e.file("ck"), {"--ema-decay", "0.5"}), env);
+    EXPECT_TRUE(ema.done.value("ema", false)) << ema.log;
+    EXPECT_EQ(sha(ema), sha(run(1, toy_args(1, e.file("ck-plain"), {}), env)));
+  }
   // FusedSGD for the clipped runs: Adam's update hardly changes when every gradient is scaled.
   const std::vector<std::string> sgd = {"SHARD_TIED=1", "SHARD_OPTIMIZER=sgd"};
   train::test::TempDir d("shard-tied");
