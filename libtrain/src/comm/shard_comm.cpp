@@ -290,7 +290,9 @@ bool ShardComm::params_bound() const { return !impl_->param_flats.empty(); }
 
 at::Tensor ShardComm::params_in_place(size_t k) const {
   const Impl& m = *impl_;
-  if (!m.graph || k >= m.param_flats.size()) return {};
+  // In place: NCCL's all-gather inside a graph (send = recv + rank x chunk), or the shared-memory
+  // sum, which copies this rank's chunk into its slot first. Not Gloo's.
+  if ((!m.graph && !m.shm) || k >= m.param_flats.size()) return {};
   const at::Tensor& flat = m.param_flats[k];
   const auto* base = static_cast<const char*>(flat.const_data_ptr());
   const BucketShards& s = m.layout[k];

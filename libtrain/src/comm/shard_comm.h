@@ -101,9 +101,10 @@ class ShardComm : public CommHook {
   /// Zeroes every flat buffer (the bound gradients and the padding).
   void zero_grads();
   /// Bucket k's parameter buffer (world x chunk elements, the gradients' layout) when every one of
-  /// its parameters still lives there and the graph's collectives are in use: this rank's slices of
-  /// the parameters are then its chunk of it, and the all-gather fills the parameters in place (no
-  /// copy either way). Undefined otherwise (the step copies as before).
+  /// its parameters still lives there and the all-gather can fill it in place (the graph's
+  /// collectives, or shared memory): this rank's slices of the parameters are then its chunk of
+  /// it, and all_gather(k, that chunk, the buffer) updates the parameters (no send buffer, no
+  /// gathered copy). Undefined otherwise (Gloo, a parameter moved since: the step copies).
   at::Tensor params_in_place(size_t k) const;
   /// create() moved the parameters into the buckets' parameter buffers (not where a parameter
   /// shares its memory with another tensor).
