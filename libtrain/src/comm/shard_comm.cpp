@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <set>
 
 namespace train::detail {
 namespace {
@@ -100,14 +99,13 @@ void ShardComm::Impl::make_buffers(const Reducer& r) {
 }
 
 void ShardComm::Impl::bind_params(const Reducer& r) {
-  std::set<const void*> seen;
   for (const at::Tensor& p : r.params()) {
     // Only a parameter that alone holds its memory moves: a view of it kept elsewhere (another
-    // parameter tied to it, a detached alias) would go on reading the old memory, and one
-    // registered twice can't live in two places. Those stay, and the step copies around the
-    // all-gather. Non-contiguous ones: ShardedOptimizer refuses.
+    // parameter made of it, a detached alias) would go on reading the old memory. Those stay, and
+    // the step copies around the all-gather. (The reducer lists a tied weight once.)
+    // Non-contiguous ones: ShardedOptimizer refuses.
     if (!p.is_contiguous() || p.storage_offset() != 0 || p.storage().use_count() != 1 ||
-        p.storage().nbytes() != p.nbytes() || !seen.insert(p.unsafeGetTensorImpl()).second) {
+        p.storage().nbytes() != p.nbytes()) {
       return;
     }
   }

@@ -21,9 +21,9 @@ class PeerReduce {
   /// Collective: every rank of `pg` calls it with the same messages (floats each; a message's
   /// index is its slot). Messages up to kPeerLowLatencyMaxFloats go the low-latency way, those
   /// from kPeerTwoShotMinFloats among three or more ranks in two passes (unless the environment
-  /// has TRAIN_PEER_ONE_SHOT=1), the others one-shot. Null on every rank, with the reason in *why_not, unless every rank runs on
-  /// this machine and each maps every other's GPU memory and the check all-reduces give the
-  /// expected numbers everywhere.
+  /// has TRAIN_PEER_ONE_SHOT=1), the others one-shot. Null on every rank, with the reason in
+  /// *why_not, unless every rank runs on this machine and each maps every other's GPU memory and
+  /// the check all-reduces give the expected numbers everywhere.
   static std::unique_ptr<PeerReduce> create(ProcessGroupImpl& pg, const std::vector<int64_t>& messages,
                                             std::string* why_not);
   ~PeerReduce();
