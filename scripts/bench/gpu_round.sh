@@ -22,6 +22,9 @@
 #   prof     profiles of PROF_WL (mnist, gru) at PROF_NPROCS (1 2) GPUs, batch PROF_BATCH, extra flags PROF_FLAGS
 #   gruprof2 profiles of gru_bench at 1 and 2 GPUs (batch GRUPROF_BATCH, 64): GPU busy and span per
 #            step, the kernels
+#   boundary the GRU's epoch boundary (300-step epochs, batch 64) at BOUNDARY_NPROCS (1 4) GPUs: each
+#            epoch's ms, and a profile of steps 595-605 (the second epoch's end, after the first
+#            evaluation's one-time loading): the GPU's idle spans and the host's work in them
 #   epochs   each epoch's milliseconds and the steady rate (--metrics) of the GRU (300-step epochs,
 #            as three_workloads.py runs it) and MNIST (60,000 samples) at batch 64, one run per
 #            WORKLOAD:GPUS:VAR=VALUE[,VAR=VALUE] of EPOCH_CFGS (DEFAULT=1: no variable), ROUNDS= times
@@ -171,6 +174,20 @@ for part in ${PARTS:-sync goodput snap}; do
   done
   python3 scripts/bench/trace_summary.py $specs --span --top 30 > $OUT/prof_${PROF_WL:-mnist}.txt 2>&1; head -50 $OUT/prof_${PROF_WL:-mnist}.txt
   (cd /tmp/prof && tar czf $OUT/prof_${PROF_WL:-mnist}.tgz $(cd /tmp/prof && ls */trace-rank*.json))
+  ;;
+ boundary)
+  rm -rf /tmp/bd && mkdir -p /tmp/bd
+  for n in ${BOUNDARY_NPROCS:-1 4}; do
+    [ $n -gt $(nvidia-smi -L | wc -l) ] && continue
+    timeout 120 $B/trainctl local --nproc $n --no-prefix -- $B/gru_bench --train-sequences $((300 * 64 * n)) --eval-sequences 128 --epochs 3 --device cuda --batch-size 64 --tf32 off --seed 1 --log-interval 1000000 --metrics /tmp/bd/m$n.jsonl --profile /tmp/bd/w$n --profile-steps 595:605 > $OUT/bd.out 2> $OUT/bd.err
+    echo "boundary $n GPU(s) rc=$?: ms per epoch $(python3 -c "
+import json, sys
+e = [r for r in map(json.loads, (l for l in open(sys.argv[1]) if l.startswith('{'))) if r.get('event') == 'epoch']
+print(' '.join('%.2f' % (r['epoch_seconds'] * 1e3) for r in e))" /tmp/bd/m$n.jsonl)"
+    ranks="/tmp/bd/w$n/trace-rank0.json"; [ $n -gt 1 ] && ranks="$ranks /tmp/bd/w$n/trace-rank$((n - 1)).json"
+    python3 scripts/bench/trace_summary.py $ranks --idle 20 --top 6
+  done
+  (cd /tmp/bd && tar czf $OUT/boundary.tgz $(ls w*/trace-rank*.json)); rm -f $OUT/bd.out $OUT/bd.err
   ;;
  epochs)
   for r in $(seq ${ROUNDS:-2}); do

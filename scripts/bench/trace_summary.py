@@ -7,7 +7,9 @@ side by side: which kernels one step runs that another doesn't, and where the ti
 STEPS is how many steps the trace holds (train's --profile-steps FROM:TO holds TO - FROM + 1;
 peers.py's --steps). --ops sums the host's operator calls instead (nested calls count in each
 level). Prints, per trace, the GPU busy time per step, and one table of the kernels
-by time per step in each trace (microseconds), largest difference first.
+by time per step in each trace (microseconds), largest difference first. --idle US lists instead
+where each trace's GPU sat idle for more than US microseconds (no kernel, copy or set on any
+stream) and what the host ran meanwhile: an epoch's boundary (--profile-steps across it), a stall.
 """
 import argparse
 import collections
@@ -62,6 +64,40 @@ def span_per_step(events, n, cats):
     return (max(t[1] for t in times) - min(t[0] for t in times)) / n
 
 
+def idle_spans(events, min_us):
+    """(idle us, start, end, the GPU event after) where no GPU event of any stream ran for min_us or more."""
+    gpu = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in GPU_CATS), key=lambda e: float(e["ts"]))
+    spans, busy_to = [], None
+    for e in gpu:
+        t0 = float(e["ts"])
+        if busy_to is not None and t0 - busy_to >= min_us:
+            spans.append((t0 - busy_to, busy_to, t0, short(e.get("name", "?"), 60)))
+        t1 = t0 + float(e.get("dur", 0))
+        busy_to = t1 if busy_to is None else max(busy_to, t1)
+    return spans
+
+
+def host_during(events, start, end, top=6):
+    """The host's operators and annotations that overlap [start, end), longest overlap first."""
+    rows = []
+    for e in events:
+        if e.get("ph") != "X" or e.get("cat") not in ("cpu_op", "user_annotation"):
+            continue
+        t0, t1 = float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))
+        inside = min(t1, end) - max(t0, start)
+        if inside > 0:
+            rows.append((inside, short(e.get("name", "?"), 40)))
+    rows.sort(reverse=True)
+    return ", ".join(f"{name} {us:.0f}" for us, name in rows[:top])
+
+
+def print_idle(path, events, min_us, top):
+    spans = idle_spans(events, min_us)
+    print(f"{path}: {len(spans)} idle span(s) of {min_us:g} us or more, {sum(s[0] for s in spans):.0f} us in all")
+    for us, start, end, after in sorted(spans, reverse=True)[:top]:
+        print(f"  {us:8.0f} us idle before {after}; host: {host_during(events, start, end)}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("traces", nargs="+", help="TRACE.json:STEPS")
@@ -70,7 +106,14 @@ def main():
                    "which ATen ops each step calls, on any device")
     p.add_argument("--span", action="store_true", help="also the time from the first to the last event, per step "
                    "(busy plus idle; on one stream, the step's GPU time)")
+    p.add_argument("--idle", type=float, metavar="US", help="list the GPU's idle spans of US microseconds or more "
+                   "and the host's work in each, longest first (--top of them per trace)")
     a = p.parse_args()
+    if a.idle is not None:
+        for spec in a.traces:
+            path, _, events = read_events(spec)
+            print_idle(path, events, a.idle, a.top)
+        return
     cats = ("cpu_op",) if a.ops else GPU_CATS
     runs = []
     for spec in a.traces:  # each trace read once
