@@ -8,7 +8,7 @@ STEPS is how many steps the trace holds (train's --profile-steps FROM:TO holds T
 peers.py's --steps). --ops sums the host's operator calls instead (nested calls count in each
 level). Prints, per trace, the GPU busy time per step, and one table of the kernels
 by time per step in each trace (microseconds), largest difference first. --idle US lists instead
-where each trace's GPU sat idle for more than US microseconds (no kernel, copy or set on any
+where each trace's GPU sat idle for US microseconds or more (no kernel, copy or set on any
 stream) and what the host ran meanwhile: an epoch's boundary (--profile-steps across it), a stall.
 """
 import argparse
