@@ -183,6 +183,18 @@ StopRequest Preemption::poll(ProcessGroup* pg, const at::Device& device, const a
   return decide(flags);
 }
 
+namespace {
+
+// What collect() waits for on a device: the event after the flags' copy back, and the device
+// tensor that the copy reads (alive until then: its last reader runs on another stream).
+struct PostedOnDevice {
+  explicit PostedOnDevice(c10::DeviceType type) : event(type) {}
+  c10::Event event;
+  at::Tensor flags;
+};
+
+}  // namespace
+
 void Preemption::post(ProcessGroup* pg, const at::Device& device, const at::Tensor& nonfinite) {
   const std::vector<int64_t> flags = local_flags();
   const int64_t n = nonfinite.defined() ? 4 : 3;
@@ -192,27 +204,53 @@ void Preemption::post(ProcessGroup* pg, const at::Device& device, const at::Tens
   // NCCL sums device memory, queued on the device; any other group (Gloo) sums on the host when
   // the copy is collected, so the host never waits for the device here either.
   posted_group_ = pg != nullptr && !(device.is_cuda() && pg->backend() == Backend::nccl) ? pg : nullptr;
+  posted_event_.reset();
+  posted_pending_ = true;
   if (posted_group_ != nullptr || pg == nullptr) {
     for (size_t i = 0; i < flags.size(); ++i) posted_.data_ptr<int64_t>()[i] = flags[i];
     if (nonfinite.defined()) posted_.narrow(0, 3, 1).copy_(nonfinite.reshape({1}).to(at::kLong), /*non_blocking=*/true);
+    if (device.is_cpu()) return;  // the copies are done: nothing to wait for
+    auto posted = std::make_shared<PostedOnDevice>(device.type());
+    c10::impl::VirtualGuardImpl guard(device.type());
+    posted->event.record(guard.getStream(device));
+    posted_event_ = posted;
   } else {
+    auto posted = std::make_shared<PostedOnDevice>(device.type());
+    c10::impl::VirtualGuardImpl guard(device.type());
+    c10::Stream on = guard.getStream(device);
     at::Tensor t = at::tensor(flags, at::TensorOptions().dtype(at::kLong)).to(device, /*non_blocking=*/true);
     if (nonfinite.defined()) t = at::cat({t, nonfinite.reshape({1}).to(at::kLong)});  // device ops: no host sync
-    pg->allreduce_sum(t);  // queued on the device, the host goes on
-    posted_.copy_(t, /*non_blocking=*/true);
+    static const bool exp_old = std::getenv("TRAIN_EXP_POST_ON_COMPUTE") != nullptr;  // TEMPORARY A/B
+    if (exp_old) {
+      pg->allreduce_sum(t);  // queued on the device, the host goes on
+      posted_.copy_(t, /*non_blocking=*/true);
+    } else {
+      // The all-reduce and the copy back run on a side stream that waits for the step's (the flags'
+      // values) and that no later step waits for: the steps go on while the ranks agree.
+      const c10::Stream step_stream = on;
+      on = guard.getStreamFromGlobalPool(device);
+      posted->event.record(step_stream);
+      posted->event.block(on);
+      const c10::Stream before = guard.exchangeStream(on);
+      try {
+        pg->allreduce_sum(t);  // queued on the side stream, the host goes on
+        posted_.copy_(t, /*non_blocking=*/true);
+      } catch (...) {
+        guard.exchangeStream(before);
+        throw;
+      }
+      guard.exchangeStream(before);
+      posted->flags = t;
+    }
+    posted->event.record(on);
+    posted_event_ = posted;
   }
-  posted_pending_ = true;
-  if (device.is_cpu()) return;  // the copies are done: nothing to wait for
-  auto event = std::make_shared<c10::Event>(device.type());
-  c10::impl::VirtualGuardImpl guard(device.type());
-  event->record(guard.getStream(device));
-  posted_event_ = event;
 }
 
 StopRequest Preemption::collect() {
   if (!posted_pending_) return {};
   posted_pending_ = false;
-  if (posted_event_) static_cast<c10::Event*>(posted_event_.get())->synchronize();
+  if (posted_event_) static_cast<PostedOnDevice*>(posted_event_.get())->event.synchronize();
   posted_event_.reset();
   const int64_t* posted = posted_.data_ptr<int64_t>();
   std::vector<int64_t> flags(posted, posted + posted_.numel());

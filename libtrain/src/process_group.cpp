@@ -279,17 +279,28 @@ std::chrono::milliseconds ProcessGroup::timeout() const { return core_->timeout;
 void ProcessGroup::allreduce_sum(at::Tensor& tensor) {
   details::ShmGroup* shm = core_->small_shm.get();
   const auto dtype = detail::shm_dtype_of(tensor.scalar_type());
-  // The choice depends only on what the contract makes equal on every rank (device, dtype,
-  // size), never on memory layout, so all ranks always take the same path.
+  // The choice depends only on what the contract makes equal on every rank (dtype, size), never
+  // on memory layout or device, so all ranks always take the same path.
   const detail::CollectiveWait in_collective(&core_->rollcall, detail::CollectiveKind::allreduce);
-  if (shm != nullptr && dtype && tensor.device().is_cpu() && tensor.nbytes() <= shm->capacity()) {
-    const at::Tensor in = tensor.contiguous();
-    std::memcpy(shm->slot(), in.const_data_ptr(), in.nbytes());
-    shm->allreduce_sum(0, static_cast<size_t>(in.numel()), *dtype, "allreduce");
-    if (tensor.is_contiguous()) {
+  static const bool exp_old = std::getenv("TRAIN_EXP_GLOO_DEVICE_SMALL") != nullptr;  // TEMPORARY A/B
+  if (shm != nullptr && dtype && tensor.nbytes() <= shm->capacity() && !(exp_old && !tensor.device().is_cpu())) {
+    // A small tensor goes through the ranks' shared memory wherever it lives: Gloo would copy a
+    // device tensor to the host anyway and then sum it over TCP. The copies to and from the device
+    // are synchronous, as the wait for Gloo's work is.
+    const bool plain = tensor.device().is_cpu() && tensor.is_contiguous();
+    const auto on_host = [&](const void* p) {
+      return at::from_blob(const_cast<void*>(p), tensor.sizes(), tensor.options().device(at::kCPU));
+    };
+    if (plain) {
+      std::memcpy(shm->slot(), tensor.const_data_ptr(), tensor.nbytes());
+    } else {
+      on_host(shm->slot()).copy_(tensor);
+    }
+    shm->allreduce_sum(0, static_cast<size_t>(tensor.numel()), *dtype, "allreduce");
+    if (plain) {
       std::memcpy(tensor.mutable_data_ptr(), shm->result(), tensor.nbytes());
     } else {
-      tensor.copy_(at::from_blob(const_cast<void*>(shm->result()), tensor.sizes(), tensor.options()));
+      tensor.copy_(on_host(shm->result()));
     }
     return;
   }

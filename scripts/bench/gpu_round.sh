@@ -16,7 +16,7 @@
 #   four     three_workloads.py, every workload at 1, 2 and 4 GPUs (NPROCS=) with the Python peers
 #   scale    the GRU and MNIST (SCALE_WORKLOADS=) at batch 64 on 1, 2 and 4 GPUs, each run a
 #            GPUs:variant of SCALE_CFGS= (default, old, nccl, peer, peergloo, env=A=1,B=2: default with those
-#            variables set), ROUNDS= times interleaved, 3 epochs of
+#            variables set; VARIANT:env=A=1: that variant with them, as 2:nccl:env=A=1), ROUNDS= times interleaved, 3 epochs of
 #            ~1000 steps (SCALE_STEPS=), host syncs counted; rate = the steady epochs' mean; variant
 #            old runs OLD_B's binaries (an earlier commit's build) for an A/B in the same call
 #   prof     profiles of PROF_WL (mnist, gru) at PROF_NPROCS (1 2) GPUs, batch PROF_BATCH, extra flags PROF_FLAGS
@@ -129,11 +129,12 @@ for part in ${PARTS:-sync goodput snap}; do
   for r in $(seq ${ROUNDS:-2}); do
    for cfg in ${SCALE_CFGS:-1:default 2:default 2:nccl 4:default 4:peer 4:peergloo}; do
     n=${cfg%%:*}; v=${cfg#*:}
-    envs=""
-    case $v in default|old) fl="" ;; nccl) fl="--backend nccl" ;; peer) fl="--peer-allreduce on" ;; peergloo) fl="--peer-allreduce on --backend gloo" ;;
-      env=*) fl=""; envs=${v#env=}; envs=${envs//,/ } ;; esac
+    envs=""; key=${v%%:*}
+    case $v in *:env=*) envs=${v#*:env=}; envs=${envs//,/ } ;; esac
+    case $key in default|old) fl="" ;; nccl) fl="--backend nccl" ;; peer) fl="--peer-allreduce on" ;; peergloo) fl="--peer-allreduce on --backend gloo" ;;
+      env=*) fl=""; envs=${key#env=}; envs=${envs//,/ } ;; esac
     [ $n -gt $(nvidia-smi -L | wc -l) ] && continue
-    SB=$B; [ $v = old ] && SB=${OLD_B:?set OLD_B to the bin folder of an older build}
+    SB=$B; [ $key = old ] && SB=${OLD_B:?set OLD_B to the bin folder of an older build}
     for wl in ${SCALE_WORKLOADS:-gru mnist}; do
       if [ $wl = gru ]; then
         cmd="$SB/gru_bench --features 4 --hidden 32 --seq-len 32 --train-sequences $((st * 64 * n)) --eval-sequences 128"

@@ -455,28 +455,28 @@ TEST(DistTrainGpu, AccumulationAndClippingGraphEqualsEagerOnTwoGpus) {
   }
 }
 
-// Two GPUs of one machine with the defaults (--backend auto takes Gloo: the peer all-reduce
-// averages in the graph): the stop flags are copied back without a host sync and summed by Gloo
-// on the host a check later. A USR2 on rank 0 at step 30 stops both ranks by step 60 with a
-// checkpoint (exit 75) that resumes on the uninterrupted run's bits; a NaN loss on rank 1 at step 20 stops the run
-// with exit 65 and names it.
-TEST(DistTrainGpu, TheGlooGroupsStopsReachBothGpuRanks) {
+namespace {
+
+// Two GPUs of one machine: a USR2 on rank 0 at step 30 stops both ranks by step 60 with a
+// checkpoint (exit 75) that resumes on the uninterrupted run's bits; a NaN loss on rank 1 at step
+// 20 stops the run with exit 65 and names it. `backend` is the process group's.
+void stops_reach_both_gpu_ranks(const std::string& backend) {
   const int gpus = train::test::nvidia_gpus();
   if (gpus < 2) GTEST_SKIP() << "needs 2 NVIDIA GPUs, found " << gpus << ": run scripts/gpu-check.sh on a node with 2 GPUs (docs/gpu.md)";
   if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
-  train::test::TempDir d("gloo-stops");
+  train::test::TempDir d("stops-" + backend);
   auto args = [&](std::vector<std::string> extra) {
     std::vector<std::string> a = {bin("train"), "--data", train::test::fashion_mnist_dir(), "--epochs", "2",
                                   "--limit-train-samples", "3200", "--limit-test-samples", "500", "--batch-size", "32",
                                   "--device", "cuda", "--deterministic", "--tf32", "off", "--precision", "fp32",
-                                  "--no-dropout", "--log-interval", "1000"};
+                                  "--no-dropout", "--log-interval", "1000", "--backend", backend == "gloo" ? "auto" : backend};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };
   const std::vector<std::string> ck = {"--checkpoint-dir", d.file("ck")};
   auto stopped = run_program(local_command(2, args(ck)), {"TRAIN_FAULT_SIGNAL_AT_STEP=30:USR2:0"}, 300);
   ASSERT_EQ(stopped.exit_code, 75) << stopped.err;
-  EXPECT_NE(stopped.err.find("backend gloo"), std::string::npos) << stopped.err;
+  EXPECT_NE(stopped.err.find("backend " + backend), std::string::npos) << stopped.err;
   EXPECT_NE(stopped.err.find("averaged through the GPUs' peer memory"), std::string::npos) << stopped.err;
   const int at = done_json(stopped)["steps"].get<int>();
   EXPECT_GE(at, 30);
@@ -487,7 +487,7 @@ TEST(DistTrainGpu, TheGlooGroupsStopsReachBothGpuRanks) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   auto whole = run_program(local_command(2, args({})), {}, 300);
   ASSERT_EQ(whole.exit_code, 0) << whole.err;
-  std::printf("[2 GPUs, Gloo group] stopped at step %d; resumed %s, uninterrupted %s\n", at,
+  std::printf("[2 GPUs, %s group] stopped at step %d; resumed %s, uninterrupted %s\n", backend.c_str(), at,
               done_json(resumed)["params_sha256"].get<std::string>().c_str(),
               done_json(whole)["params_sha256"].get<std::string>().c_str());
   EXPECT_EQ(done_json(resumed)["params_sha256"], done_json(whole)["params_sha256"]);
@@ -495,3 +495,13 @@ TEST(DistTrainGpu, TheGlooGroupsStopsReachBothGpuRanks) {
   EXPECT_EQ(nan.exit_code, 65) << nan.err;
   EXPECT_NE(nan.err.find("rank 1: the loss at step 20"), std::string::npos) << nan.err;
 }
+
+}  // namespace
+
+// With the defaults (--backend auto takes Gloo: the peer all-reduce averages in the graph) the
+// stop flags are copied back without a host sync and summed by Gloo on the host a check later.
+TEST(DistTrainGpu, TheGlooGroupsStopsReachBothGpuRanks) { stops_reach_both_gpu_ranks("gloo"); }
+
+// With an NCCL group (--backend nccl, as 3 or more GPUs of a machine get) NCCL sums the flags on
+// the device, on a stream that the steps don't wait for, and the host reads them a check later.
+TEST(DistTrainGpu, TheNcclGroupsStopsReachBothGpuRanks) { stops_reach_both_gpu_ranks("nccl"); }
