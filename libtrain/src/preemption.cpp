@@ -13,6 +13,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/tensor.h>
 #include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <algorithm>
@@ -217,32 +218,21 @@ void Preemption::post(ProcessGroup* pg, const at::Device& device, const at::Tens
   } else {
     auto posted = std::make_shared<PostedOnDevice>(device.type());
     c10::impl::VirtualGuardImpl guard(device.type());
-    c10::Stream on = guard.getStream(device);
     at::Tensor t = at::tensor(flags, at::TensorOptions().dtype(at::kLong)).to(device, /*non_blocking=*/true);
     if (nonfinite.defined()) t = at::cat({t, nonfinite.reshape({1}).to(at::kLong)});  // device ops: no host sync
-    static const bool exp_old = std::getenv("TRAIN_EXP_POST_ON_COMPUTE") != nullptr;  // TEMPORARY A/B
-    if (exp_old) {
-      pg->allreduce_sum(t);  // queued on the device, the host goes on
+    // The all-reduce and the copy back run on a side stream that waits for the step's (the flags'
+    // values) and that no later step waits for: the steps go on while the ranks agree.
+    const c10::Stream step_stream = guard.getStream(device);
+    const c10::Stream side = guard.getStreamFromGlobalPool(device);
+    posted->event.record(step_stream);
+    posted->event.block(side);
+    {
+      const c10::StreamGuard on_side(side);
+      pg->allreduce_sum(t);  // queued on the side stream, the host goes on
       posted_.copy_(t, /*non_blocking=*/true);
-    } else {
-      // The all-reduce and the copy back run on a side stream that waits for the step's (the flags'
-      // values) and that no later step waits for: the steps go on while the ranks agree.
-      const c10::Stream step_stream = on;
-      on = guard.getStreamFromGlobalPool(device);
-      posted->event.record(step_stream);
-      posted->event.block(on);
-      const c10::Stream before = guard.exchangeStream(on);
-      try {
-        pg->allreduce_sum(t);  // queued on the side stream, the host goes on
-        posted_.copy_(t, /*non_blocking=*/true);
-      } catch (...) {
-        guard.exchangeStream(before);
-        throw;
-      }
-      guard.exchangeStream(before);
-      posted->flags = t;
     }
-    posted->event.record(on);
+    posted->flags = t;
+    posted->event.record(side);
     posted_event_ = posted;
   }
 }

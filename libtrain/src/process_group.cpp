@@ -282,8 +282,7 @@ void ProcessGroup::allreduce_sum(at::Tensor& tensor) {
   // The choice depends only on what the contract makes equal on every rank (dtype, size), never
   // on memory layout or device, so all ranks always take the same path.
   const detail::CollectiveWait in_collective(&core_->rollcall, detail::CollectiveKind::allreduce);
-  static const bool exp_old = std::getenv("TRAIN_EXP_GLOO_DEVICE_SMALL") != nullptr;  // TEMPORARY A/B
-  if (shm != nullptr && dtype && tensor.nbytes() <= shm->capacity() && !(exp_old && !tensor.device().is_cpu())) {
+  if (shm != nullptr && dtype && tensor.nbytes() <= shm->capacity()) {
     // A small tensor goes through the ranks' shared memory wherever it lives: Gloo would copy a
     // device tensor to the host anyway and then sum it over TCP. The copies to and from the device
     // are synchronous, as the wait for Gloo's work is.

@@ -81,7 +81,8 @@ class Preemption {
 
   /// The same agreement without blocking the host, for CUDA runs (it works on the CPU too, where
   /// the copies are done at once): post() starts the flags' copy
-  /// back to pinned host memory, after their all-reduce on the device with an NCCL group;
+  /// back to pinned host memory, after their all-reduce on the device with an NCCL group (both on a
+  /// side stream that waits for the current stream and that later work doesn't wait for);
   /// collect(), called by every rank at the same later step, waits for that copy (long done by
   /// then), sums it over any other group (Gloo) on the host, and decides. Returns StopKind::none
   /// when nothing was posted.
@@ -106,7 +107,7 @@ class Preemption {
   std::vector<std::pair<int, void*>> previous_;  // signal, saved struct sigaction
   at::Tensor posted_;                            // pinned host copy of the (summed) flags
   ProcessGroup* posted_group_ = nullptr;         // sums posted_ on the host at collect(), or null
-  std::shared_ptr<void> posted_event_;           // c10::Event recorded after that copy (not on the CPU)
+  std::shared_ptr<void> posted_event_;           // what collect() waits for: that copy (not on the CPU)
   bool posted_pending_ = false;                  // post() ran and collect() has not
 };
 
