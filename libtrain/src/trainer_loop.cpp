@@ -8,6 +8,7 @@
 
 #include <ATen/ops/from_blob.h>
 
+#include <cstdlib>
 #include <limits>
 
 namespace train {
@@ -87,10 +88,19 @@ bool Trainer::Run::train_epoch() {
     if (last) break;
     if (!after_step(timer)) return false;
   }
-  dev->synchronize();
+  // The epoch's last agreement is queued behind its steps on a GPU (its launches overlap the
+  // steps still running there) and waits for them; then the last progress line, and every stream
+  // is done.
+  static const bool exp_sync_first = std::getenv("TRAIN_EXP_SYNC_FIRST") != nullptr;  // TEMPORARY A/B
+  if (exp_sync_first) {
+    dev->synchronize();
+    run_log->flush();
+  }
+  const StopRequest settled = stops->settle(/*at_epoch_end=*/true);
   run_log->flush();
-  if (const StopRequest r = stops->settle(/*at_epoch_end=*/true); r.kind != StopKind::none) {
-    end_run(r, timer);
+  dev->synchronize();
+  if (settled.kind != StopKind::none) {
+    end_run(settled, timer);
     return false;
   }
   const double epoch_seconds = timer.seconds();

@@ -25,9 +25,11 @@
 #   boundary the GRU's epoch boundary (300-step epochs, batch 64) at BOUNDARY_NPROCS (1 4) GPUs: each
 #            epoch's ms, and a profile of steps 595-605 (the second epoch's end, after the first
 #            evaluation's one-time loading): the GPU's idle spans and the host's work in them
+#            (BOUNDARY_FLAGS: more flags of gru_bench, as --backend nccl)
 #   epochs   each epoch's milliseconds and the steady rate (--metrics) of the GRU (300-step epochs,
 #            as three_workloads.py runs it) and MNIST (60,000 samples) at batch 64, one run per
-#            WORKLOAD:GPUS:VAR=VALUE[,VAR=VALUE] of EPOCH_CFGS (DEFAULT=1: no variable), ROUNDS= times
+#            WORKLOAD:GPUS:VAR=VALUE[,VAR=VALUE][:nccl|peergloo] of EPOCH_CFGS (DEFAULT=1: no
+#            variable; nccl: --backend nccl), ROUNDS= times
 # Output in $OUT (the device tool's folder). Example:
 #   OUT=/tmp/out PARTS="gru gruprof" scripts/bench/gpu_round.sh
 set -u
@@ -180,7 +182,7 @@ for part in ${PARTS:-sync goodput snap}; do
   rm -rf /tmp/bd && mkdir -p /tmp/bd
   for n in ${BOUNDARY_NPROCS:-1 4}; do
     [ $n -gt $(nvidia-smi -L | wc -l) ] && continue
-    timeout 120 $B/trainctl local --nproc $n --no-prefix -- $B/gru_bench --train-sequences $((300 * 64 * n)) --eval-sequences 128 --epochs 3 --device cuda --batch-size 64 --tf32 off --seed 1 --log-interval 1000000 --metrics /tmp/bd/m$n.jsonl --profile /tmp/bd/w$n --profile-steps 595:605 > $OUT/bd.out 2> $OUT/bd.err
+    timeout 120 $B/trainctl local --nproc $n --no-prefix -- $B/gru_bench --train-sequences $((300 * 64 * n)) --eval-sequences 128 --epochs 3 --device cuda --batch-size 64 --tf32 off --seed 1 --log-interval 1000000 --metrics /tmp/bd/m$n.jsonl --profile /tmp/bd/w$n --profile-steps 595:605 ${BOUNDARY_FLAGS:-} > $OUT/bd.out 2> $OUT/bd.err
     echo "boundary $n GPU(s) rc=$?: ms per epoch $(python3 -c "
 import json, sys
 e = [r for r in map(json.loads, (l for l in open(sys.argv[1]) if l.startswith('{'))) if r.get('event') == 'epoch']
@@ -193,7 +195,8 @@ print(' '.join('%.2f' % (r['epoch_seconds'] * 1e3) for r in e))" /tmp/bd/m$n.jso
  epochs)
   for r in $(seq ${ROUNDS:-2}); do
    for cfg in ${EPOCH_CFGS:-gru:1:DEFAULT=1 gru:4:DEFAULT=1 mnist:1:DEFAULT=1 mnist:4:DEFAULT=1}; do
-    IFS=: read -r wl n vars <<< "$cfg"
+    IFS=: read -r wl n vars variant <<< "$cfg"
+    case ${variant:-} in nccl) fl="--backend nccl" ;; peergloo) fl="--peer-allreduce on --backend gloo" ;; *) fl="" ;; esac
     [ $n -gt $(nvidia-smi -L | wc -l) ] && continue
     if [ $wl = gru ]; then
       cmd="$B/gru_bench --train-sequences $((300 * 64 * n)) --eval-sequences 128 --epochs 6"
@@ -201,8 +204,8 @@ print(' '.join('%.2f' % (r['epoch_seconds'] * 1e3) for r in e))" /tmp/bd/m$n.jso
       cmd="$B/train --data $TRAIN_FASHION_MNIST_DIR --limit-test-samples 1000 --epochs 5"
     fi
     rm -f /tmp/ep.jsonl
-    env ${vars//,/ } timeout 120 $B/trainctl local --nproc $n --no-prefix -- $cmd --device cuda --batch-size 64 --tf32 off --seed 1 --log-interval 1000000 --metrics /tmp/ep.jsonl > $OUT/ep.out 2> $OUT/ep.err
-    echo "epochs round $r $wl $n GPU(s) $vars rc=$?: $(python3 -c "
+    env ${vars//,/ } timeout 120 $B/trainctl local --nproc $n --no-prefix -- $cmd --device cuda --batch-size 64 --tf32 off --seed 1 --log-interval 1000000 --metrics /tmp/ep.jsonl $fl > $OUT/ep.out 2> $OUT/ep.err
+    echo "epochs round $r $wl $n GPU(s) $vars ${variant:-} rc=$?: $(python3 -c "
 import json, sys
 e = [r for r in map(json.loads, (l for l in open(sys.argv[1]) if l.startswith('{'))) if r.get('event') == 'epoch']
 s = [r['epoch_images_per_sec'] for r in e[1:]]
