@@ -8,7 +8,6 @@
 
 #include <ATen/ops/from_blob.h>
 
-#include <cstdlib>
 #include <limits>
 
 namespace train {
@@ -91,11 +90,6 @@ bool Trainer::Run::train_epoch() {
   // The epoch's last agreement is queued behind its steps on a GPU (its launches overlap the
   // steps still running there) and waits for them; then the last progress line, and every stream
   // is done.
-  static const bool exp_sync_first = std::getenv("TRAIN_EXP_SYNC_FIRST") != nullptr;  // TEMPORARY A/B
-  if (exp_sync_first) {
-    dev->synchronize();
-    run_log->flush();
-  }
   const StopRequest settled = stops->settle(/*at_epoch_end=*/true);
   run_log->flush();
   dev->synchronize();
