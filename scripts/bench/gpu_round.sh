@@ -8,8 +8,8 @@
 #   snap2    snapshots' cost: train --snapshot-every auto vs 0, 2 GPUs, 40000 steps, two rounds
 #   gru      three_workloads.py --workloads gru (fp32, eager and graph peers) and its host syncs
 #   gruprof  profiles of gru_bench and peers.py's graph mode, compared with trace_summary.py
-#   tests    nonfinite_watch_test, graph_memsets_test, TrainGpu.*, DistTrainGpu.*, ShardOptimizerGpu.*
-#            (TESTS= picks among watch memsets gpu dist shard; EXTRA_TARGETS must build them;
+#   tests    nonfinite_watch_test, graph_memsets_test, TrainGpu.*, DistTrainGpu.*, ShardOptimizerGpu.*, ddp_test's *Gpu.*
+#            (TESTS= picks among watch memsets gpu dist shard ddp; EXTRA_TARGETS must build them;
 #            GPU_FILTER= and DIST_FILTER= narrow gpu and dist)
 #   zero     shard_optimizer.py: ZeRO-1 vs unsharded, the transformer at 2 and 4 GPUs (WORLDS=), memory
 #   clipsync host CUDA syncs of 3000-step MNIST runs at 2 GPUs: plain, --clip-grad-norm, sharded, both
@@ -99,6 +99,7 @@ for part in ${PARTS:-sync goodput snap}; do
       memsets) timeout 60 ./tests/graph_memsets_test > $OUT/t-$t.log 2>&1 ;;
       gpu) timeout 300 ./tests/gpu_train_test --gtest_filter="${GPU_FILTER:-TrainGpu.*}" > $OUT/t-$t.log 2>&1 ;;
       dist) timeout 300 ./tests/dist_train_test --gtest_filter="${DIST_FILTER:-DistTrainGpu.*}" > $OUT/t-$t.log 2>&1 ;;
+      ddp) timeout 120 ./tests/ddp_test --gtest_filter='*Gpu.*' > $OUT/t-$t.log 2>&1 ;;
       shard) timeout 400 ./tests/shard_optimizer_test --gtest_filter='ShardOptimizerGpu.*' > $OUT/t-$t.log 2>&1 ;;
     esac
     echo "test $t rc=$? $(( $(date +%s) - s )) s: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' $OUT/t-$t.log | tr '\n' ' ' | cut -c1-300)"

@@ -228,6 +228,40 @@ TEST(ProcessGroup, AllreduceSumForEveryPathAndLayout) {
   });
 }
 
+// Small GPU tensors over a Gloo group of ranks on one machine (as two GPUs of a machine get) take
+// the shared-memory path too: copied to the host, summed in rank order, copied back. Their sums
+// are a CPU tensor's, bit for bit, where the order of a float sum shows (1e8 - 1e8 + 1 in rank
+// order is 1; another order gives 0); large ones go through Gloo. The ranks share GPU 0.
+TEST(ProcessGroupGpu, SmallCudaTensorsOverGlooSumAsCpuOnes) {
+  if (!torch::cuda::is_available()) {
+    GTEST_SKIP() << "needs a CUDA GPU, found 0: run scripts/gpu-check.sh on a node with a GPU (docs/gpu.md)";
+  }
+  run_ranks(3, [](int r, std::shared_ptr<train::ProcessGroup> pg) {
+    const auto cuda = torch::TensorOptions().device(torch::kCUDA, 0);
+    const float values[] = {1e8f, -1e8f, 1.0f};
+    auto cpu = torch::full({7}, values[r], torch::kFloat);
+    auto gpu = cpu.to(cuda.device());
+    pg->allreduce_sum(cpu);
+    pg->allreduce_sum(gpu);
+    EXPECT_TRUE(gpu.device().is_cuda());
+    EXPECT_TRUE(torch::equal(gpu.cpu(), cpu)) << gpu << cpu;
+    EXPECT_EQ(cpu[0].item<float>(), 1.0f) << "rank order: (1e8 + -1e8) + 1";
+
+    auto ints = torch::full({5}, static_cast<int64_t>(r + 1) * 1000000007LL, cuda.dtype(torch::kLong));
+    pg->allreduce_sum(ints);
+    EXPECT_TRUE(torch::equal(ints.cpu(), torch::full({5}, 6 * 1000000007LL, torch::kLong))) << ints;
+
+    auto base = (torch::arange(12, torch::kDouble).reshape({3, 4}) * (r + 1)).to(cuda.device());
+    auto view = base.t();  // non-contiguous
+    pg->allreduce_sum(view);
+    EXPECT_TRUE(torch::equal(base.cpu(), torch::arange(12, torch::kDouble).reshape({3, 4}) * 6));
+
+    auto big = torch::full({100000}, 0.5 * (r + 1), cuda.dtype(torch::kDouble));  // over the 64 KiB segment: Gloo
+    pg->allreduce_sum(big);
+    EXPECT_TRUE(torch::equal(big.cpu(), torch::full({100000}, 3.0, torch::kDouble)));
+  });
+}
+
 TEST(ProcessGroup, MissingPeerTimesOutNamingTheRendezvous) {
   train::ProcessGroupOptions o;
   o.timeout = std::chrono::seconds(3);
