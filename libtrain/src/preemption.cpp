@@ -2,6 +2,8 @@
 // among ranks (one small all-reduce), and `scontrol requeue`.
 #include "train/preemption.h"
 
+#include "process_group_impl.h"
+
 #include "train/error.h"
 #include "train/slurm_time.h"
 #include "train/log.h"
@@ -187,10 +189,14 @@ StopRequest Preemption::poll(ProcessGroup* pg, const at::Device& device, const a
 namespace {
 
 // What collect() waits for on a device: the event after the flags' copy back, and the device
-// tensor that the copy reads (alive until then: its last reader runs on another stream).
+// tensor that the copy reads (alive until then: its last reader runs on another stream). Made at
+// the first post, with the stream that NCCL's posts take: a high-priority pool stream, never the
+// step's (a low-priority one), and the same one every time.
 struct PostedOnDevice {
-  explicit PostedOnDevice(c10::DeviceType type) : event(type) {}
+  PostedOnDevice(c10::impl::VirtualGuardImpl& guard, const at::Device& device)
+      : event(device.type()), side(guard.getStreamFromGlobalPool(device, /*isHighPriority=*/true)) {}
   c10::Event event;
+  c10::Stream side;
   at::Tensor flags;
 };
 
@@ -205,43 +211,51 @@ void Preemption::post(ProcessGroup* pg, const at::Device& device, const at::Tens
   // NCCL sums device memory, queued on the device; any other group (Gloo) sums on the host when
   // the copy is collected, so the host never waits for the device here either.
   posted_group_ = pg != nullptr && !(device.is_cuda() && pg->backend() == Backend::nccl) ? pg : nullptr;
-  posted_event_.reset();
   posted_pending_ = true;
-  if (posted_group_ != nullptr || pg == nullptr) {
+  const bool on_device = posted_group_ == nullptr && pg != nullptr;
+  // On a side stream only while no graph calls NCCL on the group's communicator: the steps' NCCL
+  // calls and the flags' all-reduce would otherwise reach the GPUs in different orders.
+  const bool on_side = on_device && !details::core_of(*pg).comm_in_graphs;
+  if (!on_device) {
     for (size_t i = 0; i < flags.size(); ++i) posted_.data_ptr<int64_t>()[i] = flags[i];
     if (nonfinite.defined()) posted_.narrow(0, 3, 1).copy_(nonfinite.reshape({1}).to(at::kLong), /*non_blocking=*/true);
     if (device.is_cpu()) return;  // the copies are done: nothing to wait for
-    auto posted = std::make_shared<PostedOnDevice>(device.type());
-    c10::impl::VirtualGuardImpl guard(device.type());
-    posted->event.record(guard.getStream(device));
-    posted_event_ = posted;
-  } else {
-    auto posted = std::make_shared<PostedOnDevice>(device.type());
-    c10::impl::VirtualGuardImpl guard(device.type());
-    at::Tensor t = at::tensor(flags, at::TensorOptions().dtype(at::kLong)).to(device, /*non_blocking=*/true);
-    if (nonfinite.defined()) t = at::cat({t, nonfinite.reshape({1}).to(at::kLong)});  // device ops: no host sync
-    // The all-reduce and the copy back run on a side stream that waits for the step's (the flags'
-    // values) and that no later step waits for: the steps go on while the ranks agree.
-    const c10::Stream step_stream = guard.getStream(device);
-    const c10::Stream side = guard.getStreamFromGlobalPool(device);
-    posted->event.record(step_stream);
-    posted->event.block(side);
-    {
-      const c10::StreamGuard on_side(side);
-      pg->allreduce_sum(t);  // queued on the side stream, the host goes on
-      posted_.copy_(t, /*non_blocking=*/true);
-    }
-    posted->flags = t;
-    posted->event.record(side);
-    posted_event_ = posted;
   }
+  c10::impl::VirtualGuardImpl guard(device.type());
+  if (!posted_event_) posted_event_ = std::make_shared<PostedOnDevice>(guard, device);
+  PostedOnDevice& posted = *static_cast<PostedOnDevice*>(posted_event_.get());
+  const c10::Stream step_stream = guard.getStream(device);
+  if (!on_device) {
+    posted.event.record(step_stream);
+    return;
+  }
+  at::Tensor t = at::tensor(flags, at::TensorOptions().dtype(at::kLong)).to(device, /*non_blocking=*/true);
+  if (nonfinite.defined()) t = at::cat({t, nonfinite.reshape({1}).to(at::kLong)});  // device ops: no host sync
+  // The all-reduce and the copy back: on the side stream, which waits for the step's (the flags'
+  // values) and which no later step waits for, so the steps go on while the ranks agree; or on
+  // the step's stream, whose next steps wait for them.
+  const c10::Stream on = on_side ? posted.side : step_stream;
+  if (on_side) {
+    posted.event.record(step_stream);
+    posted.event.block(on);
+  }
+  {
+    const c10::StreamGuard on_stream(on);
+    pg->allreduce_sum(t);  // queued on the device, the host goes on
+    posted_.copy_(t, /*non_blocking=*/true);
+  }
+  posted.flags = t;
+  posted.event.record(on);
 }
 
 StopRequest Preemption::collect() {
   if (!posted_pending_) return {};
   posted_pending_ = false;
-  if (posted_event_) static_cast<PostedOnDevice*>(posted_event_.get())->event.synchronize();
-  posted_event_.reset();
+  if (posted_event_) {
+    PostedOnDevice& posted = *static_cast<PostedOnDevice*>(posted_event_.get());
+    posted.event.synchronize();
+    posted.flags.reset();
+  }
   const int64_t* posted = posted_.data_ptr<int64_t>();
   std::vector<int64_t> flags(posted, posted + posted_.numel());
   if (posted_group_ != nullptr) {

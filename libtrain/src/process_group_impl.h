@@ -103,6 +103,13 @@ struct ProcessGroupImpl {
   /// has created it; null for Gloo, before the first collective, or in a build without CUDA
   /// (cuda/nccl_backend.cpp; cpu/no_cuda.cpp).
   void* nccl_comm() const;
+  /// Whether a CUDA graph calls NCCL on that communicator (set by lend_comm_to_graphs()). NCCL
+  /// runs one communicator's operations one at a time in the order they reach each GPU, so the
+  /// group's own collectives must then stay in the steps' stream order (Preemption::post).
+  bool comm_in_graphs = false;
+  /// Before a graph is captured with NCCL calls on nccl_comm(): sets comm_in_graphs and waits
+  /// for this device's work, a collective queued on another stream included.
+  void lend_comm_to_graphs();
 };
 
 }  // namespace train::detail

@@ -459,17 +459,19 @@ namespace {
 
 // Two GPUs of one machine: a USR2 on rank 0 at step 30 stops both ranks by step 60 with a
 // checkpoint (exit 75) that resumes on the uninterrupted run's bits; a NaN loss on rank 1 at step
-// 20 stops the run with exit 65 and names it. `backend` is the process group's.
-void stops_reach_both_gpu_ranks(const std::string& backend) {
+// 20 stops the run with exit 65 and names it. `backend` is the process group's; `peer` says
+// whether the GPUs average through each other's memory (else NCCL inside the graph).
+void stops_reach_both_gpu_ranks(const std::string& backend, bool peer = true) {
   const int gpus = train::test::nvidia_gpus();
   if (gpus < 2) GTEST_SKIP() << "needs 2 NVIDIA GPUs, found " << gpus << ": run scripts/gpu-check.sh on a node with 2 GPUs (docs/gpu.md)";
   if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";
-  train::test::TempDir d("stops-" + backend);
+  train::test::TempDir d("stops-" + backend + (peer ? "" : "-nopeer"));
   auto args = [&](std::vector<std::string> extra) {
     std::vector<std::string> a = {bin("train"), "--data", train::test::fashion_mnist_dir(), "--epochs", "2",
                                   "--limit-train-samples", "3200", "--limit-test-samples", "500", "--batch-size", "32",
                                   "--device", "cuda", "--deterministic", "--tf32", "off", "--precision", "fp32",
-                                  "--no-dropout", "--log-interval", "1000", "--backend", backend == "gloo" ? "auto" : backend};
+                                  "--no-dropout", "--log-interval", "1000", "--backend", backend == "gloo" ? "auto" : backend,
+                                  "--peer-allreduce", peer ? "auto" : "off"};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };
@@ -477,7 +479,7 @@ void stops_reach_both_gpu_ranks(const std::string& backend) {
   auto stopped = run_program(local_command(2, args(ck)), {"TRAIN_FAULT_SIGNAL_AT_STEP=30:USR2:0"}, 300);
   ASSERT_EQ(stopped.exit_code, 75) << stopped.err;
   EXPECT_NE(stopped.err.find("backend " + backend), std::string::npos) << stopped.err;
-  EXPECT_NE(stopped.err.find("averaged through the GPUs' peer memory"), std::string::npos) << stopped.err;
+  EXPECT_EQ(stopped.err.find("averaged through the GPUs' peer memory") != std::string::npos, peer) << stopped.err;
   const int at = done_json(stopped)["steps"].get<int>();
   EXPECT_GE(at, 30);
   // Checks every 20 steps, read a check later: the flags posted at step 40, drained by the epoch's
@@ -487,7 +489,8 @@ void stops_reach_both_gpu_ranks(const std::string& backend) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   auto whole = run_program(local_command(2, args({})), {}, 300);
   ASSERT_EQ(whole.exit_code, 0) << whole.err;
-  std::printf("[2 GPUs, %s group] stopped at step %d; resumed %s, uninterrupted %s\n", backend.c_str(), at,
+  std::printf("[2 GPUs, %s group%s] stopped at step %d; resumed %s, uninterrupted %s\n", backend.c_str(),
+              peer ? "" : ", NCCL in the graph", at,
               done_json(resumed)["params_sha256"].get<std::string>().c_str(),
               done_json(whole)["params_sha256"].get<std::string>().c_str());
   EXPECT_EQ(done_json(resumed)["params_sha256"], done_json(whole)["params_sha256"]);
@@ -504,4 +507,9 @@ TEST(DistTrainGpu, TheGlooGroupsStopsReachBothGpuRanks) { stops_reach_both_gpu_r
 
 // With an NCCL group (--backend nccl, as 3 or more GPUs of a machine get) NCCL sums the flags on
 // the device, on a stream that the steps don't wait for, and the host reads them a check later.
-TEST(DistTrainGpu, TheNcclGroupsStopsReachBothGpuRanks) { stops_reach_both_gpu_ranks("nccl"); }
+// Where the graph itself calls NCCL on the group's communicator (--peer-allreduce off), the
+// flags' all-reduce stays in the steps' stream order.
+TEST(DistTrainGpu, TheNcclGroupsStopsReachBothGpuRanks) {
+  stops_reach_both_gpu_ranks("nccl");
+  stops_reach_both_gpu_ranks("nccl", /*peer=*/false);
+}

@@ -30,6 +30,8 @@ c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10
 
 void* ProcessGroupImpl::nccl_comm() const { return nullptr; }
 
+void ProcessGroupImpl::lend_comm_to_graphs() { comm_in_graphs = true; }  // no graphs without CUDA
+
 void enable_flight_recorder() {}  // no NCCL, no flight recorder
 
 std::string dump_flight_recorder(const ProcessGroupImpl&, const std::string&) { return ""; }

@@ -302,6 +302,7 @@ std::unique_ptr<GraphComm> GraphComm::create(Reducer& reducer, ProcessGroup& pg,
               " (slower). Hint: --backend nccl averages inside the graph with NCCL.");
     return nullptr;
   }
+  if (!s->all_peer()) details::core_of(pg).lend_comm_to_graphs();  // NCCL for some buckets, in the graph
   s->epilogue = std::move(epilogue);
   s->side_stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, reducer.params().front().device().index());
   s->forks.resize(s->buckets.size(), nullptr);

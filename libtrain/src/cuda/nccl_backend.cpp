@@ -3,6 +3,7 @@
 // NCCL calls, and torch's NCCL flight recorder for the roll-call (rollcall.h). CUDA builds only.
 #include "process_group_impl.h"
 
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
@@ -28,6 +29,13 @@ void* ProcessGroupImpl::nccl_comm() const {
   if (!nccl) return nullptr;
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_index));  // getCommPtr asks the current device
   return reinterpret_cast<void*>(nccl->getCommPtr());
+}
+
+void ProcessGroupImpl::lend_comm_to_graphs() {
+  if (comm_in_graphs) return;
+  comm_in_graphs = true;
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_index));
+  c10::cuda::device_synchronize();
 }
 
 void enable_flight_recorder() {

@@ -64,6 +64,7 @@ std::shared_ptr<ShardGraph> ShardGraph::create(ProcessGroup& pg, c10::DeviceInde
                                : "no NCCL communicator (the process group's backend isn't NCCL)";
     return nullptr;
   }
+  details::core_of(pg).lend_comm_to_graphs();
   auto s = std::make_unique<State>(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device));
   s->nccl = nccl;
   s->comm = comm;
