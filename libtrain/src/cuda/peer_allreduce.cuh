@@ -91,6 +91,7 @@ struct Args {
   int64_t chunk;  // floats per block, a multiple of 4 (one-shot)
   uint64_t timeout_ns;
   bool two_shot;  // the one-shot kernel in two passes (each rank sums its part, then copies the others')
+  bool overlap_loads;  // low-latency kernel: every peer's word loaded before any is waited for (3+ ranks)
 };
 
 __device__ uint32_t* counters(unsigned char* base, int slot) {
@@ -394,6 +395,11 @@ __device__ float wait_word(const uint64_t* p, uint32_t epoch, const Args& a, int
   return __uint_as_float(static_cast<uint32_t>(w));
 }
 
+// Word `w`, loaded from `p` before: its value when it carries the epoch, or the wait for it.
+__device__ __forceinline__ float word_or_wait(uint64_t w, const uint64_t* p, uint32_t epoch, const Args& a, int peer) {
+  return static_cast<uint32_t>(w >> 32) == epoch ? __uint_as_float(static_cast<uint32_t>(w)) : wait_word(p, epoch, a, peer);
+}
+
 template <class Epilogue>
 __global__ void __launch_bounds__(kThreads) peer_ll_kernel(const Args a, const Epilogue e) {
   const PeerMaps& m = a.maps;
@@ -421,8 +427,9 @@ __global__ void __launch_bounds__(kThreads) peer_ll_kernel(const Args a, const E
 
   // 2. Sum in rank order, the same arithmetic as sum_range's.
   const float inv = 1.0f / static_cast<float>(m.world);
-  const uint64_t* from[kPeerMaxRanks];
-  for (int r = 0; r < m.world; ++r) from[r] = ll_words(mine, m, epoch, r) + a.offset;
+  // Rank r's words are at from0 + r x ll_capacity (ll_words' layout).
+  const uint64_t* from0 = ll_words(mine, m, epoch, 0) + a.offset;
+  const size_t stride = m.ll_capacity;
   const typename Epilogue::Block eb = e.begin_block();
   first = 0;
   for (int k = 0; k < a.input_count; ++k) {
@@ -431,9 +438,27 @@ __global__ void __launch_bounds__(kThreads) peer_ll_kernel(const Args a, const E
     const int64_t hi = end < last ? end : last;
     for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads) {
       float s = 0.0f;
-      for (int r = 0; r < m.world; ++r) {
-        const float v = r == m.rank ? a.inputs[k].data[i - first] : wait_word(from[r] + i, epoch, a, r);
-        s = r == 0 ? v : s + v;
+      if (!a.overlap_loads) {
+        for (int r = 0; r < m.world; ++r) {
+          const float v = r == m.rank ? a.inputs[k].data[i - first] : wait_word(from0 + r * stride + i, epoch, a, r);
+          s = r == 0 ? v : s + v;
+        }
+      } else {
+        // Every peer's word is loaded before any is waited for: the loads' trips overlap, and a
+        // word that came while waiting for another is not loaded again. With one peer there is
+        // nothing to overlap, and the loop above is quicker (GRU 2 x 64 on 2x H200: +0.2%).
+        uint64_t w[kPeerMaxRanks];
+#pragma unroll
+        for (int r = 0; r < kPeerMaxRanks; ++r) {
+          if (r < m.world && r != m.rank) w[r] = load_relaxed_sys(from0 + r * stride + i);
+        }
+#pragma unroll
+        for (int r = 0; r < kPeerMaxRanks; ++r) {
+          if (r < m.world) {
+            const float v = r == m.rank ? a.inputs[k].data[i - first] : word_or_wait(w[r], from0 + r * stride + i, epoch, a, r);
+            s = r == 0 ? v : s + v;
+          }
+        }
       }
       const float g = s * inv;
       a.out[i] = g;
@@ -482,6 +507,8 @@ int peer_allreduce_launch_with(const PeerMaps& maps, const PeerCall& call, const
   a.out = call.out;
   a.timeout_ns = call.timeout_ns;
   a.two_shot = call.two_shot && !call.low_latency && maps.world > 2;
+  // With 3+ ranks the overlapped loads win (GRU 4 x 64 on 4x H200: +0.4%).
+  a.overlap_loads = maps.world > 2;
   if (!e.fits(call)) return static_cast<int>(cudaErrorInvalidValue);
   static_assert(kMaxBlocks <= kPeerMaxBlocks, "one flag per block and rank");
   if (call.low_latency) {
