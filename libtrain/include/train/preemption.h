@@ -82,7 +82,8 @@ class Preemption {
   /// The same agreement without blocking the host, for CUDA runs (it works on the CPU too, where
   /// the copies are done at once): post() starts the flags' copy
   /// back to pinned host memory, after their all-reduce on the device with an NCCL group (both on a
-  /// side stream that waits for the current stream and that later work doesn't wait for);
+  /// side stream that waits for the current stream and that later work doesn't wait for, unless
+  /// a CUDA graph calls NCCL on the group's communicator: then on the current stream);
   /// collect(), called by every rank at the same later step, waits for that copy (long done by
   /// then), sums it over any other group (Gloo) on the host, and decides. Returns StopKind::none
   /// when nothing was posted.
