@@ -2,7 +2,7 @@
 // among ranks (one small all-reduce), and `scontrol requeue`.
 #include "train/preemption.h"
 
-#include "process_group_impl.h"
+#include "comm_in_graphs.h"
 
 #include "train/error.h"
 #include "train/slurm_time.h"
@@ -215,7 +215,7 @@ void Preemption::post(ProcessGroup* pg, const at::Device& device, const at::Tens
   const bool on_device = posted_group_ == nullptr && pg != nullptr;
   // On a side stream only while no graph calls NCCL on the group's communicator: the steps' NCCL
   // calls and the flags' all-reduce would otherwise reach the GPUs in different orders.
-  const bool on_side = on_device && !details::core_of(*pg).comm_in_graphs;
+  const bool on_side = on_device && !detail::comm_in_graphs(*pg);
   if (!on_device) {
     for (size_t i = 0; i < flags.size(); ++i) posted_.data_ptr<int64_t>()[i] = flags[i];
     if (nonfinite.defined()) posted_.narrow(0, 3, 1).copy_(nonfinite.reshape({1}).to(at::kLong), /*non_blocking=*/true);

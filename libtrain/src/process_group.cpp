@@ -2,6 +2,8 @@
 // name the rank, host and operation so that a dead peer is reported instead of hanging.
 #include "process_group_impl.h"
 
+#include "comm_in_graphs.h"
+
 
 #include "train/error.h"
 #include "train/log.h"
@@ -203,6 +205,8 @@ void ProcessGroupImpl::wait(const c10::intrusive_ptr<c10d::Work>& work, const st
 ProcessGroup::ProcessGroup(std::unique_ptr<details::ProcessGroupCore> core) : core_(std::move(core)) {}
 
 details::ProcessGroupCore& details::core_of(ProcessGroup& pg) { return *pg.core_; }
+
+bool detail::comm_in_graphs(ProcessGroup& pg) { return details::core_of(pg).comm_in_graphs; }
 
 ProcessGroup::~ProcessGroup() {
   try {
