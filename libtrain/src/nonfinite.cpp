@@ -18,6 +18,18 @@
 
 namespace train::detail {
 
+namespace {
+
+// The ranks' sum of a one-element count, read on the host. A group other than NCCL's sums host
+// memory: the count is copied there once, not there and back before the read.
+int64_t ranks_sum(ProcessGroup* pg, at::Tensor t) {
+  if (pg != nullptr && pg->backend() != Backend::nccl) t = t.cpu();
+  if (pg != nullptr) pg->allreduce_sum(t);
+  return t.cpu().item<int64_t>();
+}
+
+}  // namespace
+
 NonFiniteWatch::NonFiniteWatch(const TrainConfig& c, torch::nn::Module& model, const at::Device& device, int rank,
                                int world_size)
     : skip_(c.run.nonfinite == NonFinite::skip), max_skips_(c.run.nonfinite_max_skips), device_(device), rank_(rank),
@@ -98,17 +110,13 @@ at::Tensor NonFiniteWatch::flag() const { return first_.ge(0).to(at::kLong); }
 
 bool NonFiniteWatch::any_rank(ProcessGroup* pg) {
   if (skip_) return false;
-  at::Tensor t = flag().reshape({1});
-  if (pg != nullptr) pg->allreduce_sum(t);
-  return t.cpu().item<int64_t>() > 0;
+  return ranks_sum(pg, flag().reshape({1})) > 0;
 }
 
 bool NonFiniteWatch::before_update(const at::Tensor& loss, int64_t step, ProcessGroup* pg) {
   if (in_a_row_ == 0) first_.fill_(-1);  // the message names the first of the steps in a row
   // Every rank drops the same steps (the gradients are averaged, but a loss is each rank's own).
-  at::Tensor t = note(loss, step).to(at::kLong).reshape({1});
-  if (pg != nullptr) pg->allreduce_sum(t);
-  if (t.cpu().item<int64_t>() == 0) {
+  if (ranks_sum(pg, note(loss, step).to(at::kLong).reshape({1})) == 0) {
     in_a_row_ = 0;
     return true;
   }
