@@ -211,7 +211,13 @@ void Trainer::Run::connect() {
   f.device_index = device().index();
   f.graph_step = choose_step().graph;
   f.peer_kernels = dev->peer_kernels();
-  f.peer_access_to_other = env.local_world_size == 2 && dev->peer_access(1 - env.local_rank);
+  f.peer_access_to_local = env.local_world_size > 1;
+  for (int r = 0; r < env.local_world_size; ++r) {
+    if (r != env.local_rank) f.peer_access_to_local = f.peer_access_to_local && dev->peer_access(r);
+  }
+  for (const at::Tensor& p : detail::unique_parameters(*model.module)) {
+    if (p.requires_grad()) f.gradient_bytes += p.numel() * 4;
+  }
   f.accumulate_or_clip = accumulate > 1 || clip != nullptr;
   f.sharded = sharding.requested();
   plan = detail::plan_comm(c, f);

@@ -1,6 +1,7 @@
 // The communication plan (libtrain/src/comm/comm_plan.h): the one place that decides between
 // Gloo, NCCL and the GPUs' peer all-reduce. Pure decisions, checked on any CPU.
 #include "comm/comm_plan.h"
+#include "cuda/peer_allreduce.h"
 
 #include <gtest/gtest.h>
 
@@ -20,7 +21,8 @@ CommFacts two_local_gpus() {
   f.device_index = 1;
   f.graph_step = true;
   f.peer_kernels = true;
-  f.peer_access_to_other = true;
+  f.peer_access_to_local = true;
+  f.gradient_bytes = 4'799'528;  // the MNIST CNN's 1,199,882 parameters
   return f;
 }
 
@@ -89,25 +91,47 @@ TEST(CommPlan, NoPeerWithoutItsConditions) {
   EXPECT_EQ(plan_comm(c, two_local_gpus()).graph_average, GraphAverage::between);
 }
 
-// Four GPUs of one machine: auto takes the peer all-reduce for the buckets it fits, with an NCCL
-// process group for the rest (the Gloo shortcut is for two ranks).
-TEST(CommPlan, AutoTakesPeerMemoryForFourGpusOfOneMachineWithNccl) {
+// Four GPUs of one machine: auto takes the peer all-reduce for the buckets it fits. Where every
+// bucket fits (the whole model's gradients read from 3 peers stay within kPeerMaxReadBytes), the
+// group is Gloo as for two; past that NCCL's, for the large buckets.
+TEST(CommPlan, AutoTakesPeerMemoryForFourGpusOfOneMachine) {
   train::TrainConfig c;
   CommFacts f = two_local_gpus();
   f.world_size = 4;
   f.local_world_size = 4;
   f.local_rank = 3;
   f.device_index = 3;
-  const auto p = plan_comm(c, f);
+  auto p = plan_comm(c, f);
+  EXPECT_TRUE(p.peer);
+  EXPECT_EQ(p.backend, Backend::gloo);
+  EXPECT_NE(p.why.find("backend gloo (--backend auto): the 4 GPUs"), std::string::npos) << p.why;
+  f.gradient_bytes = train::detail::kPeerMaxReadBytes / 3;  // at the limit: still Gloo
+  EXPECT_EQ(plan_comm(c, f).backend, Backend::gloo);
+  f.gradient_bytes += 4;  // one parameter more: some bucket may need NCCL
+  p = plan_comm(c, f);
   EXPECT_TRUE(p.peer);
   EXPECT_EQ(p.backend, Backend::nccl);
   EXPECT_TRUE(p.why.empty()) << p.why;
+  f.gradient_bytes = 0;  // unknown: NCCL
+  EXPECT_EQ(plan_comm(c, f).backend, Backend::nccl);
+  f = two_local_gpus();
   f.world_size = 3;
   f.local_world_size = 3;
-  EXPECT_TRUE(plan_comm(c, f).peer);
+  p = plan_comm(c, f);
+  EXPECT_TRUE(p.peer);
+  EXPECT_EQ(p.backend, Backend::gloo);
+  f.peer_access_to_local = false;  // one pair of GPUs isn't peers
+  EXPECT_EQ(plan_comm(c, f).backend, Backend::nccl);
+  f = two_local_gpus();
+  f.world_size = 4;
+  f.local_world_size = 4;
+  f.device_index = 0;  // per-task GPU binding: the others' indices can't be checked
+  EXPECT_EQ(plan_comm(c, f).backend, Backend::nccl);
+  c.distributed.backend = train::BackendKind::nccl;
+  EXPECT_EQ(plan_comm(c, two_local_gpus()).backend, Backend::nccl) << "--backend nccl keeps NCCL";
 }
 
-TEST(CommPlan, PeerOnTakesUpToEightLocalGpusAndKeepsNccl) {
+TEST(CommPlan, PeerOnTakesUpToEightLocalGpus) {
   train::TrainConfig c;
   c.gpu.peer_allreduce = train::Switch::on;
   CommFacts f = two_local_gpus();
@@ -115,14 +139,19 @@ TEST(CommPlan, PeerOnTakesUpToEightLocalGpusAndKeepsNccl) {
   f.local_world_size = 4;
   auto p = plan_comm(c, f);
   EXPECT_TRUE(p.peer);
-  EXPECT_EQ(p.backend, Backend::nccl);  // the Gloo shortcut is for two ranks only
+  EXPECT_EQ(p.backend, Backend::gloo);  // every bucket fits the peer all-reduce
+  f.world_size = 8;
+  f.local_world_size = 8;
+  p = plan_comm(c, f);
+  EXPECT_TRUE(p.peer);
+  EXPECT_EQ(p.backend, Backend::nccl);  // Gloo only up to kAutoPeerMaxRanks: NCCL for the large buckets
   f.world_size = 16;
   f.local_world_size = 8;
   EXPECT_FALSE(plan_comm(c, f).peer);
   // The peer access that can't be checked (per-task GPU binding): NCCL, peer still asked for.
   c.gpu.peer_allreduce = train::Switch::automatic;
   f = two_local_gpus();
-  f.peer_access_to_other = false;
+  f.peer_access_to_local = false;
   p = plan_comm(c, f);
   EXPECT_EQ(p.backend, Backend::nccl);
   EXPECT_TRUE(p.peer);

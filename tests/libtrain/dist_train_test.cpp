@@ -229,12 +229,14 @@ TEST(DistTrainGpu, TwoGpuRanksMatchOneRankWithDoubleBatch) {
   // fallback (one eager all-reduce between two graphs), and 4 ranks where the node has 4 GPUs.
   // In the graph, two GPUs of one machine average the buckets through each other's memory
   // (--peer-allreduce auto, the default; the process group is then Gloo), or with NCCL (off); 4
-  // ranks of one machine through peer memory with an NCCL group (auto, on) or with NCCL (off).
+  // ranks of one machine through peer memory (auto, on: the CNN's gradients fit it whole, so the
+  // group is Gloo; with --backend nccl an NCCL group) or with NCCL (off).
   struct Multi {
     int ranks;
     std::string graph_allreduce, peer_allreduce, log_says;
     bool peer_used;
     std::string backend;
+    std::vector<std::string> flags = {};
   };
   const std::string in_graph = "gradients averaged inside the graph";
   const std::string between = "one eager all-reduce between two graphs";
@@ -242,9 +244,10 @@ TEST(DistTrainGpu, TwoGpuRanksMatchOneRankWithDoubleBatch) {
                                {2, "in-graph", "off", in_graph, false, "nccl"},
                                {2, "between", "auto", between, false, "nccl"}};
   if (gpus >= 4) {
-    multis.push_back({4, "in-graph", "auto", in_graph, true, "nccl"});
+    multis.push_back({4, "in-graph", "auto", in_graph, true, "gloo"});
+    multis.push_back({4, "in-graph", "auto", in_graph, true, "nccl", {"--backend", "nccl"}});
     multis.push_back({4, "in-graph", "off", in_graph, false, "nccl"});
-    multis.push_back({4, "in-graph", "on", in_graph, true, "nccl"});
+    multis.push_back({4, "in-graph", "on", in_graph, true, "gloo"});
   }
   for (const Case& k : {Case{{"--optimizer", "sgd", "--lr", "0.02", "--weight-decay", "0"}, 1e-3, 5e-3},
                         Case{{"--max-steps", "10"}, 1e-4, 1e-4}}) {
@@ -259,6 +262,7 @@ TEST(DistTrainGpu, TwoGpuRanksMatchOneRankWithDoubleBatch) {
     for (const Multi& m : multis) {
       std::vector<std::string> extra = k.extra;
       extra.insert(extra.end(), {"--graph-allreduce", m.graph_allreduce, "--peer-allreduce", m.peer_allreduce});
+      extra.insert(extra.end(), m.flags.begin(), m.flags.end());
       auto many = run_program(local_command(m.ranks, args("cuda", 64 / m.ranks, extra)));
       ASSERT_EQ(many.exit_code, 0) << many.err;
       EXPECT_NE(many.err.find("backend " + m.backend), std::string::npos) << many.err;
@@ -505,7 +509,8 @@ void stops_reach_both_gpu_ranks(const std::string& backend, bool peer = true) {
 // stop flags are copied back without a host sync and summed by Gloo on the host a check later.
 TEST(DistTrainGpu, TheGlooGroupsStopsReachBothGpuRanks) { stops_reach_both_gpu_ranks("gloo"); }
 
-// With an NCCL group (--backend nccl, as 3 or more GPUs of a machine get) NCCL sums the flags on
+// With an NCCL group (--backend nccl, as several machines get, or 3-4 GPUs of one whose model
+// outgrows the peer all-reduce) NCCL sums the flags on
 // the device, on a stream that the steps don't wait for, and the host reads them a check later.
 // Where the graph itself calls NCCL on the group's communicator (--peer-allreduce off), the
 // flags' all-reduce stays in the steps' stream order.

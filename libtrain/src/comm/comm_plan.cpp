@@ -56,14 +56,17 @@ CommPlan plan_comm(const TrainConfig& c, const CommFacts& f) {
   } else if (backend == BackendKind::nccl || (f.gpu && backend == BackendKind::automatic)) {
     plan.backend = Backend::nccl;
   }
-  // The other rank's GPU is the other local rank's index where both are visible (not under
-  // SLURM's per-task binding, where this can't be checked here).
-  const bool two_local_gpus = f.world_size == 2 && f.local_world_size == 2 && f.device_index == f.local_rank &&
-                              f.peer_access_to_other;
-  if (backend == BackendKind::automatic && plan.peer && two_local_gpus && plan.why.empty()) {
+  // Every GPU of one machine, each the others' peer (not under SLURM's per-task binding, where
+  // this can't be checked here); past two, only where no bucket would need NCCL's ring.
+  const bool one_machine = f.world_size == f.local_world_size && f.device_index == f.local_rank && f.peer_access_to_local;
+  const bool every_bucket_peer =
+      f.world_size == 2 ||
+      (f.world_size <= kAutoPeerMaxRanks && f.gradient_bytes > 0 && f.gradient_bytes * (f.world_size - 1) <= kPeerMaxReadBytes);
+  if (backend == BackendKind::automatic && plan.peer && one_machine && every_bucket_peer && plan.why.empty()) {
     plan.backend = Backend::gloo;
-    plan.why = "backend gloo (--backend auto): the 2 GPUs average gradients inside the CUDA graph through each "
-               "other's memory, and an NCCL process group would only slow the step; --backend nccl keeps NCCL";
+    plan.why = "backend gloo (--backend auto): the " + std::to_string(f.world_size) +
+               " GPUs average every gradient inside the CUDA graph through each other's memory, and an NCCL "
+               "process group would only slow the step; --backend nccl keeps NCCL";
   }
   return plan;
 }

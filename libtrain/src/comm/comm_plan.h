@@ -24,7 +24,10 @@ struct CommFacts {
   int device_index = 0;          ///< this rank's GPU
   bool graph_step = false;       ///< the step is captured in a CUDA graph (step_choice.h)
   bool peer_kernels = false;     ///< this build has the peer all-reduce kernel
-  bool peer_access_to_other = false;  ///< two local ranks: this GPU reads the other one's memory
+  /// Every local rank's GPU has its local rank's index, and this GPU reads every other one's memory.
+  bool peer_access_to_local = false;
+  /// The model's gradients, 4 bytes a trained parameter (the same on every rank).
+  int64_t gradient_bytes = 0;
   /// --accumulate-steps > 1 or --clip-grad-norm: of the graph step's averages, only NCCL's inside
   /// the graph gave the eager step's bits (2x H200; the peer all-reduce and "between" did not).
   bool accumulate_or_clip = false;
@@ -45,11 +48,13 @@ struct CommPlan {
 };
 
 /// The plan for `config` (its --backend, --graph-allreduce, --peer-allreduce and --shm-allreduce)
-/// and `facts`. --backend auto is NCCL on GPUs and Gloo on the CPU, except for two GPUs of one
-/// machine whose graph step averages through peer memory: that step makes no NCCL call, and a
-/// process that merely has an NCCL process group runs it ~4% slower (docs/benchmarks.md), so the
-/// group is Gloo. --peer-allreduce auto means two ranks, or up to kAutoPeerMaxRanks of one
-/// machine (with NCCL for the buckets too large for it); on means 2 to kPeerMaxRanks.
+/// and `facts`. --backend auto is NCCL on GPUs and Gloo on the CPU, except where the graph step of
+/// a machine's GPUs averages every bucket through peer memory (two GPUs; up to kAutoPeerMaxRanks
+/// when the whole model's gradients fit kPeerMaxReadBytes' reads): that step makes no NCCL call, a
+/// process that merely has an NCCL process group runs it ~4% slower at 2 GPUs and 1.2% at 4
+/// (docs/benchmarks.md), and the control collectives go through shared memory, so the group is
+/// Gloo. --peer-allreduce auto means two ranks, or up to kAutoPeerMaxRanks of one machine (with
+/// NCCL for the buckets too large for it); on means 2 to kPeerMaxRanks.
 CommPlan plan_comm(const TrainConfig& config, const CommFacts& facts);
 
 }  // namespace train::detail

@@ -25,10 +25,6 @@ namespace train::detail {
 struct GraphCommState {
   // A bucket of several gradients this small goes as one message.
   static constexpr int64_t kFlatBucketBytes = int64_t{1} << 20;
-  // With an NCCL communicator, a bucket goes through the peer all-reduce while each rank's reads
-  // of the others' messages stay under this; larger ones are NCCL's (its ring moves each byte
-  // fewer times).
-  static constexpr int64_t kPeerMaxBytes = int64_t{16} << 20;
 
   struct Bucket {
     at::Tensor flat;         // one message for several gradients, or undefined
@@ -241,7 +237,7 @@ class PeerEagerHook : public CommHook {
 // the same from the same buckets.
 void setup_peer(GraphCommState& s, ProcessGroup& pg, const std::string& peer_flag) {
   const Reducer& r = *s.reducer;
-  const int64_t max_bytes = s.comm != nullptr ? GraphCommState::kPeerMaxBytes : std::numeric_limits<int64_t>::max();
+  const int64_t max_bytes = s.comm != nullptr ? kPeerMaxReadBytes : std::numeric_limits<int64_t>::max();
   std::vector<int64_t> messages;
   int slots = 0;
   int64_t bytes = 0;

@@ -25,6 +25,11 @@ constexpr int kPeerMaxInputs = 24;
 constexpr int kPeerMaxBlocks = 256;
 /// The largest message that may go the low-latency way: its words take 2 x 8 bytes a float and rank.
 constexpr int64_t kPeerLowLatencyMaxFloats = 32768;
+/// Where an NCCL communicator is there for the rest, a bucket goes through the peer all-reduce while
+/// each rank's reads of the others' messages ((ranks - 1) x 4 bytes a float) stay under this; larger
+/// ones are NCCL's (its ring moves each byte fewer times). comm_plan.cpp takes a Gloo group (no
+/// NCCL at all) for a machine's GPUs whose whole model fits it.
+constexpr int64_t kPeerMaxReadBytes = int64_t{16} << 20;
 /// The smallest message that goes in two passes where three or more ranks average (PeerCall::two_shot).
 constexpr int64_t kPeerTwoShotMinFloats = 262144;
 
