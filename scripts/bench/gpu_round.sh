@@ -5,6 +5,8 @@
 # scripts/gpu-deps.sh), then runs the parts named in PARTS (default: sync goodput snap):
 #   sync     host CUDA syncs per step (LD_PRELOAD scripts/bench/synctrace.c), MNIST at 1 and 2 GPUs
 #   goodput  scripts/bench/goodput.py --launcher local --device cuda (kill, stall, kill)
+#   split    MNIST's epochs at SPLIT_NPROCS (4) GPUs and two lengths (SPLIT_SAMPLES), --backend auto
+#            against nccl: a step's cost and an epoch end's apart
 #   snap2    snapshots' cost: train --snapshot-every auto vs 0, 2 GPUs, 40000 steps, two rounds
 #   gru      three_workloads.py --workloads gru (fp32, eager and graph peers) and its host syncs
 #   gruprof  profiles of gru_bench and peers.py's graph mode, compared with trace_summary.py
@@ -211,6 +213,24 @@ import json, sys
 e = [r for r in map(json.loads, (l for l in open(sys.argv[1]) if l.startswith('{'))) if r.get('event') == 'epoch']
 s = [r['epoch_images_per_sec'] for r in e[1:]]
 print('steady %.0f /s, ms per epoch: ' % (sum(s) / max(1, len(s))) + ' '.join('%.1f' % (r['epoch_seconds'] * 1e3) for r in e))" /tmp/ep.jsonl)"
+   done
+  done
+  rm -f $OUT/ep.out $OUT/ep.err /tmp/ep.jsonl
+  ;;
+ split)
+  # a step's cost and an epoch end's apart: MNIST at SPLIT_NPROCS GPUs, batch 64, each epoch's ms at
+  # two epoch lengths (SPLIT_SAMPLES), --backend auto against --backend nccl, ROUNDS= times
+  for r in $(seq ${ROUNDS:-2}); do
+   for n in ${SPLIT_SAMPLES:-15360 60000}; do
+    for fl in "" "--backend nccl"; do
+     rm -f /tmp/ep.jsonl
+     timeout 120 $B/trainctl local --nproc ${SPLIT_NPROCS:-4} --no-prefix -- $B/train --data $TRAIN_FASHION_MNIST_DIR --limit-train-samples $n --limit-test-samples 1000 --epochs 6 --device cuda --batch-size 64 --tf32 off --seed 1 --log-interval 1000000 --metrics /tmp/ep.jsonl $fl > $OUT/ep.out 2> $OUT/ep.err
+     echo "split round $r $n samples ${fl:-auto} rc=$? $(grep -o 'backend [a-z]*' $OUT/ep.err | head -1): $(python3 -c "
+import json, sys
+e = [r for r in map(json.loads, (l for l in open(sys.argv[1]) if l.startswith('{'))) if r.get('event') == 'epoch']
+ms = sorted(r['epoch_seconds'] * 1e3 for r in e[1:])
+print('median of the steady epochs %.2f ms, each: ' % ms[len(ms) // 2] + ' '.join('%.2f' % (r['epoch_seconds'] * 1e3) for r in e))" /tmp/ep.jsonl)"
+    done
    done
   done
   rm -f $OUT/ep.out $OUT/ep.err /tmp/ep.jsonl
