@@ -144,7 +144,7 @@ TEST(CommPlan, PeerOnTakesUpToEightLocalGpus) {
   f.local_world_size = 8;
   p = plan_comm(c, f);
   EXPECT_TRUE(p.peer);
-  EXPECT_EQ(p.backend, Backend::nccl);  // Gloo only up to kAutoPeerMaxRanks: NCCL for the large buckets
+  EXPECT_EQ(p.backend, Backend::nccl);  // past kAutoPeerMaxRanks, and 7 x 4.8 MB of reads is over 16 MiB
   f.world_size = 16;
   f.local_world_size = 8;
   EXPECT_FALSE(plan_comm(c, f).peer);

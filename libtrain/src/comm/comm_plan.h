@@ -51,10 +51,10 @@ struct CommPlan {
 /// and `facts`. --backend auto is NCCL on GPUs and Gloo on the CPU, except where the graph step of
 /// a machine's GPUs averages every bucket through peer memory (two GPUs; up to kAutoPeerMaxRanks
 /// when the whole model's gradients fit kPeerMaxReadBytes' reads): that step makes no NCCL call, a
-/// process that merely has an NCCL process group runs it ~4% slower at 2 GPUs and 1.2% at 4
-/// (docs/benchmarks.md), and the control collectives go through shared memory, so the group is
-/// Gloo. --peer-allreduce auto means two ranks, or up to kAutoPeerMaxRanks of one machine (with
-/// NCCL for the buckets too large for it); on means 2 to kPeerMaxRanks.
+/// process that merely has an NCCL process group runs it ~4% slower at 2 GPUs and 1-2% at 4 (a
+/// small model; docs/benchmarks.md), and the control collectives go through shared memory, so the
+/// group is Gloo. --peer-allreduce auto means two ranks, or up to kAutoPeerMaxRanks of one machine
+/// (with NCCL for the buckets too large for it); on means 2 to kPeerMaxRanks.
 CommPlan plan_comm(const TrainConfig& config, const CommFacts& facts);
 
 }  // namespace train::detail
