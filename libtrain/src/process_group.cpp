@@ -32,6 +32,32 @@ std::string where(const DistEnv& env) {
   return "rank " + std::to_string(env.rank) + "/" + std::to_string(env.world_size) + " on " +
          env.host;
 }
+
+// Every rank builds the same backend, or none does: ranks that differ would each wait for the
+// others' half of a rendezvous until --dist-timeout. Rank 0 posts its choice; each other rank
+// compares and posts the first difference it sees; the last to arrive opens the gate, and every
+// rank, having passed it, fails alike with the same words. The keys are numbered by the rank's
+// groups so far (one store may serve several: torchrun's agent keeps it across groups).
+void agree_on_backend(c10d::Store& store, const DistEnv& env, Backend mine) {
+  const auto bytes = [](const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); };
+  const auto text = [](const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); };
+  const std::string key = "backend_" + std::to_string(store.add("groups_of_rank_" + std::to_string(env.rank), 1));
+  if (env.rank == 0) store.set(key, bytes(to_string(mine)));
+  const std::string first = text(store.get(key));
+  if (first != to_string(mine)) {
+    store.compareSet(key + "_differs", {}, bytes(to_string(mine) + " on rank " + std::to_string(env.rank) + " on " + env.host));
+  }
+  if (store.add(key + "_agreed", 1) == env.world_size) store.set(key + "_gate", bytes("1"));
+  store.wait({key + "_gate"});
+  if (store.check({key + "_differs"})) {
+    throw ConfigError("the process group's backend: expected rank 0's, " + first + ", on every rank; found " +
+                          text(store.get(key + "_differs")) + " (this is " + where(env) + ")",
+                      "pass the same --backend to every rank. With --backend auto, 2-4 GPUs of one machine take "
+                      "gloo where every rank sees all of its GPUs (the same CUDA_VISIBLE_DEVICES) and they read "
+                      "each other's memory: give every rank the same GPUs, or pass --backend nccl.");
+  }
+}
+
 // Rank 0's listening socket for the rendezvous store, bound to the address of this host that
 // MASTER_ADDR resolves to (on `interface` where it resolves there) instead of every interface;
 // nullopt (c10d binds every interface) when MASTER_ADDR is no address of this host.
@@ -254,6 +280,9 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const DistEnv& env,
     impl->store = c10::make_intrusive<c10d::PrefixStore>(prefix, tcp);
   });
   impl->start_heartbeat();
+  if (env.world_size > 1) {
+    impl->guarded("agreeing on the backend", [&] { detail::agree_on_backend(*impl->store, env, options.backend); });
+  }
 
   if (options.backend == Backend::gloo) {
     impl->guarded("creating the Gloo backend", [&] {

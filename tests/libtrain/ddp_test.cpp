@@ -262,6 +262,36 @@ TEST(ProcessGroupGpu, SmallCudaTensorsOverGlooSumAsCpuOnes) {
   });
 }
 
+// Ranks that would build different backends (a flag that differs, or --backend auto deciding
+// apart where ranks see different GPUs) fail at once, every one of them, naming the rank that
+// differs, instead of waiting for each other's half of a rendezvous until the timeout.
+TEST(ProcessGroup, RanksOfDifferentBackendsFailAtOnceNamingTheRank) {
+  const int port = train::test::free_port();
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      train::ProcessGroupOptions o;
+      o.timeout = std::chrono::seconds(120);  // far longer than the test: the failure must not be a timeout
+      o.backend = r == 2 ? train::Backend::nccl : train::Backend::gloo;
+      try {
+        train::ProcessGroup::create(env_for(r, 3, port), o);
+        errors[r] = "no error";
+      } catch (const train::ConfigError& e) {
+        errors[r] = e.what();
+      } catch (const std::exception& e) {
+        errors[r] = std::string("not a ConfigError: ") + e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(errors[r].find("expected rank 0's, gloo, on every rank; found nccl on rank 2 on localhost"), std::string::npos)
+        << "rank " << r << ": " << errors[r];
+    EXPECT_NE(errors[r].find("rank " + std::to_string(r) + "/3"), std::string::npos) << errors[r];
+  }
+}
+
 TEST(ProcessGroup, MissingPeerTimesOutNamingTheRendezvous) {
   train::ProcessGroupOptions o;
   o.timeout = std::chrono::seconds(3);
