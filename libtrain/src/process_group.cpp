@@ -3,8 +3,6 @@
 #include "process_group_impl.h"
 
 #include "comm_in_graphs.h"
-
-
 #include "train/error.h"
 #include "train/log.h"
 #include "train/net_interfaces.h"
