@@ -66,7 +66,7 @@ Command add_cancel(CLI::App& app) {
       "  trainctl cancel 1234 --signal USR2\n");
   auto r = std::make_shared<train::CancelRequest>();
   cmd->add_option("JOBID", r->job_id, "the job (or array) to cancel; required");
-  cmd->add_option("--signal", r->signal, "signal train checkpoints on (USR1, USR2 or TERM by default) to send first")
+  cmd->add_option("--signal", r->signal, "signal train checkpoints on (USR2, its default --preempt-signals, or TERM) to send first")
       ->type_name("SIG");
   cmd->add_option("--grace", r->grace_seconds, "seconds to wait for the tasks to stop after --signal")
       ->check(CLI::Range(1.0, 86400.0))

@@ -194,7 +194,8 @@ SignalSpec plain_signal(const std::string& signal) {
   const SignalSpec spec = parse_signal_spec("--signal", signal);
   if (spec.batch_only || spec.reservation || signal.find('@') != std::string::npos) {
     throw ConfigError("--signal '" + signal + "': expected a plain signal such as USR2, found a prefix or '@'.",
-                      "give the signal train checkpoints on, e.g. --signal USR2 (its default ones: USR1, USR2, TERM).");
+                      "give the signal train checkpoints on, e.g. --signal USR2 (its default --preempt-signals; TERM and INT "
+                      "checkpoint without a requeue).");
   }
   return spec;
 }
