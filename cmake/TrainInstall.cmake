@@ -30,11 +30,16 @@ foreach(_dir libtrain/base libtrain libtrain/builtin launcher datasets models)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${_dir}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endforeach()
 install(EXPORT libtrainTargets NAMESPACE train:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/libtrain)
+# The same targets for the build tree, next to the package config and version file below, so that
+# find_package(libtrain) also works with CMAKE_PREFIX_PATH=<this build folder>, without installing.
+# The imported targets name the libraries in this build and the sources' include/ folders (their
+# BUILD_INTERFACE), so a consumer sees edits to them after a rebuild here.
+export(EXPORT libtrainTargets NAMESPACE train:: FILE ${PROJECT_BINARY_DIR}/libtrainTargets.cmake)
 # Hints for the package config: where this build found zlib and OpenSSL (find modules, no _DIR).
 get_filename_component(_train_zlib_root "${ZLIB_INCLUDE_DIR}" DIRECTORY)
 get_filename_component(_train_openssl_root "${OPENSSL_INCLUDE_DIR}" DIRECTORY)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/libtrainConfig.cmake.in
-  ${CMAKE_BINARY_DIR}/libtrainConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/libtrain)
-write_basic_package_version_file(${CMAKE_BINARY_DIR}/libtrainConfigVersion.cmake COMPATIBILITY SameMinorVersion)
-install(FILES ${CMAKE_BINARY_DIR}/libtrainConfig.cmake ${CMAKE_BINARY_DIR}/libtrainConfigVersion.cmake
+  ${PROJECT_BINARY_DIR}/libtrainConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/libtrain)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/libtrainConfigVersion.cmake COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/libtrainConfig.cmake ${PROJECT_BINARY_DIR}/libtrainConfigVersion.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/libtrain)

@@ -110,6 +110,15 @@ setup)
     fail "configuring against the package prints torch's kineto or CMAKE_CUDA_ARCHITECTURES warning (above)"
   got=$(sed -n 's/^-- custom_model: libtrain .*, Torch .* from //p' "$work/prefix-only.log")
   [ "$got" = "$want" ] || fail "the example found Torch at '$got', expected libtrain's own '$want'"
+  # The build tree is a package too, without installing (export() in cmake/TrainInstall.cmake): its
+  # targets name this build's libraries and the sources' include/ folders.
+  mkdir -p "$work/find-build"
+  printf 'cmake_minimum_required(VERSION 3.22)\nproject(find_build CXX)\nfind_package(libtrain %s REQUIRED)\nget_target_property(_inc train::train INTERFACE_INCLUDE_DIRECTORIES)\nmessage(STATUS "found libtrain ${libtrain_VERSION} in ${libtrain_DIR}, train::train includes ${_inc}")\n' \
+    "$minor" >"$work/find-build/CMakeLists.txt"
+  cmake -S "$work/find-build" -B "$work/find-build/build" -G Ninja -DCMAKE_PREFIX_PATH="$build" \
+    >"$work/find-build.log" 2>&1 || { tail -30 "$work/find-build.log"; fail "find_package(libtrain) with CMAKE_PREFIX_PATH=$build"; }
+  grep -qF -- "-- found libtrain $version in $build, train::train includes $src/libtrain/include" "$work/find-build.log" ||
+    { tail -30 "$work/find-build.log"; fail "find_package(libtrain) from the build tree: expected $version in $build with the sources' headers"; }
   # The build the way the README says: libtrain's prefix and torch's, as a user passes them.
   torch_prefix=$(dirname "$want")
   launcher=()
