@@ -10,7 +10,10 @@
 
 namespace train {
 
-/// One batch: the model's input and the loss's target.
+/// One batch: the model's input and the loss's target, both with the batch as dimension 0. The
+/// built-in losses (nll_loss, cross_entropy_loss) take class indices: targets int64 [B] for
+/// output [B, C], or [B, d1, ...] (e.g. [B, seq_len]) for output [B, C, d1, ...]; a LossFn of
+/// your own may take targets of any shape and type.
 struct Batch {
   at::Tensor inputs;
   at::Tensor targets;
@@ -42,7 +45,8 @@ class Dataset {
   virtual bool capturable() const { return false; }
 };
 
-/// A dataset held whole in two tensors (inputs [N, ...], targets [N]); get_batch gathers rows.
+/// A dataset held whole in two tensors (inputs [N, ...], targets [N, ...] with the same N, shaped
+/// as the loss takes them: see Batch); get_batch gathers rows.
 class InMemoryDataset : public Dataset {
  public:
   /// @throws train::ConfigError when the first dimensions differ or either tensor is undefined.
