@@ -1,5 +1,6 @@
 """Test accuracy of libtrain against Python on the benchmark's three workloads: the same models,
-recipes, data, epochs and seeds (issue 22's "within noise of Python's, 3 seeds, same epochs").
+recipes, data, epochs and seeds: the claim to check is "within noise of Python's, 3 seeds, same
+epochs".
 
   python3 scripts/bench/accuracy.py --build build-gpu [--seeds 1,2,3] [--workloads mnist,resnet18,transformer]
   python3 scripts/bench/accuracy.py --device cpu --tiny          # the whole chain on a CPU, tiny sizes

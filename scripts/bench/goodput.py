@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Goodput under failures: a 2-node job on the local SLURM cluster, with a failure injected every
---interval seconds, and where each failure's seconds went (issue 32; docs/benchmarks.md, Goodput).
+--interval seconds, and where each failure's seconds went (docs/benchmarks.md, Goodput).
 
 The job is the one users run: a script from `trainctl sbatch --nodes 2` (so `trainctl run` starts the
 step and restarts it inside the allocation), `train` on Fashion-MNIST with --checkpoint-dir and

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The GPU figures of issues 32 and 33 (2026-11-27), in one device call on a bare GPU node with 2 GPUs
-# (4 for the zero and four parts' 4-GPU rows):
+# The GPU figures of docs/benchmarks.md (host syncs, goodput under failures, snapshots' cost, the
+# small models' scaling, ZeRO-1; 2026-11-27), in one device call on a bare GPU node with 2 GPUs (4
+# for the zero and four parts' 4-GPU rows):
 # configures and builds build-gpu/ against the machine's torch (and .deps/usr from
 # scripts/gpu-deps.sh), then runs the parts named in PARTS (default: sync goodput snap):
 #   sync     host CUDA syncs per step (LD_PRELOAD scripts/bench/synctrace.c), MNIST at 1 and 2 GPUs

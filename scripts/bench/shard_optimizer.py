@@ -5,7 +5,7 @@ three-workload benchmark (transformer_bench: FusedAdamW, the step in a CUDA grap
 recipe (--workload mnist). Reports each run's steady samples/s (the done line's
 images_per_sec_steady), the optimizer state per rank the log states, the peak CUDA memory per GPU
 (peak_gpu_mb) and whether every run ended on the same params_sha256 (at 2 ranks it must: sharded
-runs give unsharded DDP's bits). Not a test (issue 33; docs/benchmarks.md). Examples:
+runs give unsharded DDP's bits). Not a test (docs/benchmarks.md). Examples:
   scripts/bench/shard_optimizer.py --rounds 3 --world 2 --optimizer adadelta
   scripts/bench/shard_optimizer.py --device cuda --workload transformer --world 2,4 --rounds 2
 """

@@ -6,7 +6,7 @@ counts the snapshots' time on the training thread) and the overhead, best agains
 against median; and, since run-to-run noise on a shared host is often larger than the effect, the
 overhead each auto run accounts for itself: the done line's snapshot_seconds (training thread) plus,
 where the ranks' threads take every core, snapshot_write_seconds (the background write, then on a
-core that trains), over train_seconds (issue 32; docs/benchmarks.md). Not a test. Example:
+core that trains), over train_seconds (docs/benchmarks.md). Not a test. Example:
   scripts/bench/snapshot_overhead.py --rounds 3 --epochs 1
 """
 import argparse

@@ -1,5 +1,6 @@
 // LD_PRELOAD interposer: counts the host's CUDA synchronizations and prints the stack of a few
-// of them after SYNC_FROM calls (the steady state). Diagnostic only (issue 33's host sync).
+// of them after SYNC_FROM calls (the steady state). Diagnostic only: it finds
+// where a host sync per step comes from (docs/benchmarks.md, "No host sync per step").
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <execinfo.h>

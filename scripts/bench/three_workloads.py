@@ -1,4 +1,4 @@
-"""The three-workload GPU benchmark (issue 22), with a fourth, small recurrent workload (issue 33):
+"""The three-workload GPU benchmark, with a fourth, small recurrent workload (a GRU classifier):
 libtrain against the Python peers on the same GPUs, in one invocation. Not part of libtrain.
 
   mnist        `train --model mnist` (Adadelta) on Fashion-MNIST        batch 64 and 512 per GPU

@@ -545,7 +545,7 @@ TEST(SbatchJobShapeFlags, ListsTheShapeInDirectiveOrder) {
 namespace train {
 namespace {
 
-// train takes `_` for `-` in a flag's name (issue 34): the launcher reads either spelling.
+// train takes `_` for `-` in a flag's name: the launcher reads either spelling.
 TEST(TrainFlagValue, ReadsTheUnderscoreSpellingOfAFlag) {
   bool found = false;
   EXPECT_EQ(train_flag_value({"--checkpoint_dir", "ck_a", "--epochs", "1"}, {"--checkpoint-dir"}, &found), "ck_a");

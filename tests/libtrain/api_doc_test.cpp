@@ -299,7 +299,7 @@ TEST(ApiDoc, MainExampleRejectsBadFlagsWithStatus2) {
   EXPECT_EQ(run_doc_main({"my_train", "--lr", "-1"}), 2);
 }
 
-// Issue 25, item 12: a user's program shows and accepts only the flags it honours. The recipe
+// A user's program shows and accepts only the flags it honours. The recipe
 // flags it opted in to (--lr, --gamma) are there; `train`'s other recipe flags are unknown (exit 2
 // and a hint that names add_recipe_flags), not silently ignored.
 TEST(ApiDoc, MainExampleTakesOnlyTheFlagsItHonours) {
@@ -482,8 +482,8 @@ TEST(ApiDoc, PluggedInPartsTrainAndResume) {
 }
 
 // A callback sees the optimizer and the rate each step ran with (a per-step schedule moves it),
-// the epoch's last rate, and the progress lines count the spec's unit. (Issue 25: a user's
-// program had to keep a raw pointer from inside its optimizer builder.)
+// the epoch's last rate, and the progress lines count the spec's unit, so that a user's program
+// needs no raw pointer kept from inside its optimizer builder.
 class RateRecorder : public train::Callback {
  public:
   std::vector<double> step_lrs, epoch_lrs;

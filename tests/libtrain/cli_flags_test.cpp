@@ -1,4 +1,4 @@
-// A user's flag mistakes in any program built on train::cli::main (issue 34): an unknown flag is
+// A user's flag mistakes in any program built on train::cli::main: an unknown flag is
 // exit 2 with the house's message and a "did you mean" for a close one; the hint about `train`'s
 // recipe flags comes only for one the program doesn't read; every multi-word flag takes
 // underscores for its dashes. Also train::text's edit distance behind the "did you mean", and the

@@ -162,7 +162,7 @@ TEST(Config, ABadChoiceOnTheCommandLineIsAnError) {
   EXPECT_EQ(c.gpu.cuda_graph, Switch::automatic);
 }
 
-// Issue 25, item 12: the Trainer's flags don't include any recipe flag; a program adds those it reads.
+// The Trainer's flags don't include any recipe flag; a program adds those it reads.
 TEST(Config, RecipeFlagsExistOnlyWhereAProgramAddsThem) {
   train::TrainConfig c;
   CLI::App app;

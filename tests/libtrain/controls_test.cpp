@@ -1,4 +1,4 @@
-// Issue 34: the training controls and a user's first mistakes, end to end through a toy program on
+// The training controls and a user's first mistakes, end to end through a toy program on
 // the public API (controls_program.cpp) on the CPU: early stopping stops at the right epoch (and a
 // resumed run stays stopped, two ranks stop together), the weights' moving average is evaluated
 // and resumes bit-exact, --eval-only reproduces the test loss of the run that wrote the checkpoint

@@ -1,6 +1,6 @@
 // A stalled run names where every rank is (the roll-call) and ends on every rank; a slow rank is
 // named by the straggler report. Real processes over Gloo on loopback, with faults injected
-// through the environment (libtrain/src/fault_injection.h). Issue 24.
+// through the environment (libtrain/src/fault_injection.h).
 #include "gpu_count.h"
 #include "test_util.h"
 

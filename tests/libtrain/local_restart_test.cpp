@@ -1,4 +1,4 @@
-// `trainctl local --max-restarts` end to end with the `train` program on the CPU (issue 32: the
+// `trainctl local --max-restarts` end to end with the `train` program on the CPU (the
 // same restarts as `trainctl run`, without SLURM): a rank killed with SIGKILL mid-epoch is
 // launched again, resumes from the newest snapshot in this machine's memory and the run ends with
 // the uninterrupted run's params_sha256; a stalled rank (train's exit 79) is relaunched too; a bug

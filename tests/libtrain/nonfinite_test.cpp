@@ -1,7 +1,7 @@
-// Issue 24 on CPU ranks over Gloo (`trainctl local`): a non-finite loss stops the run with its own
-// exit status, names the step, epoch, rank and what was non-finite, and leaves the last good
-// checkpoint intact and resumable; --nonfinite skip drops steps and stops after N in a row; errors
-// in the user's code (tests/libtrain/user_code_program.cpp) carry their context.
+// Non-finite values on CPU ranks over Gloo (`trainctl local`): a non-finite loss stops the run
+// with its own exit status, names the step, epoch, rank and what was non-finite, and leaves the
+// last good checkpoint intact and resumable; --nonfinite skip drops steps and stops after N in a
+// row; errors in the user's code (tests/libtrain/user_code_program.cpp) carry their context.
 #include "test_util.h"
 #include "train/files.h"
 

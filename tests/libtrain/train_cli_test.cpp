@@ -217,7 +217,7 @@ TEST(TrainCli, EveryNumericFlagIsChecked) {
       {{"--batch-size", "0"}, "--batch-size: expected a positive per-rank batch size, found 0. Hint:"},
       {{"--batch-size", "-64"}, "--batch-size: expected a positive per-rank batch size, found -64. Hint:"},
       {{"--batch_size", "0"}, "--batch-size: expected a positive per-rank batch size, found 0. Hint:"},
-      // Every multi-word flag takes underscores, the recipe's too (issue 34).
+      // Every multi-word flag takes underscores, the recipe's too.
       {{"--checkpoint_every", "-1"}, "--checkpoint-every: expected 0 (epoch ends only) or a positive number of steps"},
       {{"--limit_train_samples", "-5"}, "--limit-train-samples: expected 0 (all) or a positive count, found -5."},
       {{"--test-batch-size", "0"}, "--test-batch-size: expected a positive batch size, found 0."},
@@ -382,7 +382,7 @@ TEST(TrainCli, ProfileTracesTheChosenStepsAndChangesNothing) {
             std::string::npos) << unwritable.err;
 }
 
-// Issue 34: one rule and one exit code (2) for every output path, checked before the data and the
+// One rule and one exit code (2) for every output path, checked before the data and the
 // rendezvous. A folder flag that is a file, a file flag that is a folder, and a path under a file
 // are flag errors naming the flag, the path, what was expected and found, with a hint.
 TEST(TrainCli, OutputPathsFollowOneRuleAndExit2) {

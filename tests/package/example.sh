@@ -143,7 +143,7 @@ setup)
   [ "$rc" = 1 ] || fail "a truncated data file: expected exit 1, found $rc"
   grep -q "train.stripes: expected 1052704 bytes for 4096 images of 16x16, found 1000 (truncated?). Hint:" "$work/bad.err" ||
     { cat "$work/bad.err"; fail "the truncated file's message"; }
-  # A program shows and accepts only the flags it honours (issue 25): the recipe flags it reads
+  # A program shows and accepts only the flags it honours: the recipe flags it reads
   # (--data, --lr, ...) are there; `train`'s others are unknown, with a hint, not silently ignored.
   "$exe" --help >"$work/help.out" || fail "custom_model --help failed"
   grep -q -- "--lr" "$work/help.out" || fail "custom_model --help doesn't list --lr, which it reads"

@@ -1,4 +1,4 @@
-// A node that dies mid-training on the real cluster (issue 32): node2's slurmd and its train task
+// A node that dies mid-training on the real cluster: node2's slurmd and its train task
 // are killed with SIGKILL, as when a node crashes. trainctl run relaunches the step in the same job,
 // leaves node2 out once SLURM can't launch there (srun --exclude), and the job finishes on one
 // node from the newest snapshot or checkpoint. It stops a slurmd, so it runs alone (RUN_SERIAL),

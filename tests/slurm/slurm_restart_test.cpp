@@ -1,4 +1,4 @@
-// Restarts inside the allocation on the real cluster (issue 32; the local one of
+// Restarts inside the allocation on the real cluster (the local one of
 // scripts/local-slurm.sh): a rank killed with SIGKILL is relaunched by `trainctl run` in the same
 // job and the run ends bit-exact; a bug is not restarted and the log says why; without restarts a
 // killed rank ends the job and a resubmission resumes. A node that dies: node_loss_test.cpp.

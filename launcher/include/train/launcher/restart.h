@@ -1,5 +1,5 @@
 // `trainctl run`: launches the training step inside a SLURM allocation and, when it ends with a lost
-// rank or node, launches it again there (issue 32). This header holds the pure decisions, tested
+// rank or node, launches it again there. This header holds the pure decisions, tested
 // without SLURM: what srun's and train's lines say, whether to restart, which nodes the next launch
 // uses. run_step() (run_step.cpp) is the loop around srun. No LibTorch. See docs/slurm.md.
 #pragma once
