@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "train/error.h"
-#include "train/launcher/hostlist.h"
+#include "train/hostlist.h"
 #include "train/text.h"
 
 namespace train {

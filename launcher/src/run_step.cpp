@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "train/error.h"
+#include "train/env.h"
 #include "train/files.h"
-#include "train/launcher/env.h"
 #include "train/launcher/local_launch.h"
 #include "train/launcher/restart.h"
 #include "restart_record.h"
