@@ -7,6 +7,7 @@
 #include "train/error.h"
 #include "train/files.h"
 #include "train/subprocess.h"
+#include "join.h"
 
 namespace train {
 namespace {
@@ -88,9 +89,8 @@ std::string plot_python(const std::string& scripts, const std::string& train_pyt
   const std::vector<std::string> candidates = python_candidates(scripts, train_python);
   const std::string python = first_python_with(candidates, "matplotlib");
   if (python.empty()) {
-    std::string tried;
-    for (const std::string& p : candidates) tried += (tried.empty() ? "" : ", ") + p;
-    throw ConfigError("trainctl plot: expected a Python with matplotlib, found none among " + tried + ".",
+    throw ConfigError("trainctl plot: expected a Python with matplotlib, found none among " +
+                          detail::join(candidates, ", ") + ".",
                       "run scripts/setup.sh (it installs matplotlib into .venv), or set TRAIN_PYTHON to a "
                       "Python that has it.");
   }

@@ -18,6 +18,7 @@
 #include "train/catalog.h"
 #include "train/error.h"
 #include "train/log.h"
+#include "join.h"
 
 namespace train {
 namespace {
@@ -89,9 +90,8 @@ std::string check_dataset_folder(const std::string& dir, const std::string& data
       if (first_error.empty()) first_error = e.message();
     }
   }
-  std::string list;
-  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
-  throw DataError("--data '" + dir + "': expected the files of one of " + list + ", found none: " + first_error,
+  throw DataError("--data '" + dir + "': expected the files of one of " + detail::join(names, ", ") +
+                      ", found none: " + first_error,
                   "pass train --data with the folder that holds the dataset files (or torchvision's root), and "
                   "--dataset to say which.");
 }

@@ -17,6 +17,7 @@
 #include "train/launcher/jobs.h"
 #include "train/launcher/local_launch.h"
 #include "train/subprocess.h"
+#include "join.h"
 
 namespace train {
 namespace {
@@ -74,8 +75,7 @@ CommandResult run_query(const std::vector<std::string>& argv) {
   }
   CommandResult r = run_command(argv, "", kQueryTimeoutSeconds);
   if (r.timed_out || !r.started || r.exit_code != 0) {
-    std::string cmd;
-    for (const std::string& a : argv) cmd += (cmd.empty() ? "" : " ") + a;
+    const std::string cmd = detail::join(argv, " ");
     std::string why = r.timed_out ? "no answer within " + std::to_string(int(kQueryTimeoutSeconds)) + " s"
                                   : "exit code " + std::to_string(r.exit_code) + ": " + r.err;
     while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();

@@ -18,10 +18,12 @@
 #include "train/signals.h"
 #include "train/launcher/gres.h"
 #include "train/launcher/sweep.h"
+#include "join.h"
 
 namespace train {
 namespace {
 
+using detail::join;
 using text::all_digits;
 using text::split;
 
@@ -89,12 +91,6 @@ std::vector<std::string> train_preempt_signals(const std::vector<std::string>& a
     if (item.rfind("SIG", 0) == 0) item = item.substr(3);
     out.push_back(item);
   }
-  return out;
-}
-
-std::string join(const std::vector<std::string>& items, const std::string& sep) {
-  std::string out;
-  for (const std::string& item : items) out += (out.empty() ? "" : sep) + item;
   return out;
 }
 
