@@ -3,7 +3,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(_train_targets train_base train_launcher)
+set(_train_targets train_base train_catalog train_launcher)
 if(TARGET trainctl)
   list(APPEND _train_targets trainctl)
 endif()
@@ -26,7 +26,7 @@ install(TARGETS ${_train_targets} EXPORT libtrainTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-foreach(_dir libtrain/base libtrain libtrain/builtin launcher datasets models)
+foreach(_dir libtrain/base libtrain libtrain/builtin launcher datasets/catalog datasets models)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${_dir}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endforeach()
 install(EXPORT libtrainTargets NAMESPACE train:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/libtrain)

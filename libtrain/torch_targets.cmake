@@ -5,53 +5,63 @@
 # where not.
 set(_train_src ${CMAKE_CURRENT_LIST_DIR}/src)
 add_library(train STATIC
-  ${_train_src}/adadelta.cpp
-  ${_train_src}/fused_optim.cpp
-  ${_train_src}/augment.cpp
-  ${_train_src}/checkpoint.cpp
-  ${_train_src}/checkpoint_session.cpp
-  ${_train_src}/cli.cpp
+  ${_train_src}/checkpoint/checkpoint.cpp
+  ${_train_src}/checkpoint/checkpoint_session.cpp
+  ${_train_src}/checkpoint/snapshot.cpp
+  ${_train_src}/checkpoint/training_state.cpp
   ${_train_src}/comm/comm_plan.cpp
   ${_train_src}/comm/eager_hooks.cpp
   ${_train_src}/comm/reducer.cpp
   ${_train_src}/comm/shard_comm.cpp
-  ${_train_src}/config.cpp
-  ${_train_src}/cpu_kernels.cpp
-  ${_train_src}/data.cpp
-  ${_train_src}/ddp.cpp
-  ${_train_src}/metrics.cpp
+  ${_train_src}/config/cli.cpp
+  ${_train_src}/config/config.cpp
+  ${_train_src}/data/augment.cpp
+  ${_train_src}/data/data.cpp
+  ${_train_src}/data/epoch_orders.cpp
+  ${_train_src}/data/index_feed.cpp
+  ${_train_src}/data/loader.cpp
+  ${_train_src}/data/sampler.cpp
+  ${_train_src}/data/scalable_order.cpp
+  ${_train_src}/device/cpu_kernels.cpp
   ${_train_src}/device/train_device.cpp
-  ${_train_src}/fault_injection.cpp
-  ${_train_src}/health_check.cpp
-  ${_train_src}/health_groups.cpp
-  ${_train_src}/health_verdict.cpp
-  ${_train_src}/rank_record.cpp
-  ${_train_src}/early_stop.cpp
-  ${_train_src}/epoch_orders.cpp
-  ${_train_src}/weight_average.cpp
-  ${_train_src}/rollcall.cpp
-  ${_train_src}/run_log.cpp
-  ${_train_src}/straggler.cpp
-  ${_train_src}/nonfinite.cpp
-  ${_train_src}/user_code.cpp
-  ${_train_src}/preemption.cpp
-  ${_train_src}/profile.cpp
-  ${_train_src}/process_group.cpp
-  ${_train_src}/sampler.cpp
-  ${_train_src}/sharded_optimizer.cpp
-  ${_train_src}/schedule.cpp
+  ${_train_src}/dist/ddp.cpp
+  ${_train_src}/dist/process_group.cpp
+  ${_train_src}/health/fault_injection.cpp
+  ${_train_src}/health/health_check.cpp
+  ${_train_src}/health/health_groups.cpp
+  ${_train_src}/health/health_verdict.cpp
+  ${_train_src}/health/rank_record.cpp
+  ${_train_src}/health/rollcall.cpp
+  ${_train_src}/health/straggler.cpp
+  ${_train_src}/health/straggler_watch.cpp
+  ${_train_src}/log/metrics.cpp
+  ${_train_src}/log/profile.cpp
+  ${_train_src}/log/run_log.cpp
+  ${_train_src}/optim/adadelta.cpp
+  ${_train_src}/optim/device_rates.cpp
+  ${_train_src}/optim/fused_optim.cpp
+  ${_train_src}/optim/lr_schedules.cpp
+  ${_train_src}/optim/optimizer_sharding.cpp
+  ${_train_src}/optim/schedule.cpp
+  ${_train_src}/optim/sharded_optimizer.cpp
   ${_train_src}/step/eager_step.cpp
   ${_train_src}/step/grad_clip.cpp
-  ${_train_src}/snapshot.cpp
-  ${_train_src}/step_choice.cpp
-  ${_train_src}/stop_agreement.cpp
-  ${_train_src}/parts.cpp
-  ${_train_src}/trainer.cpp
-  ${_train_src}/trainer_controls.cpp
-  ${_train_src}/trainer_end.cpp
-  ${_train_src}/trainer_loop.cpp
-  ${_train_src}/optimizer_sharding.cpp
-  ${_train_src}/training_state.cpp)
+  ${_train_src}/step/loss.cpp
+  ${_train_src}/step/step_observers.cpp
+  ${_train_src}/step/step_choice.cpp
+  ${_train_src}/stops/nonfinite.cpp
+  ${_train_src}/stops/preemption.cpp
+  ${_train_src}/stops/stop_agreement.cpp
+  ${_train_src}/trainer/early_stop.cpp
+  ${_train_src}/trainer/evaluation.cpp
+  ${_train_src}/trainer/run_plan.cpp
+  ${_train_src}/trainer/train_result.cpp
+  ${_train_src}/trainer/trainer.cpp
+  ${_train_src}/trainer/trainer_controls.cpp
+  ${_train_src}/trainer/trainer_end.cpp
+  ${_train_src}/trainer/trainer_loop.cpp
+  ${_train_src}/trainer/user_code.cpp
+  ${_train_src}/trainer/weight_average.cpp)
 add_library(train::train ALIAS train)
 target_include_directories(train PUBLIC
   $<BUILD_INTERFACE:${CMAKE_CURRENT_LIST_DIR}/include> $<INSTALL_INTERFACE:include>)
@@ -79,6 +89,7 @@ if(TRAIN_HAVE_CUDA)
     ${_train_src}/cuda/cuda_device.cpp
     ${_train_src}/cuda/graph_comm.cpp
     ${_train_src}/cuda/graph_step.cpp
+    ${_train_src}/cuda/loader_copy.cpp
     ${_train_src}/cuda/nccl_calls.cpp
     ${_train_src}/cuda/nccl_backend.cpp
     ${_train_src}/cuda/nonfinite_note.cpp
@@ -114,6 +125,6 @@ if(TRAIN_HAVE_CUDA)
   endif()
 else()
   target_sources(train PRIVATE ${_train_src}/cpu/no_cuda.cpp ${_train_src}/cpu/adadelta_no_fused.cpp
-                 ${_train_src}/cpu/nonfinite_no_kernel.cpp)
+                 ${_train_src}/cpu/nonfinite_no_kernel.cpp ${_train_src}/cpu/loader_copy_no_cuda.cpp)
 endif()
 message(STATUS "libtrain: CUDA: ${TRAIN_HAVE_CUDA}; its own CUDA kernels: ${TRAIN_HAVE_FUSED_CUDA}")

@@ -11,7 +11,7 @@ cd "$repo"
 changelog=CHANGELOG.md
 marker='public-headers-sha256'
 
-# The components' public include folders (build trees, with their generated train/version.h, and
+# The components' public include folders (build trees, with their generated train/base/version.h, and
 # hidden folders such as .venv are no source).
 headers() {
   find . -mindepth 1 \( -name '.*' -o -name 'build*' -o -name CMakeFiles \) -prune -o \

@@ -1,13 +1,13 @@
 // CIFAR-10 in either of its layouts: the binary version (data_batch_N.bin: records of 1 label byte
 // then 3072 pixel bytes, R, G, B planes, row-major) and the Python version torchvision downloads
-// (cifar-10-batches-py/data_batch_N: pickles), both decoded by train::base (train/cifar_batch.h).
+// (cifar-10-batches-py/data_batch_N: pickles), both decoded by train::base (train/catalog/cifar_batch.h).
 #include "train/datasets/cifar10.h"
 
-#include "train/catalog.h"
-#include "train/cifar_batch.h"
-#include "train/error.h"
-#include "train/files.h"
-#include "train/log.h"
+#include "train/catalog/catalog.h"
+#include "train/catalog/cifar_batch.h"
+#include "train/base/error.h"
+#include "train/base/files.h"
+#include "train/base/log.h"
 
 #include <ATen/ops/from_blob.h>
 

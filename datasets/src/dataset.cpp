@@ -1,11 +1,11 @@
 // Dataset lookup by name, shared by the train program and user code.
 #include "train/datasets/dataset.h"
 
-#include "train/catalog.h"
+#include "train/catalog/catalog.h"
 #include "train/datasets/cifar10.h"
 #include "train/datasets/idx.h"
-#include "train/error.h"
-#include "train/files.h"
+#include "train/base/error.h"
+#include "train/base/files.h"
 
 #include <cstdlib>
 

@@ -1,10 +1,10 @@
 // IDX decoding with every header and size check done before a byte of the body is touched.
 #include "train/datasets/idx.h"
 
-#include "train/catalog.h"
-#include "train/error.h"
-#include "train/files.h"
-#include "train/log.h"
+#include "train/catalog/catalog.h"
+#include "train/base/error.h"
+#include "train/base/files.h"
+#include "train/base/log.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>

@@ -11,12 +11,12 @@
 #include <utility>
 #include <vector>
 
-#include "train/error.h"
+#include "train/base/error.h"
 #include "train/launcher/sbatch.h"
 
 namespace trainctl {
 
-/// Exit status for a command line that doesn't parse (train/error.h: the same as train's).
+/// Exit status for a command line that doesn't parse (train/base/error.h: the same as train's).
 using train::kExitUsage;
 /// Exit status for an invalid input or environment.
 constexpr int kExitError = 1;

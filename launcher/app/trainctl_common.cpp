@@ -9,7 +9,7 @@
 #include <fstream>
 #include <string>
 
-#include "train/error.h"
+#include "train/base/error.h"
 #include "train/launcher/plotting.h"
 #include "trainctl.h"
 

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "train/error.h"
-#include "train/text.h"
-#include "train/version.h"
+#include "train/base/error.h"
+#include "train/base/text.h"
+#include "train/base/version.h"
 #include "trainctl.h"
 
 namespace trainctl {

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "train/error.h"
-#include "train/device.h"
-#include "train/env.h"
-#include "train/hostlist.h"
+#include "train/base/error.h"
+#include "train/base/device.h"
+#include "train/base/env.h"
+#include "train/base/hostlist.h"
 #include "train/launcher/local_launch.h"
 #include "train/launcher/preflight.h"
 #include "train/launcher/restart.h"

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "train/error.h"
-#include "train/env.h"
+#include "train/base/error.h"
+#include "train/base/env.h"
 #include "train/launcher/job_requests.h"
 #include "train/launcher/local_launch.h"
 #include "train/launcher/resources.h"

@@ -4,13 +4,13 @@
 #include <string>
 #include <vector>
 
-#include "train/error.h"
-#include "train/files.h"
+#include "train/base/error.h"
+#include "train/base/files.h"
 #include "train/launcher/job_requests.h"
 #include "train/launcher/plotting.h"
 #include "train/launcher/sbatch.h"
 #include "train/launcher/sweep.h"
-#include "train/subprocess.h"
+#include "train/base/subprocess.h"
 #include "trainctl.h"
 
 namespace trainctl {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "train/error.h"
-#include "train/text.h"
+#include "train/base/error.h"
+#include "train/base/text.h"
 
 namespace train {
 namespace {

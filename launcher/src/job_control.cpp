@@ -15,12 +15,12 @@
 #include <utility>
 #include <vector>
 
-#include "train/error.h"
-#include "train/files.h"
+#include "train/base/error.h"
+#include "train/base/files.h"
 #include "train/launcher/jobs.h"
 #include "train/launcher/sbatch.h"
-#include "train/subprocess.h"
-#include "train/text.h"
+#include "train/base/subprocess.h"
+#include "train/base/text.h"
 #include "slurm_client.h"
 
 namespace train {

@@ -7,9 +7,9 @@
 #include <utility>
 #include <vector>
 
-#include "train/error.h"
-#include "train/files.h"
-#include "train/slurm_time.h"
+#include "train/base/error.h"
+#include "train/base/files.h"
+#include "train/base/slurm_time.h"
 
 namespace train {
 namespace {

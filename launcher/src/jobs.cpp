@@ -19,15 +19,15 @@
 #include <utility>
 #include <vector>
 
-#include "train/error.h"
-#include "train/text.h"
-#include "train/files.h"
-#include "train/env.h"
+#include "train/base/error.h"
+#include "train/base/text.h"
+#include "train/base/files.h"
+#include "train/base/env.h"
 #include "train/launcher/local_launch.h"
 #include "train/launcher/restart.h"
 #include "train/launcher/sbatch.h"
-#include "train/run_record.h"
-#include "train/subprocess.h"
+#include "train/base/run_record.h"
+#include "train/base/subprocess.h"
 #include "slurm_client.h"
 
 namespace train {
@@ -276,7 +276,7 @@ JobProgress job_progress(const JobInfo& job) {
   p.log = job.std_out;
   std::string text;
   if (!p.log.empty() && p.log.find('%') == std::string::npos) text = files::read_text(p.log, &p.log_exists);
-  // The folders come from the run record train and trainctl run keep (train/run_record.h), not the log.
+  // The folders come from the run record train and trainctl run keep (train/base/run_record.h), not the log.
   if (!job.work_dir.empty() && !job.job_id.empty()) {
     p.record = RunRecord::path_for(job.work_dir, job.job_id);
     try {

@@ -26,7 +26,7 @@
 
 #include "local_supervisor.h"
 #include "train/launcher/restart.h"
-#include "train/error.h"
+#include "train/base/error.h"
 
 namespace train {
 namespace detail {

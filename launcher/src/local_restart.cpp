@@ -13,10 +13,10 @@
 
 #include "local_supervisor.h"
 #include "restart_record.h"
-#include "train/files.h"
+#include "train/base/files.h"
 #include "train/launcher/local_launch.h"
 #include "train/launcher/restart.h"
-#include "train/run_record.h"
+#include "train/base/run_record.h"
 
 namespace train::detail {
 namespace {

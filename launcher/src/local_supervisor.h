@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "train/launcher/local_launch.h"
-#include "train/signals.h"  // signal_name: the one table of signal names
+#include "train/base/signals.h"  // signal_name: the one table of signal names
 
 namespace train::detail {
 

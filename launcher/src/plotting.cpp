@@ -4,10 +4,10 @@
 #include <string>
 #include <vector>
 
-#include "train/error.h"
-#include "train/files.h"
-#include "train/subprocess.h"
-#include "join.h"
+#include "train/base/text.h"
+#include "train/base/error.h"
+#include "train/base/files.h"
+#include "train/base/subprocess.h"
 
 namespace train {
 namespace {
@@ -90,7 +90,7 @@ std::string plot_python(const std::string& scripts, const std::string& train_pyt
   const std::string python = first_python_with(candidates, "matplotlib");
   if (python.empty()) {
     throw ConfigError("trainctl plot: expected a Python with matplotlib, found none among " +
-                          detail::join(candidates, ", ") + ".",
+                          text::join(candidates, ", ") + ".",
                       "run scripts/setup.sh (it installs matplotlib into .venv), or set TRAIN_PYTHON to a "
                       "Python that has it.");
   }

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "train/catalog.h"
-#include "train/error.h"
-#include "train/log.h"
-#include "join.h"
+#include "train/catalog/catalog.h"
+#include "train/base/text.h"
+#include "train/base/error.h"
+#include "train/base/log.h"
 
 namespace train {
 namespace {
@@ -57,7 +57,7 @@ std::string check_dataset_folder(const std::string& dir, const std::string& data
                     "fix its permissions (chmod a+rx) or copy the data somewhere readable.");
   }
   ::closedir(d);
-  // The same search train makes (train/catalog.h), both splits; an unnamed dataset: any it knows.
+  // The same search train makes (train/catalog/catalog.h), both splits; an unnamed dataset: any it knows.
   std::vector<std::string> names;
   if (!dataset.empty() && catalog::has_dataset(dataset)) {
     names.push_back(dataset);
@@ -90,7 +90,7 @@ std::string check_dataset_folder(const std::string& dir, const std::string& data
       if (first_error.empty()) first_error = e.message();
     }
   }
-  throw DataError("--data '" + dir + "': expected the files of one of " + detail::join(names, ", ") +
+  throw DataError("--data '" + dir + "': expected the files of one of " + text::join(names, ", ") +
                       ", found none: " + first_error,
                   "pass train --data with the folder that holds the dataset files (or torchvision's root), and "
                   "--dataset to say which.");

@@ -11,13 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "train/error.h"
-#include "train/text.h"
-#include "train/env.h"
+#include "train/base/error.h"
+#include "train/base/text.h"
+#include "train/base/env.h"
 #include "train/launcher/jobs.h"
 #include "train/launcher/local_launch.h"
-#include "train/subprocess.h"
-#include "join.h"
+#include "train/base/subprocess.h"
 
 namespace train {
 namespace {
@@ -75,7 +74,7 @@ CommandResult run_query(const std::vector<std::string>& argv) {
   }
   CommandResult r = run_command(argv, "", kQueryTimeoutSeconds);
   if (r.timed_out || !r.started || r.exit_code != 0) {
-    const std::string cmd = detail::join(argv, " ");
+    const std::string cmd = text::join(argv, " ");
     std::string why = r.timed_out ? "no answer within " + std::to_string(int(kQueryTimeoutSeconds)) + " s"
                                   : "exit code " + std::to_string(r.exit_code) + ": " + r.err;
     while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();

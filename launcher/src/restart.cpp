@@ -7,15 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "train/error.h"
-#include "train/hostlist.h"
-#include "train/text.h"
-#include "join.h"
+#include "train/base/error.h"
+#include "train/base/hostlist.h"
+#include "train/base/text.h"
 
 namespace train {
 namespace {
 
-using detail::join;
 
 void add_once(std::vector<std::string>& list, const std::string& value) {
   if (!value.empty() && std::find(list.begin(), list.end(), value) == list.end()) list.push_back(value);
@@ -205,7 +203,7 @@ RestartDecision decide_restart(const StepReport& r, int64_t step, const std::opt
   std::optional<RestartDecision> lost = lost_something(r, down_nodes);
   if (!lost) return stop(why_not(r));
   RestartDecision d = *lost;
-  const std::string what = d.cause + (d.nodes.empty() ? "" : " (" + join(d.nodes, ",") + ")") + ", exit " +
+  const std::string what = d.cause + (d.nodes.empty() ? "" : " (" + text::join(d.nodes, ",") + ")") + ", exit " +
                            std::to_string(rc);
   if (restarts_done >= max_restarts) {
     return stop(what + ": not restarted, " + std::to_string(restarts_done) + " restart(s) done already (--max-restarts " +
@@ -216,9 +214,9 @@ RestartDecision decide_restart(const StepReport& r, int64_t step, const std::opt
                 "same failure at the same step twice in a row is a bug, not a lost rank");
   }
   if (d.exclude && nodes_left - static_cast<int>(d.nodes.size()) < 1) {
-    return stop(what + ": not restarted, no node would be left without " + join(d.nodes, ","));
+    return stop(what + ": not restarted, no node would be left without " + text::join(d.nodes, ","));
   }
-  d.why = what + (d.exclude ? "; leaving out " + join(d.nodes, ",") : "; all nodes kept");
+  d.why = what + (d.exclude ? "; leaving out " + text::join(d.nodes, ",") : "; all nodes kept");
   return d;
 }
 
@@ -285,7 +283,7 @@ std::vector<std::string> srun_command(const LaunchShape& shape, const std::vecto
                                       const std::vector<std::string>& program) {
   std::vector<std::string> argv = {"srun", "--kill-on-bad-exit=1"};
   if (!shape.excluded.empty()) {
-    argv.push_back("--exclude=" + join(shape.excluded, ","));
+    argv.push_back("--exclude=" + text::join(shape.excluded, ","));
     argv.push_back("--nodes=" + std::to_string(shape.nodes().size()));
     argv.push_back("--ntasks=" + std::to_string(shape.tasks()));
   }
@@ -310,9 +308,9 @@ int64_t checkpoint_step(const std::string& path) {
 
 std::string describe_restart(const RestartEntry& e, int max_restarts) {
   std::string s = "restart " + std::to_string(e.number) + (max_restarts > 0 ? "/" + std::to_string(max_restarts) : "") +
-                  ": " + e.cause + (e.nodes.empty() ? "" : " on " + join(e.nodes, ",")) + " (exit " +
+                  ": " + e.cause + (e.nodes.empty() ? "" : " on " + text::join(e.nodes, ",")) + " (exit " +
                   std::to_string(e.exit_code) + "), " +
-                  (e.excluded ? "left out " + join(e.nodes, ",") : std::string("all nodes kept"));
+                  (e.excluded ? "left out " + text::join(e.nodes, ",") : std::string("all nodes kept"));
   if (e.resumed_step >= 0) {
     s += "; resumed from " + (e.launch.source.empty() ? std::string("step ") : "the " + e.launch.source + " of step ") +
          std::to_string(e.resumed_step);

@@ -5,8 +5,8 @@
 #include <chrono>
 #include <cstdlib>
 
-#include "train/absolute_path.h"
-#include "train/files.h"
+#include "train/base/absolute_path.h"
+#include "train/base/files.h"
 
 namespace train::detail {
 namespace {

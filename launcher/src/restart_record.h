@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "train/launcher/restart.h"
-#include "train/run_record.h"
+#include "train/base/run_record.h"
 
 namespace train::detail {
 

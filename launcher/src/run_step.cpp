@@ -18,15 +18,15 @@
 #include <string>
 #include <vector>
 
-#include "train/error.h"
-#include "train/env.h"
-#include "train/files.h"
+#include "train/base/error.h"
+#include "train/base/env.h"
+#include "train/base/files.h"
 #include "train/launcher/local_launch.h"
 #include "train/launcher/restart.h"
 #include "restart_record.h"
-#include "train/run_record.h"
-#include "train/subprocess.h"
-#include "train/text.h"
+#include "train/base/run_record.h"
+#include "train/base/subprocess.h"
+#include "train/base/text.h"
 
 namespace train {
 namespace {

@@ -13,17 +13,16 @@
 #include <utility>
 #include <vector>
 
-#include "train/error.h"
-#include "train/text.h"
-#include "train/signals.h"
+#include "train/base/error.h"
+#include "train/base/text.h"
+#include "train/base/signals.h"
 #include "train/launcher/gres.h"
 #include "train/launcher/sweep.h"
-#include "join.h"
+#include "train/base/text.h"
 
 namespace train {
 namespace {
 
-using detail::join;
 using text::all_digits;
 using text::split;
 
@@ -470,7 +469,7 @@ void plan_signal(const SbatchOptions& o, SbatchPlan& plan) {
   if (std::find(handled.begin(), handled.end(), spec.name) == handled.end()) {
     throw ConfigError("--signal '" + signal + "': expected a signal train checkpoints and requeues on (" +
                           (handled.empty() ? std::string("none, with --preempt-signals none")
-                                           : join(handled, ", ") + (given ? "" : ", its default")) +
+                                           : text::join(handled, ", ") + (given ? "" : ", its default")) +
                           "), found " + spec.name + ".",
                       "use --signal USR2@120, or pass train --preempt-signals with " + spec.name +
                           " after '--'; --signal none sends nothing.");

@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "train/error.h"
-#include "train/text.h"
-#include "train/env.h"
+#include "train/base/error.h"
+#include "train/base/text.h"
+#include "train/base/env.h"
 #include "train/launcher/gres.h"
 #include "train/launcher/local_launch.h"
-#include "train/subprocess.h"
+#include "train/base/subprocess.h"
 
 namespace train {
 namespace {

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "train/error.h"
+#include "train/base/error.h"
 #include "train/launcher/sbatch.h"
 
 namespace train {

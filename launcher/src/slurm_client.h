@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "train/subprocess.h"
+#include "train/base/subprocess.h"
 
 namespace train {
 

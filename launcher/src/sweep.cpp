@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "train/error.h"
-#include "train/files.h"
+#include "train/base/error.h"
+#include "train/base/files.h"
 
 namespace train {
 namespace {

@@ -3,7 +3,7 @@
 #include "train/models/fused.h"
 
 #include "fused_kernels.h"
-#include "train/error.h"
+#include "train/base/error.h"
 #include "train/models/dropout.h"
 
 #include <ATen/Parallel.h>

@@ -1,5 +1,5 @@
 // The model registry, pre-filled with the built-in models.
-#include "train/error.h"
+#include "train/base/error.h"
 #include "train/models/cifar_cnn.h"
 #include "train/models/mnist_cnn.h"
 #include "train/models/model.h"

@@ -4,7 +4,10 @@ prints the steady images/s of each, their medians and the ratio B/A. The paramet
 printed too: a refactor that keeps the numbers gives the same params_sha256 for the same run.
 
 usage: python3 scripts/bench/ab_compare.py --a build-base --b build-gpu --data DIR
-           [--configs 1x64,2x64,1x512,2x512] [--repeats 2] [--epochs 3] [-- extra train flags]
+           [--configs 1x64,2x64,1x512,2x512] [--repeats 2] [--epochs 3] [--program train]
+           [-- extra train flags]
+--program gru_bench compares the recurrent benchmark model (scripts/bench/gru, a user's program
+on the same Trainer; it generates its data, so --data is not passed to it).
 """
 import argparse
 import json
@@ -14,9 +17,10 @@ import subprocess
 import sys
 
 
-def run(build, world, batch, data, epochs, extra):
-    train = os.path.join(build, "bin", "train")
-    cmd = [train, "--device", "cuda", "--data", data, "--epochs", str(epochs), "--batch-size", str(batch),
+def run(build, world, batch, data, epochs, extra, program="train"):
+    train = os.path.join(build, "bin", program)
+    data_flags = ["--data", data] if program == "train" else []
+    cmd = [train, "--device", "cuda"] + data_flags + ["--epochs", str(epochs), "--batch-size", str(batch),
            "--threads", "4", "--log-interval", "1000000", "--precision", "fp32"] + extra
     if world > 1:
         cmd = [os.path.join(build, "bin", "trainctl"), "local", "--nproc", str(world), "--no-prefix", "--"] + cmd
@@ -37,11 +41,13 @@ def main():
     p.add_argument("--configs", default="1x64,2x64,1x512,2x512")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--program", default="train", help="the program of both builds' bin/: train or gru_bench")
     a, extra = p.parse_known_args()
     extra = [x for x in extra if x != "--"]
     card = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
                           text=True).stdout.splitlines()
-    print(f"GPU: {card[0] if card else '?'} x {len(card)}; A = {a.a}, B = {a.b}; extra flags: {' '.join(extra)}")
+    print(f"GPU: {card[0] if card else '?'} x {len(card)}; A = {a.a}, B = {a.b}; program {a.program}; "
+          f"extra flags: {' '.join(extra)}")
     print(f"{'world x batch':14} {'A img/s':>12} {'B img/s':>12} {'B/A':>7}  same bits  B's step")
     for config in a.configs.split(","):
         world, batch = (int(x) for x in config.split("x"))
@@ -50,7 +56,7 @@ def main():
         step = ""
         for _ in range(a.repeats):
             for name, build in (("A", a.a), ("B", a.b)):
-                r = run(build, world, batch, a.data, a.epochs, extra)
+                r = run(build, world, batch, a.data, a.epochs, extra, a.program)
                 if r is None:
                     print(f"  {config}: {name} failed", flush=True)
                     continue

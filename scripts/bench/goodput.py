@@ -11,7 +11,7 @@ snapshots in memory (--snapshot-every auto). The failures come from outside, as 
   preempt  scancel --signal=USR2 (train checkpoints, the job is requeued and starts again)
   node     node2's slurmd and its training task killed (a node that dies); the job goes on without it
 
-While the job runs, this script reads the job's run record (train/run_record.h) every 0.1 s: the
+While the job runs, this script reads the job's run record (train/base/run_record.h) every 0.1 s: the
 newest step and when train reported it, each launch's times (process start, rendezvous begun and done,
 state loaded and from where, first step) and trainctl run's restart entries (when it saw the failure,
 when it launched srun again). For each failure it reports:

@@ -1,6 +1,6 @@
 // Tests for the small train::base helpers: the signal table and SHA-256.
-#include "train/sha256.h"
-#include "train/signals.h"
+#include "train/base/sha256.h"
+#include "train/base/signals.h"
 
 #include <gtest/gtest.h>
 

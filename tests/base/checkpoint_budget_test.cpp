@@ -1,8 +1,8 @@
-// The checkpoint time budget (train/checkpoint_budget.h): each deadline shorter than a checkpoint
+// The checkpoint time budget (train/base/checkpoint_budget.h): each deadline shorter than a checkpoint
 // is named with the setting to change; a checkpoint that fits says nothing.
-#include "train/checkpoint_budget.h"
+#include "train/base/checkpoint_budget.h"
 
-#include "train/files.h"
+#include "train/base/files.h"
 
 #include <gtest/gtest.h>
 

@@ -1,13 +1,13 @@
 // Tests for libtrain/base/src/device.cpp: GPU counting from CUDA_VISIBLE_DEVICES and a fake
 // /proc/driver/nvidia/gpus, and the backend/device choice with its errors.
-#include "train/device.h"
+#include "train/base/device.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <string>
 
-#include "train/error.h"
+#include "train/base/error.h"
 
 namespace train {
 namespace {

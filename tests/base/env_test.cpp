@@ -1,7 +1,7 @@
 // Tests for libtrain/base/src/env.cpp and env_slurm.cpp: resolution of the distributed layout from fake
 // environments (SLURM batch and step variables, torchrun variables, none), the consistency checks and
 // their messages, and the derived MASTER_PORT.
-#include "train/env.h"
+#include "train/base/env.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "train/error.h"
+#include "train/base/error.h"
 
 namespace train {
 namespace {

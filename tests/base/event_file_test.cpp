@@ -1,10 +1,10 @@
-// TensorBoard event files (train/event_file.h): CRC-32C against published vectors, TFRecord
+// TensorBoard event files (train/base/event_file.h): CRC-32C against published vectors, TFRecord
 // framing that catches every flipped byte, the Event encoding read back, and a run folder cut back
 // to the step a resumed run starts from. tests/libtrain/tensorboard_test.cpp reads real runs'
 // files with TensorBoard itself.
-#include "train/error.h"
-#include "train/event_file.h"
-#include "train/files.h"
+#include "train/base/error.h"
+#include "train/base/event_file.h"
+#include "train/base/files.h"
 
 #include <gtest/gtest.h>
 

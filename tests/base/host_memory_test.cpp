@@ -1,6 +1,6 @@
 // train::host_memory::keep_freed_memory: blocks up to 32 MiB come from the heap (and stay there
 // for the next step) instead of fresh mmap'd, zero-filled pages; the user's MALLOC_* wins.
-#include "train/host_memory.h"
+#include "train/base/host_memory.h"
 
 #include <gtest/gtest.h>
 

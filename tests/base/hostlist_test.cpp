@@ -1,7 +1,7 @@
 // Tests for libtrain/base/src/hostlist.cpp: a table of SLURM hostlist expressions (every case in
 // docs and REFERENCE), invalid ones, compression round trips, and a comparison with the real
 // `scontrol show hostnames` when SLURM's client is installed.
-#include "train/hostlist.h"
+#include "train/base/hostlist.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "test_process.h"
-#include "train/error.h"
+#include "train/base/error.h"
 
 namespace train {
 namespace {

@@ -1,6 +1,6 @@
 // Tests for train::log (rank filtering, prefix, sink) and train::files (POSIX helpers).
-#include "train/files.h"
-#include "train/log.h"
+#include "train/base/files.h"
+#include "train/base/log.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -1,8 +1,8 @@
-// The run record (train/run_record.h): what train and trainctl run write is what trainctl reads.
-#include "train/run_record.h"
+// The run record (train/base/run_record.h): what train and trainctl run write is what trainctl reads.
+#include "train/base/run_record.h"
 
-#include "train/error.h"
-#include "train/files.h"
+#include "train/base/error.h"
+#include "train/base/files.h"
 
 #include <gtest/gtest.h>
 

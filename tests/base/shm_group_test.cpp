@@ -2,8 +2,8 @@
 // processes: results in rank order for every dtype, repeated to stress the barrier, and the
 // failure cases: a peer that exits, one that stalls past the timeout, one that aborts, and ranks
 // that are not on one machine.
-#include "train/details/shm_group.h"
-#include "train/error.h"
+#include "train/base/details/shm_group.h"
+#include "train/base/error.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 #pragma once
 
 #include "test_util.h"
-#include "train/files.h"
+#include "train/base/files.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,7 +1,7 @@
 // Test helpers: processes with timeouts and captured output, temp folders, the venv's Python.
 #include "test_util.h"
 
-#include "train/files.h"
+#include "train/base/files.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

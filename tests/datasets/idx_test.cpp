@@ -3,7 +3,7 @@
 #include "train/datasets/cifar10.h"
 #include "train/datasets/dataset.h"
 #include "train/datasets/idx.h"
-#include "train/error.h"
+#include "train/base/error.h"
 
 #include <ATen/ops/bincount.h>
 #include <gtest/gtest.h>

@@ -5,12 +5,12 @@
 // about, and the log line saying where each split was read from.
 #include "cifar_files.h"
 #include "test_util.h"
-#include "train/catalog.h"
-#include "train/cifar_batch.h"
+#include "train/catalog/catalog.h"
+#include "train/catalog/cifar_batch.h"
 #include "train/datasets/cifar10.h"
 #include "train/datasets/dataset.h"
-#include "train/error.h"
-#include "train/log.h"
+#include "train/base/error.h"
+#include "train/base/log.h"
 
 #include <ATen/ops/equal.h>
 #include <gtest/gtest.h>

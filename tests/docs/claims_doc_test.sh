@@ -44,7 +44,7 @@ line=$(grep -E '^[^#]*torchrun .*build/bin/train' "$readme" | head -n 1)
 grep -qE -- '--no-python +build/bin/train' <<<"$line" || fail "README.md's torchrun command lacks --no-python before the program: $line"
 
 # CIFAR-10: the record count the readers hold a batch to is the one the README states.
-per_file=$(grep -oE 'kCifarRecordsPerFile = [0-9]+' "$src/libtrain/base/include/train/catalog.h" | grep -oE '[0-9]+$')
+per_file=$(grep -oE 'kCifarRecordsPerFile = [0-9]+' "$src/datasets/catalog/include/train/catalog/catalog.h" | grep -oE '[0-9]+$')
 grep -q "batch holds $per_file records" "$readme" || fail "README.md doesn't say each official CIFAR-10 batch holds $per_file records"
 
 ((fails == 0)) || { echo "$fails problem(s)" >&2; exit 1; }

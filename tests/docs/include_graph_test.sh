@@ -19,9 +19,9 @@ grep -q 'train::launcher' "$src/libtrain/torch_targets.cmake" && fail "libtrain/
 # A tree with a back arrow (base includes the training library) and a cycle (a <-> b).
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/libtrain/base/include/train" "$tmp/libtrain/include/train" "$tmp/libtrain/src"
-printf '#pragma once\n#include "train/trainer.h"\n' >"$tmp/libtrain/base/include/train/log.h"
-printf '#pragma once\n#include "train/log.h"\n' >"$tmp/libtrain/include/train/trainer.h"
+mkdir -p "$tmp/libtrain/base/include/train/base" "$tmp/libtrain/include/train" "$tmp/libtrain/src"
+printf '#pragma once\n#include "train/trainer.h"\n' >"$tmp/libtrain/base/include/train/base/log.h"
+printf '#pragma once\n#include "train/base/log.h"\n' >"$tmp/libtrain/include/train/trainer.h"
 printf '#pragma once\n' >"$tmp/libtrain/src/a.h"
 printf '#pragma once\n#include "a.h"\n' >"$tmp/libtrain/src/b.h"
 printf '#include "a.h"\n' >"$tmp/libtrain/src/a.cpp"
@@ -32,7 +32,7 @@ printf '#pragma once\n#include "b.h"\n' >"$tmp/libtrain/src/a.h"
 rc=0
 bad=$(python3 "$script" --root "$tmp" 2>&1) || rc=$?
 (( rc == 1 )) || fail "a tree with a back arrow: expected exit 1, found $rc: $bad"
-grep -q 'libtrain/base/include/train/log.h includes libtrain/include/train/trainer.h' <<<"$bad" ||
+grep -q 'libtrain/base/include/train/base/log.h includes libtrain/include/train/trainer.h' <<<"$bad" ||
   fail "the back arrow base -> libtrain is not named: $bad"
 grep -q 'cycle among a, b' <<<"$bad" || fail "the cycle a <-> b is not named: $bad"
 

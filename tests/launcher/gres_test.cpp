@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "train/error.h"
+#include "train/base/error.h"
 
 namespace train {
 namespace {

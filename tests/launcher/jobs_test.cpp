@@ -3,7 +3,7 @@
 // jobcomp/filetxt log, "Invalid job id specified"). No cluster: tests/slurm/workflow_test.cpp runs
 // the same commands on real jobs. Also SLURM's times in words (launcher/src/slurm_time.cpp).
 #include "train/launcher/jobs.h"
-#include "train/slurm_time.h"
+#include "train/base/slurm_time.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -17,8 +17,8 @@
 
 #include "test_process.h"
 #include "test_util.h"
-#include "train/error.h"
-#include "train/run_record.h"
+#include "train/base/error.h"
+#include "train/base/run_record.h"
 
 namespace train {
 namespace {

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "test_util.h"
-#include "train/error.h"
-#include "train/files.h"
+#include "train/base/error.h"
+#include "train/base/files.h"
 
 namespace train {
 namespace {

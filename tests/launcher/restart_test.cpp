@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "train/error.h"
+#include "train/base/error.h"
 
 namespace train {
 namespace {

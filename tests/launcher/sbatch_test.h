@@ -14,7 +14,7 @@
 
 #include "test_process.h"
 #include "test_util.h"
-#include "train/error.h"
+#include "train/base/error.h"
 
 namespace train {
 

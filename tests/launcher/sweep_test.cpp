@@ -17,7 +17,7 @@
 #include "sbatch_test.h"
 #include "test_process.h"
 #include "test_util.h"
-#include "train/error.h"
+#include "train/base/error.h"
 #include "train/launcher/sbatch.h"
 
 namespace train {

@@ -12,7 +12,7 @@
 #include "sbatch_test.h"
 #include "test_process.h"
 #include "test_util.h"
-#include "train/run_record.h"
+#include "train/base/run_record.h"
 
 namespace train {
 namespace {

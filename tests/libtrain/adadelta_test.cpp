@@ -1,7 +1,7 @@
 // Adadelta against torch.optim.Adadelta from the venv's Python torch, on the same inputs.
 #include "test_util.h"
 #include "train/adadelta.h"
-#include "train/error.h"
+#include "train/base/error.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

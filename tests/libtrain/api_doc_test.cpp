@@ -5,12 +5,12 @@
 #include "test_util.h"
 
 #include <train/checkpoint.h>
-#include <train/error.h>
+#include <train/base/error.h>
 #include <train/cli.h>
 #include <train/ddp.h>
-#include <train/event_file.h>
-#include <train/files.h>
-#include <train/log.h>
+#include <train/base/event_file.h>
+#include <train/base/files.h>
+#include <train/base/log.h>
 #include <train/metrics.h>
 #include <train/preemption.h>
 #include <train/process_group.h>
@@ -96,7 +96,6 @@ int train_by_hand(const std::string& checkpoint_dir, int epochs) {
   state.world_size = env.world_size;
   state.batch_size = batch;
   state.shape_json = R"({"model":"mlp"})";
-  state.progress.lr = 0.1;
   state.loss_sum = torch::zeros({}, torch::kDouble);
   train::CheckpointDir checkpoints(checkpoint_dir, /*keep=*/2);
   if (auto found = checkpoints.load_latest_valid(torch::kCPU)) state.load(*found->first, torch::kCPU);

@@ -1,7 +1,7 @@
 // Tests for AugmentedDataset: every output image is a window of the padded input, flipped or not;
 // the numbers depend on (seed, rank, batch) only; the checkpoint callback round-trips the position.
 #include "train/augment.h"
-#include "train/error.h"
+#include "train/base/error.h"
 
 #include <ATen/ops/arange.h>
 #include <ATen/ops/constant_pad_nd.h>

@@ -1,11 +1,11 @@
-// The checkpoint session (libtrain/src/checkpoint_session.h) of one process: a checkpoint written
+// The checkpoint session (libtrain/src/checkpoint/checkpoint_session.h) of one process: a checkpoint written
 // in the background and resumed restores the same Progress, loss sum, weights and optimizer
 // state; the state's bytes serialize once and any destination takes them; --checkpoint-every, keep,
 // and a checkpoint of another model. Runs on any CPU, no process group.
-#include "checkpoint_session.h"
+#include "checkpoint/checkpoint_session.h"
 
 #include "test_util.h"
-#include "train/error.h"
+#include "train/base/error.h"
 #include "train/trainer.h"
 
 #include <gtest/gtest.h>
@@ -47,7 +47,6 @@ Progress some_progress() {
   p.epoch = 2;
   p.batches_done = 3;
   p.step = 7;
-  p.lr = 0.05;
   p.epoch_steps = 3;
   p.images_total = 448;
   p.train_seconds = 1.5;
@@ -61,7 +60,6 @@ void expect_same(const Progress& a, const Progress& b) {
   EXPECT_EQ(a.epoch, b.epoch);
   EXPECT_EQ(a.batches_done, b.batches_done);
   EXPECT_EQ(a.step, b.step);
-  EXPECT_DOUBLE_EQ(a.lr, b.lr);
   EXPECT_EQ(a.epoch_steps, b.epoch_steps);
   EXPECT_EQ(a.images_total, b.images_total);
   EXPECT_DOUBLE_EQ(a.train_seconds, b.train_seconds);
@@ -81,7 +79,7 @@ TEST(CheckpointSession, WrittenAndResumedRestoresTheSameProgressAndWeights) {
   train::test::TempDir dir("checkpoint_session");
   Trained a(1);
   std::vector<std::pair<std::string, Progress>> saved;
-  CheckpointSession writer(in(dir.path()), /*rank=*/0, at::kCPU,
+  CheckpointSession writer(in(dir.path()), train::DistEnv{}, at::kCPU, /*pg=*/nullptr, /*snapshots=*/false,
                            [&](const std::string& path, const Progress& p, double) { saved.emplace_back(path, p); });
   const Progress p = some_progress();
   writer.write(a.state, p, torch::tensor(1.25, torch::kDouble));
@@ -91,12 +89,14 @@ TEST(CheckpointSession, WrittenAndResumedRestoresTheSameProgressAndWeights) {
   ASSERT_EQ(saved.size(), 1u);
   EXPECT_NE(saved[0].first.find("ckpt-7"), std::string::npos) << saved[0].first;
   expect_same(saved[0].second, p);
-  EXPECT_GE(writer.waited_seconds(), 0.0);
+  EXPECT_GE(writer.finish().waited_seconds, 0.0);
 
   Trained b(2);  // other weights, a fresh state
   ASSERT_FALSE(torch::equal(a.model->weight, b.model->weight));
-  CheckpointSession reader(in(dir.path()), 0, at::kCPU);
-  EXPECT_EQ(reader.resume(b.state), saved[0].first);
+  CheckpointSession reader(in(dir.path()), train::DistEnv{}, at::kCPU, nullptr, false);
+  const train::detail::Resumed resumed = reader.resume(b.state, std::nullopt);
+  EXPECT_EQ(resumed.path, saved[0].first);
+  EXPECT_EQ(resumed.source, "checkpoint");
   expect_same(b.state.progress, p);
   EXPECT_DOUBLE_EQ(b.state.loss_sum.item<double>(), 1.25);
   EXPECT_TRUE(torch::equal(a.model->weight, b.model->weight));
@@ -134,10 +134,11 @@ TEST(CheckpointSession, EveryNStepsKeepsTheNewestAndStartsFreshWithoutOne) {
   train::CheckpointConfig c = in(dir.path());
   c.every = 5;
   Trained a(1);
-  CheckpointSession s(c, 0, at::kCPU);
-  EXPECT_TRUE(s.enabled());
-  EXPECT_FALSE(s.due(7));
-  EXPECT_TRUE(s.due(10));
+  CheckpointSession s(c, train::DistEnv{}, at::kCPU, /*pg=*/nullptr, /*snapshots=*/false);
+  EXPECT_EQ(s.dir(), dir.path());
+  EXPECT_FALSE(s.due(7).checkpoint);
+  EXPECT_TRUE(s.due(10).checkpoint);
+  EXPECT_FALSE(s.due(10).snapshot);
   for (int64_t step : {5, 10, 15}) {
     Progress p = some_progress();
     p.step = step;
@@ -149,23 +150,25 @@ TEST(CheckpointSession, EveryNStepsKeepsTheNewestAndStartsFreshWithoutOne) {
   EXPECT_EQ(files[0].step, 10);
   EXPECT_EQ(files[1].step, 15);
 
-  CheckpointSession none(train::CheckpointConfig{}, 0, at::kCPU);
-  EXPECT_FALSE(none.enabled());
-  EXPECT_FALSE(none.due(10));
+  CheckpointSession none(train::CheckpointConfig{}, train::DistEnv{}, at::kCPU, nullptr, false);
+  EXPECT_EQ(none.dir(), "");
+  EXPECT_FALSE(none.due(10).checkpoint);
   Trained b(2);
-  EXPECT_EQ(none.resume(b.state), "");
+  const train::detail::Resumed resumed = none.resume(b.state, std::nullopt);
+  EXPECT_EQ(resumed.path, "");
+  EXPECT_EQ(resumed.source, "");
   EXPECT_EQ(b.state.progress.step, 0);
 }
 
 // Writes `written`'s state into `dir`, resumes `reader` from it, and returns the CheckpointError's
 // text ("" and a failure where none came).
 std::string refusal(const std::string& dir, TrainingState& written, TrainingState& reader) {
-  CheckpointSession s(in(dir), 0, at::kCPU);
+  CheckpointSession s(in(dir), train::DistEnv{}, at::kCPU, nullptr, false);
   s.write(written, some_progress(), written.loss_sum);
   s.collect(/*wait=*/true);
-  CheckpointSession r(in(dir), 0, at::kCPU);
+  CheckpointSession r(in(dir), train::DistEnv{}, at::kCPU, nullptr, false);
   try {
-    r.resume(reader);
+    r.resume(reader, std::nullopt);
   } catch (const train::CheckpointError& e) {
     return e.what();
   }
@@ -202,7 +205,7 @@ TEST(CheckpointSession, RefusesAnOptimizerStateThatDoesNotFit) {
 }
 
 TEST(CheckpointSession, SharedLossSumOfOneProcessIsItsOwn) {
-  CheckpointSession s(train::CheckpointConfig{}, 0, at::kCPU);
+  CheckpointSession s(train::CheckpointConfig{}, train::DistEnv{}, at::kCPU, nullptr, false);
   const at::Tensor sum = torch::tensor(3.5, torch::kDouble);
   EXPECT_DOUBLE_EQ(s.shared_loss_sum(sum).item<double>(), 3.5);
   EXPECT_EQ(s.shared_loss_sum(sum).dim(), 0);

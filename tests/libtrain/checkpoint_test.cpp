@@ -4,8 +4,8 @@
 // --save-model file loaded from C++ and from Python.
 #include "test_util.h"
 #include "train/checkpoint.h"
-#include "train/error.h"
-#include "train/files.h"
+#include "train/base/error.h"
+#include "train/base/files.h"
 #include "train/models/model.h"
 #include "train/trainer.h"
 

@@ -4,7 +4,7 @@
 #include "cifar_files.h"
 #include "run_helpers.h"
 #include "test_util.h"
-#include "train/files.h"
+#include "train/base/files.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -29,7 +29,7 @@ std::vector<std::string> cifar_args(const std::string& data, std::vector<std::st
 
 }  // namespace
 
-// Without --epochs, --batch-size or --lr the cifar10 model trains with its recipe (train/catalog.h).
+// Without --epochs, --batch-size or --lr the cifar10 model trains with its recipe (train/catalog/catalog.h).
 TEST(CifarTrain, TheRecipeIsTheDefault) {
   train::test::TempDir d("cifar-recipe");
   train::test::write_cifar_layout(d.file("data/cifar-10-batches-py"), /*binary=*/false, 120, 50);

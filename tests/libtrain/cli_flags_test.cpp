@@ -5,8 +5,8 @@
 // version that --version names.
 #include "train/builtin.h"
 #include "train/cli.h"
-#include "train/text.h"
-#include "train/version.h"
+#include "train/base/text.h"
+#include "train/base/version.h"
 
 #include <CLI/CLI.hpp>
 #include <gtest/gtest.h>

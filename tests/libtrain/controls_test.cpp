@@ -6,7 +6,7 @@
 // errors name the input, the expected, the found, with a hint. GPU cases skip without a GPU.
 #include "gpu_count.h"
 #include "test_util.h"
-#include "train/files.h"
+#include "train/base/files.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

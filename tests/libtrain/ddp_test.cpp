@@ -2,7 +2,7 @@
 // must equal the single-process gradients of the combined batch.
 #include "test_util.h"
 #include "train/ddp.h"
-#include "train/error.h"
+#include "train/base/error.h"
 #include "train/models/model.h"
 #include "train/process_group.h"
 

@@ -3,7 +3,7 @@
 #include "gpu_count.h"
 #include "run_helpers.h"
 #include "test_util.h"
-#include "train/files.h"
+#include "train/base/files.h"
 
 #include <gtest/gtest.h>
 #include <cstdio>

@@ -1,9 +1,9 @@
 // Early stopping's decision on its own (libtrain/src/early_stop.h), one process: patience and
 // min delta for a metric to minimise and one to maximise, its state through a checkpoint archive,
 // and the flags' checks.
-#include "early_stop.h"
+#include "trainer/early_stop.h"
 
-#include "train/error.h"
+#include "train/base/error.h"
 
 #include <gtest/gtest.h>
 #include <torch/serialize/input-archive.h>
@@ -71,26 +71,3 @@ TEST(EarlyStop, OffOrNotRankZeroNeverStopsAlone) {
   EXPECT_FALSE(rank1.after_epoch(2, eval(1, 0), nullptr, 1, at::Device(at::kCPU)));
 }
 
-TEST(EarlyStop, TheFlagsAreChecked) {
-  train::TrainSpec spec;
-  train::RunConfig run;
-  run.early_stop_metric = "test_accuracy";
-  EXPECT_THROW(train::detail::resolve_early_stopping(spec, run), train::ConfigError) << "no eval_data";
-  spec.eval_data = std::make_shared<train::InMemoryDataset>(torch::zeros({2, 1}), torch::zeros({2}));
-  EXPECT_EQ(train::detail::resolve_early_stopping(spec, run).patience, 3);
-  run.early_stop_patience = 0;
-  EXPECT_THROW(train::detail::resolve_early_stopping(spec, run), train::ConfigError);
-  run.early_stop_patience = 1;
-  run.early_stop_min_delta = -1;
-  EXPECT_THROW(train::detail::resolve_early_stopping(spec, run), train::ConfigError);
-  run.early_stop_min_delta.reset();
-  run.early_stop_metric = "accuracy";
-  try {
-    train::detail::resolve_early_stopping(spec, run);
-    FAIL() << "expected a ConfigError";
-  } catch (const train::ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("--early-stop-metric: expected test_loss or test_accuracy"), std::string::npos)
-        << e.what();
-    EXPECT_NE(std::string(e.what()).find("found 'accuracy'"), std::string::npos) << e.what();
-  }
-}

@@ -2,9 +2,9 @@
 // the same per-step warm-up + cosine rate; their checkpoints; the built-in schedules against
 // torch.optim.lr_scheduler; FusedAdam(W)'s update bucket by bucket (a captured multi-GPU step's)
 // against the whole step.
-#include "fused_adam_buckets.h"
+#include "optim/fused_adam_buckets.h"
 #include "test_util.h"
-#include "train/error.h"
+#include "train/base/error.h"
 #include "train/fused_optim.h"
 #include "train/trainer.h"
 

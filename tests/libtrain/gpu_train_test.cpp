@@ -170,7 +170,7 @@ TEST(TrainGpu, PreemptedAdamWCosineRunResumesBitExact) {
 }
 
 // --precision auto picks bf16 autocast (fp32 master weights) for per-rank batches of 512 and more
-// (train::kAutoBf16Batch): there it must reach fp32's test accuracy within 0.5 points, averaged
+// (train::builtin::kAutoBf16Batch): there it must reach fp32's test accuracy within 0.5 points, averaged
 // over 5 seeds, after the same 3 epochs of full Fashion-MNIST at batch 512, with deterministic
 // cuDNN (fp32's own run-to-run spread was ~0.4 points without it, which made a 3-seed comparison
 // pass or fail by chance). At batch 64, where bf16 measured 0.3-0.8 points below fp32, auto stays

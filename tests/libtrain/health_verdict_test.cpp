@@ -1,13 +1,13 @@
 // The health check's verdict (which nodes are named; health_verdict.h), its options from
 // TrainConfig's health section (health_check.h), and the network interface checks behind
-// --interface and the store's bind address (train/net_interfaces.h), with the interface reaching a
+// --interface and the store's bind address (train/base/net_interfaces.h), with the interface reaching a
 // process group through its options (process_group_impl.h), as a loop of a program's own passes it.
-#include "health_check.h"
-#include "health_verdict.h"
-#include "process_group_impl.h"
+#include "health/health_check.h"
+#include "health/health_verdict.h"
+#include "dist/process_group_impl.h"
 
-#include "train/error.h"
-#include "train/net_interfaces.h"
+#include "train/base/error.h"
+#include "train/base/net_interfaces.h"
 #include "train/process_group.h"
 
 #include <gtest/gtest.h>

@@ -18,7 +18,7 @@
 // pinning, which gives per-CPU results: MKL_CBWR=AVX2 falls back to MKL's AUTO branch on AMD).
 // A change that is meant to change numbers says so in its commit and updates the file.
 #include "test_util.h"
-#include "train/files.h"
+#include "train/base/files.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -5,7 +5,7 @@
 // (the same exception every launch) is not, and the log says why; the snapshots' folder trainctl
 // made is gone at the end.
 #include "test_util.h"
-#include "train/files.h"
+#include "train/base/files.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -2,10 +2,10 @@
 // attempt wrote after the step a run starts from (and a torn last line) and appends in order; the
 // TensorBoard sink tags each value <event>/<name>; unwritable paths are errors that name the flag.
 #include "test_util.h"
-#include "train/error.h"
-#include "train/event_file.h"
-#include "train/files.h"
-#include "train/log.h"
+#include "train/base/error.h"
+#include "train/base/event_file.h"
+#include "train/base/files.h"
+#include "train/base/log.h"
 #include "train/metrics.h"
 
 #include <gtest/gtest.h>

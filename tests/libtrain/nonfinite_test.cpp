@@ -3,7 +3,7 @@
 // last good checkpoint intact and resumable; --nonfinite skip drops steps and stops after N in a
 // row; errors in the user's code (tests/libtrain/user_code_program.cpp) carry their context.
 #include "test_util.h"
-#include "train/files.h"
+#include "train/base/files.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

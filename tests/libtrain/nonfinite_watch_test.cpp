@@ -4,7 +4,7 @@
 // and a second capture. On CUDA the note is one kernel of libtrain's own: it notes the same codes
 // as the ATen ops on the same inputs, eagerly and in a graph's replays. The GPU tests need a CUDA
 // GPU and say so when they skip.
-#include "nonfinite.h"
+#include "stops/nonfinite.h"
 
 #include "gpu_count.h"
 #include "step/grad_clip.h"

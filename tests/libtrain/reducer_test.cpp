@@ -5,7 +5,7 @@
 // tested through DistributedDataParallel (ddp_test.cpp), the graph hooks on GPUs (gpu tests).
 #include "comm/reducer.h"
 
-#include "train/error.h"
+#include "train/base/error.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

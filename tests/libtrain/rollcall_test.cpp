@@ -1,8 +1,8 @@
 // The hung-rank roll-call's pieces (private headers of libtrain/src): the record's text in the
 // store, the one-line verdict, the stall timeout's rules, and the straggler report.
-#include "rollcall.h"
-#include "straggler.h"
-#include "train/error.h"
+#include "health/rollcall.h"
+#include "health/straggler.h"
+#include "train/base/error.h"
 
 #include <gtest/gtest.h>
 

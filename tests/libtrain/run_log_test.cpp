@@ -1,11 +1,11 @@
-// The run log (libtrain/src/run_log.h) of one process: the run record's fields at the start, after
+// The run log (libtrain/src/log/run_log.h) of one process: the run record's fields at the start, after
 // a checkpoint and at the end; a record that can't be written never stops training; progress lines
 // and epoch lines reach the metrics sinks with their values. Runs on any CPU, no process group.
-#include "run_log.h"
+#include "log/run_log.h"
 
 #include "device/train_device.h"
 #include "test_util.h"
-#include "train/run_record.h"
+#include "train/base/run_record.h"
 #include "train/trainer.h"
 
 #include <gtest/gtest.h>
@@ -163,15 +163,29 @@ TEST(RunLog, ProgressAndEpochLinesReachTheSinks) {
   config.log_interval = 2;
   const auto dev = cpu();
   RunLog log(config, train::DistEnv{}, *dev);
-  log.open(spec, /*start_step=*/12);
+  log.open(spec, /*start_step=*/12, /*evaluated=*/"");
   EXPECT_EQ(sink->opened_at, 12);
-  log.start_epoch(12, nullptr);
-  EXPECT_TRUE(log.step_done(/*b=*/0, 10, /*last=*/false));  // every log_interval batches
-  log.progress(2, 13, 0, 10, 0, torch::tensor(0.75), /*lr=*/0.01);
-  EXPECT_FALSE(log.step_done(1, 10, false));
-  EXPECT_TRUE(log.step_done(3, 10, /*last=*/true));  // and the epoch's last
-  log.flush();
+  log.start_epoch(12);
+  auto step = [](int64_t batch, int64_t step_number, bool last, double loss) {
+    train::detail::StepDone d;
+    d.epoch = 2;
+    d.step = step_number;
+    d.batch = batch;
+    d.batches = 4;
+    d.start = batch * 10;
+    d.samples = 10;
+    d.last = last;
+    d.loss = torch::tensor(loss);
+    d.lr = 0.01;
+    return d;
+  };
+  log.step_done(step(/*batch=*/0, /*step=*/13, /*last=*/false, 0.75));  // every log_interval batches
   ASSERT_EQ(sink->records.size(), 1u);  // the CPU reads the loss at once
+  log.step_done(step(1, 14, false, 0.5));
+  EXPECT_EQ(sink->records.size(), 1u);
+  log.step_done(step(3, 16, /*last=*/true, 0.25));  // and the epoch's last
+  log.flush();
+  ASSERT_EQ(sink->records.size(), 2u);
   const MetricsRecord& line = sink->records[0];
   EXPECT_EQ(line.event, "train");
   EXPECT_EQ(line.epoch, 2);
@@ -179,11 +193,9 @@ TEST(RunLog, ProgressAndEpochLinesReachTheSinks) {
   EXPECT_DOUBLE_EQ(values(line).at("loss"), 0.75);
   EXPECT_DOUBLE_EQ(values(line).at("lr"), 0.01);
   EXPECT_GT(line.time, 0);
+  EXPECT_EQ(sink->records[1].step, 16);
+  EXPECT_DOUBLE_EQ(values(sink->records[1]).at("loss"), 0.25);
 
-  log.epoch_speed(100, 1.0);
-  log.epoch_speed(300, 1.0);
-  log.epoch_speed(500, 1.0);
-  EXPECT_DOUBLE_EQ(log.steady_images_per_sec(), 400.0);  // the epochs after the first
   train::Progress p;
   p.epoch = 2;
   p.step = 20;
@@ -192,10 +204,11 @@ TEST(RunLog, ProgressAndEpochLinesReachTheSinks) {
   ev.loss = 0.25;
   ev.count = 10;
   ev.metrics = {{"accuracy", 0.9}, {"top5", 1.0}};
-  log.epoch_line(p, ev, 2.0, 0.5, "", /*skipped=*/int64_t{3});
-  ASSERT_EQ(sink->records.size(), 2u);
-  const auto epoch = values(sink->records[1]);
-  EXPECT_EQ(sink->records[1].event, "epoch");
+  for (double images : {100.0, 300.0, 500.0}) log.epoch_line(p, ev, images, 1.0, 0.5, "", /*skipped=*/int64_t{3});
+  EXPECT_DOUBLE_EQ(log.steady_images_per_sec(), 400.0);  // the epochs after the first
+  ASSERT_EQ(sink->records.size(), 5u);
+  const auto epoch = values(sink->records[4]);
+  EXPECT_EQ(sink->records[4].event, "epoch");
   EXPECT_DOUBLE_EQ(epoch.at("train_loss"), 0.5);
   EXPECT_DOUBLE_EQ(epoch.at("test_loss"), 0.25);
   EXPECT_DOUBLE_EQ(epoch.at("test_accuracy"), 0.9);

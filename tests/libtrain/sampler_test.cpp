@@ -1,8 +1,8 @@
 // DistributedSampler against torch.utils.data.DistributedSampler, fixtures made by the venv's Python;
 // the trainer's epoch orders (drawn ahead) against it.
-#include "epoch_orders.h"
+#include "data/epoch_orders.h"
 #include "test_util.h"
-#include "train/error.h"
+#include "train/base/error.h"
 #include "train/sampler.h"
 
 #include <gtest/gtest.h>

@@ -1,9 +1,10 @@
-// The learning rate's one owner (libtrain/src/schedule.h): the rate it computes is the rate in the
-// optimizer's parameter groups and in the step's device copy, after every step and epoch, across
-// a resume, and an error in the user's schedule names where. Runs on any CPU, no process group.
-#include "schedule.h"
+// The learning rate's one owner (libtrain/src/optim/schedule.h): the rate it computes is the rate
+// in the optimizer's parameter groups and in the step's device copy, after every step and epoch,
+// across a resume from its own record, and an error in the user's schedule names where. Runs on any
+// CPU, no process group.
+#include "optim/schedule.h"
 
-#include "step/train_step.h"
+#include "train/base/error.h"
 #include "train/fused_optim.h"
 #include "train/user_code_error.h"
 
@@ -11,6 +12,8 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <functional>
+#include <sstream>
 #include <stdexcept>
 
 namespace {
@@ -31,20 +34,18 @@ class ProbedSGD : public train::optim::FusedSGD {
   at::Tensor copy_;  // shares the optimizer's device tensor
 };
 
-// A step that follows the rate as the CUDA graph step does: sync the device copy, or recapture.
-class FollowingStep : public train::detail::TrainStep {
- public:
-  explicit FollowingStep(ProbedSGD& opt) : opt_(opt) {}
-  at::Tensor run(const at::Tensor&, int64_t, int64_t) override { return {}; }
-  void lr_changed() override {
-    ++changes;
-    if (opt_.lr_on_device()) opt_.sync_lr();
+// Follows the rate as the CUDA graph step does (the schedule's rate_changed: TrainStep::lr_changed):
+// sync the device copy, or recapture.
+struct FollowingStep {
+  explicit FollowingStep(ProbedSGD& opt) : opt(opt) {}
+  std::function<void()> follow() {
+    return [this] {
+      ++changes;
+      if (opt.lr_on_device()) opt.sync_lr();
+    };
   }
-  std::string describe() const override { return "following"; }
+  ProbedSGD& opt;
   int changes = 0;
-
- private:
-  ProbedSGD& opt_;
 };
 
 std::vector<torch::optim::OptimizerParamGroup> two_groups() {
@@ -65,12 +66,26 @@ void expect_everywhere(const Schedule& s, const ProbedSGD& opt) {
   EXPECT_FLOAT_EQ(static_cast<float>(opt.device_rate()), static_cast<float>(s.lr()));
 }
 
+// `out` as a checkpoint's reader gets it.
+torch::serialize::InputArchive read_back(torch::serialize::OutputArchive& out) {
+  std::stringstream bytes;
+  out.save_to(bytes);
+  torch::serialize::InputArchive in;
+  in.load_from(bytes);
+  return in;
+}
+
+// The schedule's record as a checkpoint holds it.
+torch::serialize::InputArchive record_of(const Schedule& s) {
+  torch::serialize::OutputArchive out;
+  s.save(out);
+  return read_back(out);
+}
+
 TEST(Schedule, PerStepRateReachesEveryGroupAndTheDeviceCopy) {
   ProbedSGD opt(two_groups(), 0.1);
-  Schedule s(train::warmup_cosine(/*warmup_steps=*/4), run_of(5, 2), opt, [] { return "at step 0"; });
   FollowingStep step(opt);
-  s.drive(&step);
-  EXPECT_TRUE(s.per_step());
+  Schedule s(train::warmup_cosine(/*warmup_steps=*/4), run_of(5, 2), opt, [] { return "at step 0"; }, step.follow());
   EXPECT_DOUBLE_EQ(s.context().base_lr, 0.1);  // the optimizer's rate as built
   EXPECT_DOUBLE_EQ(s.lr(), 0.0);               // warm-up starts at 0
   s.start_epoch();
@@ -87,9 +102,8 @@ TEST(Schedule, PerStepRateReachesEveryGroupAndTheDeviceCopy) {
 
 TEST(Schedule, EpochScheduleMovesAtEpochEndsAndPushesWhenTheNextEpochStarts) {
   ProbedSGD opt(two_groups(), 1.0);
-  Schedule s(train::step_lr(0.5), run_of(3, 3), opt, [] { return ""; });
   FollowingStep step(opt);
-  s.drive(&step);
+  Schedule s(train::step_lr(0.5), run_of(3, 3), opt, [] { return ""; }, step.follow());
   s.start_epoch();
   const int first_changes = step.changes;
   for (int64_t k = 1; k <= 3; ++k) s.after_step(k);
@@ -106,10 +120,13 @@ TEST(Schedule, EpochScheduleMovesAtEpochEndsAndPushesWhenTheNextEpochStarts) {
 
 TEST(Schedule, ResumedRateIsTheOneThatTrains) {
   ProbedSGD opt(two_groups(), 1.0);
-  Schedule s(train::step_lr(0.5), run_of(3, 3), opt, [] { return ""; });
+  Schedule interrupted(train::step_lr(0.5), run_of(3, 3), opt, [] { return ""; });
+  interrupted.after_epoch(1);
+  interrupted.after_epoch(2);
+  torch::serialize::InputArchive record = record_of(interrupted);  // a checkpoint after epoch 2
   FollowingStep step(opt);
-  s.drive(&step);
-  s.resume(0.25);  // a checkpoint's Progress::lr
+  Schedule s(train::step_lr(0.5), run_of(3, 3), opt, [] { return ""; }, step.follow());
+  s.load(record);
   s.start_epoch();
   EXPECT_DOUBLE_EQ(s.lr(), 0.25);
   expect_everywhere(s, opt);
@@ -119,9 +136,8 @@ TEST(Schedule, ResumedRateIsTheOneThatTrains) {
 
 TEST(Schedule, ConstantRateNeverTouchesACapturedStepAfterTheFirstPush) {
   ProbedSGD opt(two_groups(), 0.3);
-  Schedule s(train::constant_lr(), run_of(4, 1), opt, [] { return ""; });
   FollowingStep step(opt);
-  s.drive(&step);
+  Schedule s(train::constant_lr(), run_of(4, 1), opt, [] { return ""; }, step.follow());
   s.start_epoch();
   EXPECT_EQ(step.changes, 1);
   for (int64_t k = 1; k <= 4; ++k) s.after_step(k);
@@ -151,6 +167,16 @@ TEST(Schedule, AnErrorInTheUsersScheduleNamesTheScheduleAndWhere) {
     EXPECT_NE(what.find("at step 2 (epoch 1) on rank 0"), std::string::npos) << what;
     EXPECT_NE(what.find("boom at two"), std::string::npos) << what;
   }
+}
+
+TEST(Schedule, ARecordWithoutItsRateIsACheckpointError) {
+  ProbedSGD opt(two_groups(), 0.1);
+  Schedule s(train::constant_lr(), run_of(4, 1), opt, [] { return ""; });
+  torch::serialize::OutputArchive out;
+  out.write("other", torch::zeros({1}));
+  torch::serialize::InputArchive in = read_back(out);
+  EXPECT_THROW(s.load(in), train::CheckpointError);
+  EXPECT_DOUBLE_EQ(s.lr(), 0.1);
 }
 
 TEST(Schedule, ContextCountsEveryRanksShardAndCapsAtMaxSteps) {

@@ -4,7 +4,7 @@
 // uninterrupted run's params_sha256; another run's snapshots are never read; a run that ends
 // removes its snapshots; a checkpoint longer than the job script's signal lead is named at start.
 #include "test_util.h"
-#include "train/files.h"
+#include "train/base/files.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

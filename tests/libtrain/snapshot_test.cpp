@@ -1,10 +1,10 @@
 // In-memory snapshots (libtrain/src/snapshot.h): per-run folders, background writes in the
 // checkpoint format, the newest valid one found past damaged files, and the collective that gives
 // every rank the newest snapshot any rank's node holds (ranks as threads over Gloo on loopback).
-#include "snapshot.h"
+#include "checkpoint/snapshot.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
-#include "train/files.h"
+#include "train/base/files.h"
 #include "train/process_group.h"
 
 #include <gtest/gtest.h>

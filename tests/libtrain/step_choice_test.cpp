@@ -1,7 +1,7 @@
 // The choice between the CUDA-graph step and the eager step (libtrain/src/step_choice.cpp): an
 // optimizer whose step reads host state is never captured, and the reason is given. Pure
 // decisions: they run on any CPU, no GPU needed.
-#include "step_choice.h"
+#include "step/step_choice.h"
 
 #include "train/adadelta.h"
 #include "train/fused_optim.h"

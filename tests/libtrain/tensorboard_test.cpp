@@ -3,8 +3,8 @@
 // refuses flipped bytes; a run preempted with USR2 (or killed after its last checkpoint) and resumed
 // keeps one line in both files, with the uninterrupted run's steps; the flag changes no parameter.
 #include "test_util.h"
-#include "train/event_file.h"
-#include "train/files.h"
+#include "train/base/event_file.h"
+#include "train/base/files.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

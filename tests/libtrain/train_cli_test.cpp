@@ -1,8 +1,8 @@
 // End-to-end tests of the `train` program: real Fashion-MNIST, determinism, and bad input.
 #include "gpu_count.h"
 #include "test_util.h"
-#include "train/files.h"
-#include "train/version.h"
+#include "train/base/files.h"
+#include "train/base/version.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -45,7 +45,7 @@ TEST(TrainCli, FashionMnist5000IsAccurateAndDeterministic) {
   EXPECT_GE(ja["test_accuracy"].get<double>(), 0.72) << a.err;
   EXPECT_GT(ja["images_per_sec"].get<double>(), 0.0);
   EXPECT_EQ(ja["params_sha256"].get<std::string>().size(), 64u);
-  EXPECT_EQ(ja["version"], TRAIN_VERSION_STRING);  // the libtrain that trained (train/version.h)
+  EXPECT_EQ(ja["version"], TRAIN_VERSION_STRING);  // the libtrain that trained (train/base/version.h)
   EXPECT_NE(a.err.find("Train Epoch: 1 [0/5000 (0%)]"), std::string::npos) << a.err;
   EXPECT_NE(a.err.find("Test set: Average loss:"), std::string::npos) << a.err;
 

@@ -1,5 +1,5 @@
 // Tests for the seeds' models and the model registry.
-#include "train/error.h"
+#include "train/base/error.h"
 #include "train/models/cifar_cnn.h"
 #include "train/models/dropout.h"
 #include "train/models/fused.h"

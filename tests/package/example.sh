@@ -57,9 +57,9 @@ setup)
   # The installed programs start: train finds LibTorch through its install RPATH.
   "$prefix/bin/train" --version >"$work/train-version.out" 2>&1 || { cat "$work/train-version.out"; fail "installed bin/train doesn't start"; }
   "$trainctl" --help >/dev/null || fail "installed bin/trainctl doesn't start"
-  # Both name the version of train/version.h, which project(VERSION) and so the package version file take.
-  version=$(sed -n 's/^#define TRAIN_VERSION_STRING "\(.*\)"$/\1/p' "$prefix/include/train/version.h")
-  [[ $version =~ ^0\.[0-9]+\.[0-9]+$ ]] || fail "train/version.h: expected a 0.x.y version, found '$version'"
+  # Both name the version of train/base/version.h, which project(VERSION) and so the package version file take.
+  version=$(sed -n 's/^#define TRAIN_VERSION_STRING "\(.*\)"$/\1/p' "$prefix/include/train/base/version.h")
+  [[ $version =~ ^0\.[0-9]+\.[0-9]+$ ]] || fail "train/base/version.h: expected a 0.x.y version, found '$version'"
   grep -qx "libtrain $version" "$work/train-version.out" || { cat "$work/train-version.out"; fail "train --version doesn't say libtrain $version"; }
   [ "$("$trainctl" --version)" = "trainctl $version" ] || fail "trainctl --version doesn't say trainctl $version"
 

@@ -24,7 +24,7 @@
 #include "slurm_util.h"
 #include "test_process.h"
 #include "test_util.h"
-#include "train/run_record.h"
+#include "train/base/run_record.h"
 
 namespace train {
 namespace {

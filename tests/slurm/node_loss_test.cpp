@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "slurm_jobs.h"
-#include "train/run_record.h"
+#include "train/base/run_record.h"
 
 namespace train {
 namespace {

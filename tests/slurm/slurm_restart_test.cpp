@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "slurm_jobs.h"
-#include "train/files.h"
-#include "train/run_record.h"
+#include "train/base/files.h"
+#include "train/base/run_record.h"
 
 namespace train {
 namespace {

@@ -27,8 +27,8 @@
 #include "slurm_jobs.h"
 #include "slurm_util.h"
 #include "test_util.h"
-#include "train/files.h"
-#include "train/run_record.h"
+#include "train/base/files.h"
+#include "train/base/run_record.h"
 
 namespace train {
 namespace {

@@ -24,7 +24,7 @@
 #include "slurm_util.h"
 #include "slurm_jobs.h"
 #include "test_util.h"
-#include "train/subprocess.h"
+#include "train/base/subprocess.h"
 
 namespace train {
 namespace {

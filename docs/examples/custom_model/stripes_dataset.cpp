@@ -2,7 +2,7 @@
 // a reader that checks the header and the file size before it trusts a byte, and the Dataset.
 #include "stripes_dataset.h"
 
-#include <train/error.h>
+#include <train/base/error.h>
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/from_blob.h>

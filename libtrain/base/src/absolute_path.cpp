@@ -1,5 +1,5 @@
-// files::absolute (train/absolute_path.h).
-#include "train/absolute_path.h"
+// files::absolute (train/base/absolute_path.h).
+#include "train/base/absolute_path.h"
 
 #include <filesystem>
 #include <system_error>

@@ -1,8 +1,8 @@
-// The checkpoint time budget (train/checkpoint_budget.h).
-#include "train/checkpoint_budget.h"
+// The checkpoint time budget (train/base/checkpoint_budget.h).
+#include "train/base/checkpoint_budget.h"
 
-#include "train/files.h"
-#include "train/text.h"
+#include "train/base/files.h"
+#include "train/base/text.h"
 
 #include <chrono>
 #include <cmath>

@@ -1,14 +1,14 @@
 // Backend and device choice without CUDA: counts visible GPUs from CUDA_VISIBLE_DEVICES and the
 // NVIDIA driver's /proc entries, then maps local ranks onto them.
-#include "train/device.h"
+#include "train/base/device.h"
 
 #include <dirent.h>
 
 #include <set>
 #include <string>
 
-#include "train/error.h"
-#include "train/text.h"
+#include "train/base/error.h"
+#include "train/base/text.h"
 
 namespace train {
 namespace {

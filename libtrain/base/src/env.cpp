@@ -1,7 +1,7 @@
 // Resolution of rank, world size, node layout and rendezvous address from torchrun-style or SLURM
 // variables, with the consistency checks described in docs/environment.md. SLURM's variables are
 // read in env_slurm.cpp; this file holds the torchrun-style ones, the precedence and the public API.
-#include "train/env.h"
+#include "train/base/env.h"
 
 #include <cstdint>
 #include <limits>
@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "env_vars.h"
-#include "train/error.h"
-#include "train/log.h"
+#include "train/base/error.h"
+#include "train/base/log.h"
 
 extern char** environ;
 

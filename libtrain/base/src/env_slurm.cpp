@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "env_vars.h"
-#include "train/error.h"
-#include "train/env.h"
-#include "train/hostlist.h"
+#include "train/base/error.h"
+#include "train/base/env.h"
+#include "train/base/hostlist.h"
 
 namespace train {
 using namespace detail;

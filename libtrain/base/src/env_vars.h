@@ -7,7 +7,7 @@
 #include <initializer_list>
 #include <string>
 
-#include "train/env.h"
+#include "train/base/env.h"
 
 namespace train::detail {
 

@@ -1,9 +1,9 @@
 // TensorBoard event files by hand: CRC-32C, TFRecord framing, protobuf wire format for the few
 // Event fields scalars need, and the run folder's resume rule (see event_file.h).
-#include "train/event_file.h"
+#include "train/base/event_file.h"
 
-#include "train/error.h"
-#include "train/files.h"
+#include "train/base/error.h"
+#include "train/base/files.h"
 
 #include <algorithm>
 #include <array>

@@ -1,5 +1,5 @@
 // POSIX implementations of train::files (see files.h for why not std::filesystem).
-#include "train/files.h"
+#include "train/base/files.h"
 
 #include <fstream>
 #include <sstream>

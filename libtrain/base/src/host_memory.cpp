@@ -1,4 +1,4 @@
-#include "train/host_memory.h"
+#include "train/base/host_memory.h"
 
 #include <cstdlib>
 

@@ -1,6 +1,6 @@
 // SLURM hostlist expressions: a strict parser (items, bracket groups, zero-padded ranges), the
 // expansion in scontrol's order, and the compression back to an expression.
-#include "train/hostlist.h"
+#include "train/base/hostlist.h"
 
 #include <cctype>
 #include <cstdint>
@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "train/error.h"
+#include "train/base/error.h"
 
 namespace train {
 namespace {

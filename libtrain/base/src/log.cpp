@@ -1,5 +1,5 @@
 // spdlog-backed implementation of train::log. Must never include torch headers (fmt clash).
-#include "train/log.h"
+#include "train/base/log.h"
 
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>

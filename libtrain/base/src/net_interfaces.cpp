@@ -1,7 +1,7 @@
 // This host's network interfaces and address checks (net_interfaces.h).
-#include "train/net_interfaces.h"
+#include "train/base/net_interfaces.h"
 
-#include "train/error.h"
+#include "train/base/error.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>

@@ -1,8 +1,8 @@
-// The run record's file (train/run_record.h): JSON, written atomically, read by trainctl.
-#include "train/run_record.h"
+// The run record's file (train/base/run_record.h): JSON, written atomically, read by trainctl.
+#include "train/base/run_record.h"
 
-#include "train/error.h"
-#include "train/files.h"
+#include "train/base/error.h"
+#include "train/base/files.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,5 +1,5 @@
 // SHA-256 through OpenSSL's EVP interface.
-#include "train/sha256.h"
+#include "train/base/sha256.h"
 
 #include <openssl/evp.h>
 

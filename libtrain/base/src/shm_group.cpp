@@ -1,7 +1,7 @@
 // ShmGroup: POSIX shared memory, a futex-backed barrier, and a rank-ordered sum.
-#include "train/details/shm_group.h"
+#include "train/base/details/shm_group.h"
 
-#include "train/error.h"
+#include "train/base/error.h"
 
 #include <atomic>
 #include <cerrno>

@@ -1,5 +1,5 @@
 // The one table of Linux signal names.
-#include "train/signals.h"
+#include "train/base/signals.h"
 
 #include <algorithm>
 #include <cctype>

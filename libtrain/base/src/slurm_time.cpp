@@ -1,5 +1,5 @@
 // SLURM timestamps to epoch seconds (local time, as slurmctld prints them), and back into words.
-#include "train/slurm_time.h"
+#include "train/base/slurm_time.h"
 
 #include <cstdio>
 #include <ctime>

@@ -1,6 +1,6 @@
 // train::run_command: fork/exec with pipes, a poll loop that feeds stdin and drains stdout and stderr,
 // and SIGKILL at the deadline, so that a hung SLURM command can never hang trainctl.
-#include "train/subprocess.h"
+#include "train/base/subprocess.h"
 
 #include <fcntl.h>
 #include <poll.h>

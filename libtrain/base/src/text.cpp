@@ -1,5 +1,5 @@
 // String helpers shared by the launcher's parsers.
-#include "train/text.h"
+#include "train/base/text.h"
 
 #include <cstdio>
 
@@ -89,6 +89,12 @@ std::vector<std::string> closest(const std::string& word, const std::vector<std:
 std::string or_list(const std::vector<std::string>& items) {
   std::string out;
   for (std::size_t i = 0; i < items.size(); ++i) out += (i == 0 ? "" : i + 1 == items.size() ? " or " : ", ") + items[i];
+  return out;
+}
+
+std::string join(const std::vector<std::string>& items, const std::string& sep) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) out += (i == 0 ? "" : sep) + items[i];
   return out;
 }
 

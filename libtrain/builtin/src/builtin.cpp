@@ -1,6 +1,6 @@
 // builtin::run_training: what the `train` program trains. Builds a registered model, a built-in
 // dataset and the model's recipe (optimizer, batch size, learning rate and schedule, epochs:
-// train/catalog.h), with the optional augmentation, then hands them to the Trainer.
+// train/catalog/catalog.h), with the optional augmentation, then hands them to the Trainer.
 #include "train/builtin.h"
 
 #include "train/trainer.h"
@@ -8,10 +8,10 @@
 #include "train/adadelta.h"
 #include "train/fused_optim.h"
 #include "train/augment.h"
-#include "train/catalog.h"
+#include "train/catalog/catalog.h"
 #include "train/datasets/dataset.h"
-#include "train/error.h"
-#include "train/text.h"
+#include "train/base/error.h"
+#include "train/base/text.h"
 #include "train/models/model.h"
 
 #include <torch/optim/adam.h>

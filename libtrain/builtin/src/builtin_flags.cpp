@@ -2,9 +2,9 @@
 // (train::cli) plus the built-in recipes' and --list-models, around builtin::run_training.
 #include "train/builtin.h"
 
-#include "train/error.h"
+#include "train/base/error.h"
 #include "train/models/model.h"
-#include "train/text.h"
+#include "train/base/text.h"
 
 #include <CLI/CLI.hpp>
 
@@ -53,10 +53,7 @@ CLI::Validator augment_words() {
 }  // namespace
 
 void validate(const Recipe& c) {
-  if (c.lr && !(*c.lr > 0)) bad("--lr", "a positive learning rate", *c.lr, "the recipe's default is 1.0 (Adadelta) or 0.1 (SGD)");
-  if (c.gamma && !(*c.gamma > 0 && *c.gamma <= 1)) bad("--gamma", "a factor in (0, 1]", *c.gamma, "the MNIST recipe uses 0.7");
-  if (!(c.momentum >= 0 && c.momentum < 1)) bad("--momentum", "a value in [0, 1)", c.momentum, "the CIFAR-10 recipe uses 0.9");
-  if (c.weight_decay && !(*c.weight_decay >= 0)) bad("--weight-decay", "0 or more", *c.weight_decay, "the CIFAR-10 recipe uses 1e-4");
+  cli::validate(c);  // --lr, --gamma, --momentum, --weight-decay: as their flags check them
   if (c.warmup_steps && *c.warmup_steps < 0) {
     bad("--warmup-steps", "0 or more steps", static_cast<double>(*c.warmup_steps), "e.g. --warmup-steps 500");
   }

@@ -48,7 +48,7 @@ struct AdadeltaParamState
 ///   acc_delta = rho * acc_delta + (1 - rho) * delta^2
 ///   p -= lr * delta
 /// Throws train::ConfigError for a negative lr, eps or weight decay, or rho outside [0, 1].
-class Adadelta : public torch::optim::Optimizer, public DeviceStateOptimizer {
+class Adadelta : public DeviceStateOptimizer {
  public:
   explicit Adadelta(const std::vector<torch::optim::OptimizerParamGroup>& param_groups,
                     AdadeltaOptions defaults = {});
@@ -59,15 +59,12 @@ class Adadelta : public torch::optim::Optimizer, public DeviceStateOptimizer {
   /// one of three paths with the same arithmetic: on CUDA libtrain's fused kernel (one launch a
   /// group, where it was built and every tensor is float32 with the parameter's dense strides),
   /// else torch's foreach ops; on the CPU the per-parameter loop of torch.optim.Adadelta.
+  /// lr_on_device() is true after a step that ran the fused kernel only (it reads the rates from
+  /// the device; a captured step then follows a new rate after sync_lr()).
   torch::Tensor step(LossClosure closure = nullptr) override;
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
 
-  /// CUDA: true when the last step ran as the fused kernel, which reads each group's learning
-  /// rate from device memory; a captured step then follows a new rate after sync_lr() instead of
-  /// being captured again.
-  bool lr_on_device() const override { return last_step_fused_; }
-  void sync_lr() override;
   /// CUDA: one update of just these parameters (each one of this optimizer's, with a gradient)
   /// as the fused kernel, on the current stream, bumping their version counters (autograd then
   /// refuses a backward that still needs an updated value). False, with nothing changed, where
@@ -89,12 +86,6 @@ class Adadelta : public torch::optim::Optimizer, public DeviceStateOptimizer {
   bool bucket_update(const std::vector<torch::Tensor>& params, const KernelLaunch* launcher);
   // The update of a group of CUDA parameters with torch's foreach ops; false when it doesn't apply.
   bool foreach_update(torch::optim::OptimizerParamGroup& group, const AdadeltaOptions& options);
-  struct DeviceLr {
-    torch::Tensor tensor;  // float32 [1] on the group's device, read by the fused kernel
-    double value = 0;      // what it holds
-  };
-  std::vector<DeviceLr> device_lr_;  // per group
-  bool last_step_fused_ = false;
 };
 
 }  // namespace train::optim

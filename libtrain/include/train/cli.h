@@ -5,7 +5,7 @@
 #pragma once
 
 #include "train/config.h"
-#include "train/env.h"
+#include "train/base/env.h"
 
 #include <cstdint>
 #include <functional>
@@ -46,6 +46,11 @@ enum class RecipeFlag { data, lr, gamma, momentum, weight_decay, limit_train_sam
 /// checks and defaults as the `train` program's. A flag the program doesn't add stays unknown, so
 /// passing it is an error rather than silently ignored.
 void add_recipe_flags(CLI::App& app, RecipeOptions& options, const std::vector<RecipeFlag>& flags);
+
+/// Checks the numbers of `options` set without the command line against the ranges their flags
+/// check (--lr, --gamma, --momentum, --weight-decay), with the same message and hint.
+/// @throws train::ConfigError naming the flag.
+void validate(const RecipeOptions& options);
 
 /// Adds a flag that takes one of `choices` (flag texts) and calls `set` with the one given; --help
 /// shows `default_text`. Another value is an error naming the flag, the choices and `hint`.

@@ -4,7 +4,7 @@
 // lives in the program: train/cli.h's RecipeOptions, train/builtin.h's BuiltinRecipe.
 #pragma once
 
-#include "train/error.h"
+#include "train/base/error.h"
 
 #include <cstdint>
 #include <optional>
@@ -93,7 +93,7 @@ struct RunConfig {
   DeviceKind device = DeviceKind::automatic;  ///< --device: automatic = the GPUs SLURM gave the job, else the CPU
   std::optional<int> threads;            ///< --threads: intra-op CPU threads; unset = cores / local ranks
   /// --precision: automatic = bf16 on a CUDA GPU that has it where the spec asks for it
-  /// (TrainSpec::auto_bf16_batch, set by the built-in MNIST recipe to kAutoBf16Batch), fp32
+  /// (TrainSpec::auto_bf16_batch, set by the built-in MNIST recipe to builtin::kAutoBf16Batch), fp32
   /// otherwise and on the CPU; tf32 = TF32 matmuls and convolutions; bf16 = autocast, fp32 weights.
   Precision precision = Precision::automatic;
   NonFinite nonfinite = NonFinite::stop;  ///< --nonfinite
@@ -193,12 +193,6 @@ struct TrainConfig {
 /// Exit status of a run stopped by a non-finite loss or gradient (EX_DATAERR); no checkpoint of
 /// the non-finite weights was written.
 inline constexpr int kExitNonFinite = 65;
-
-/// The built-in MNIST recipe's TrainSpec::auto_bf16_batch: --precision auto picks bf16 on CUDA
-/// from this per-rank batch size up, where it was measured within 0.5 points of fp32's test
-/// accuracy (docs/gpu.md), not at batch 64. (The CIFAR-10 recipe and users' specs stay fp32:
-/// bf16 was not measured there.)
-inline constexpr int64_t kAutoBf16Batch = 512;
 
 /// What a finished run reports (the `done` line).
 struct TrainResult {

@@ -20,31 +20,17 @@ struct FusedAdamBuckets;  // libtrain's CUDA step: the update one gradient bucke
 
 namespace train::optim {
 
-/// What the three fused optimizers share: each parameter group's rate in device memory.
-class FusedOptimizer : public torch::optim::Optimizer, public DeviceStateOptimizer {
- public:
-  bool lr_on_device() const override { return lr_on_device_; }
-  void sync_lr() override;
-
+/// What the three fused optimizers share: each parameter group's rate in device memory (the base's
+/// mirror), and their parameters split as ATen's fused kernels take them.
+class FusedOptimizer : public DeviceStateOptimizer {
  protected:
-  FusedOptimizer(const std::vector<torch::optim::OptimizerParamGroup>& param_groups,
-                 std::unique_ptr<torch::optim::OptimizerOptions> defaults)
-      : Optimizer(param_groups, std::move(defaults)) {}
-  /// Group `group`'s rate as a float32 tensor on `device` (created on first use; an eager step
-  /// refreshes it from the group's options, a step under capture reads what sync_lr() wrote).
-  const at::Tensor& device_lr(size_t group, const c10::Device& device);
+  using DeviceStateOptimizer::DeviceStateOptimizer;
   /// The parameters of group `group` that have gradients, split by device and dtype (ATen's fused
   /// kernels take one device and one dtype per call, as Python's optimizers group them).
   std::vector<std::vector<at::Tensor>> params_with_grads(size_t group) const;
 
  private:
   friend struct details::FusedAdamBuckets;
-  struct Rate {
-    at::Tensor tensor;  // float32 [] on the group's device
-    double value = 0;   // what it holds
-  };
-  std::vector<Rate> rates_;  // per group
-  bool lr_on_device_ = false;
 };
 
 /// torch.optim.SGD(fused=True): momentum, dampening, nesterov and weight decay as torch::optim::SGD
@@ -78,32 +64,35 @@ struct FusedAdamParamState : public torch::optim::OptimizerCloneableParamState<F
   void serialize(torch::serialize::OutputArchive& archive) const override;
 };
 
-/// torch.optim.Adam(fused=True): L2 weight decay added to the gradient, bias correction from the
-/// device step count (`_fused_adam_`). Takes torch::optim::AdamOptions.
-/// Throws train::ConfigError for options torch.optim.Adam refuses.
-class FusedAdam : public FusedOptimizer {
+/// torch.optim.Adam(fused=True) and torch.optim.AdamW(fused=True), one implementation for both:
+/// `Options` is torch::optim::AdamOptions (Adam: L2 weight decay added to the gradient,
+/// `_fused_adam_`) or torch::optim::AdamWOptions (AdamW: decoupled weight decay, 1e-2 by default as
+/// Python's, `_fused_adamw_`); bias correction from the device step count. Use FusedAdam or
+/// FusedAdamW. Throws train::ConfigError for options torch.optim.Adam(W) refuses.
+template <typename Options>
+class FusedAdamBase : public FusedOptimizer {
  public:
-  explicit FusedAdam(const std::vector<torch::optim::OptimizerParamGroup>& param_groups,
-                     torch::optim::AdamOptions defaults = {});
-  explicit FusedAdam(std::vector<at::Tensor> params, torch::optim::AdamOptions defaults = {})
-      : FusedAdam({torch::optim::OptimizerParamGroup(std::move(params))}, std::move(defaults)) {}
+  explicit FusedAdamBase(const std::vector<torch::optim::OptimizerParamGroup>& param_groups, Options defaults = {});
+  explicit FusedAdamBase(std::vector<at::Tensor> params, Options defaults = {})
+      : FusedAdamBase({torch::optim::OptimizerParamGroup(std::move(params))}, std::move(defaults)) {}
   at::Tensor step(LossClosure closure = nullptr) override;
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
 };
 
-/// torch.optim.AdamW(fused=True): decoupled weight decay (`_fused_adamw_`). Takes
-/// torch::optim::AdamWOptions (weight decay 1e-2 by default, as Python's).
-/// Throws train::ConfigError for options torch.optim.AdamW refuses.
-class FusedAdamW : public FusedOptimizer {
+extern template class FusedAdamBase<torch::optim::AdamOptions>;
+extern template class FusedAdamBase<torch::optim::AdamWOptions>;
+
+/// torch.optim.Adam(fused=True): L2 weight decay added to the gradient. Takes torch::optim::AdamOptions.
+class FusedAdam : public FusedAdamBase<torch::optim::AdamOptions> {
  public:
-  explicit FusedAdamW(const std::vector<torch::optim::OptimizerParamGroup>& param_groups,
-                      torch::optim::AdamWOptions defaults = {});
-  explicit FusedAdamW(std::vector<at::Tensor> params, torch::optim::AdamWOptions defaults = {})
-      : FusedAdamW({torch::optim::OptimizerParamGroup(std::move(params))}, std::move(defaults)) {}
-  at::Tensor step(LossClosure closure = nullptr) override;
-  void save(torch::serialize::OutputArchive& archive) const override;
-  void load(torch::serialize::InputArchive& archive) override;
+  using FusedAdamBase::FusedAdamBase;
+};
+
+/// torch.optim.AdamW(fused=True): decoupled weight decay. Takes torch::optim::AdamWOptions.
+class FusedAdamW : public FusedAdamBase<torch::optim::AdamWOptions> {
+ public:
+  using FusedAdamBase::FusedAdamBase;
 };
 
 }  // namespace train::optim

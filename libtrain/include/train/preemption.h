@@ -2,7 +2,7 @@
 // which mean "checkpoint and stop", the SLURM job's end time, and `scontrol requeue`.
 #pragma once
 
-#include "train/env.h"
+#include "train/base/env.h"
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "train/details/process_group_core.h"
-#include "train/env.h"
+#include "train/base/env.h"
 
 #include <ATen/core/Tensor.h>
 

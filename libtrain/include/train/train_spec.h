@@ -168,7 +168,7 @@ struct TrainSpec {
   /// Where --precision auto (the default) may train this model in bf16 autocast: from this many
   /// samples per rank up, on GPUs that have bf16. Unset (the default): fp32, since bf16's accuracy
   /// is yours to measure; --precision bf16 asks for it outright. The built-in MNIST recipe sets
-  /// kAutoBf16Batch, where bf16 was measured within half a point of fp32.
+  /// builtin::kAutoBf16Batch, where bf16 was measured within half a point of fp32.
   std::optional<int64_t> auto_bf16_batch;
   /// What the progress lines count per second: `units_per_sample` `unit`s per sample ("img" and 1
   /// by default: "N img/s"; e.g. "tokens" and a sequence's length).

@@ -10,7 +10,7 @@
 #include "train/data.h"
 #include "train/loss.h"
 #include "train/model_handle.h"
-#include "train/env.h"
+#include "train/base/env.h"
 #include "train/metrics.h"
 #include "train/preemption.h"
 

@@ -1,6 +1,6 @@
 // Everything a checkpoint holds, in one schema: model, optimizer (any torch::optim::Optimizer),
-// learning rate, loop progress, RNG states and the user's own state. Used by the Trainer and
-// by hand-written loops alike.
+// loop progress, the LR schedule's state, RNG states and the user's own state. Used by the Trainer
+// and by hand-written loops alike.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -21,7 +21,6 @@ struct Progress {
   int epoch = 1;               ///< epoch in progress (1-based)
   int64_t batches_done = 0;    ///< batches of `epoch` already trained by every rank
   int64_t step = 0;            ///< optimizer steps so far
-  double lr = 0;               ///< learning rate of the current epoch (the schedule's state)
   int64_t epoch_steps = 0;     ///< steps of `epoch` so far
   int64_t images_total = 0;    ///< images trained on by all ranks, over the whole run
   double train_seconds = 0;    ///< time spent in training steps
@@ -31,9 +30,9 @@ struct Progress {
 /// One run's resumable state. The model and optimizer are referenced, not owned.
 ///
 /// Archive keys: "model/<name>" (parameters and buffers), "optimizer" (the optimizer's own
-/// archive), "progress/*", "world_size", "shape" (JSON of the flags that shaped the run),
-/// "rng/cpu" and, on CUDA, "rng/cuda", "user/*" for the save_user/load_user callbacks and
-/// "controls/*" for save_controls/load_controls.
+/// archive), "progress/*", "schedule/*" (the LR schedule's own record), "world_size", "shape"
+/// (JSON of the flags that shaped the run), "rng/cpu" and, on CUDA, "rng/cuda", "user/*" for the
+/// save_user/load_user callbacks and "controls/*" for save_controls/load_controls.
 struct TrainingState {
   torch::nn::Module* model = nullptr;
   torch::optim::Optimizer* optimizer = nullptr;
@@ -48,13 +47,18 @@ struct TrainingState {
   /// load_controls gets a null archive when the checkpoint has none.
   std::function<void(torch::serialize::OutputArchive&)> save_controls;
   std::function<void(torch::serialize::InputArchive*)> load_controls;
+  /// The LR schedule's state, its own record under "schedule/*" (the Trainer's schedule writes
+  /// "lr": the rate the next optimizer step runs with); optional. load_schedule gets the record;
+  /// from an older checkpoint, which kept that rate as "progress/lr", a record holding it as "lr".
+  std::function<void(torch::serialize::OutputArchive&)> save_schedule;
+  std::function<void(torch::serialize::InputArchive&)> load_schedule;
 
   /// Writes the state into `archive`; `device` is where the model lives (its RNG is saved too).
   void save(torch::serialize::OutputArchive& archive, const at::Device& device) const;
 
-  /// Restores model, optimizer, progress, loss sum and RNG states from `archive`, which was
-  /// loaded onto `device` (CheckpointDir::load_file(path, device)), so the optimizer's state
-  /// tensors land next to the parameters whatever optimizer it is. When the archive's world
+  /// Restores model, optimizer, progress, the schedule, loss sum and RNG states from `archive`,
+  /// which was loaded onto `device` (CheckpointDir::load_file(path, device)), so the optimizer's
+  /// state tensors land next to the parameters whatever optimizer it is. When the archive's world
   /// size differs from world_size, progress.batches_done is re-sharded to the new global batch.
   /// @return the world size the archive was written with.
   /// @throws train::CheckpointError when a key is missing or a tensor doesn't fit the model.

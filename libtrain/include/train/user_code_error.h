@@ -1,9 +1,9 @@
 // train::UserCodeError: an exception from the user's code, with its context. Its own
-// header for now, so that adding it did not rebuild everything that includes train/error.h; it
+// header for now, so that adding it did not rebuild everything that includes train/base/error.h; it
 // belongs next to the other kinds there.
 #pragma once
 
-#include "train/error.h"
+#include "train/base/error.h"
 
 namespace train {
 

@@ -4,8 +4,8 @@
 // back into the gradients. The step has no host synchronisation of its own and works on fixed buffers.
 #include "comm/eager_hooks.h"
 
-#include "process_group_impl.h"
-#include "train/log.h"
+#include "dist/process_group_impl.h"
+#include "train/base/log.h"
 
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/mul.h>

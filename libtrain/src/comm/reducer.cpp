@@ -2,8 +2,8 @@
 // buckets were launched, and the end of the backward (reducer.h says what it promises).
 #include "comm/reducer.h"
 
-#include "train/error.h"
-#include "unique_params.h"
+#include "train/base/error.h"
+#include "optim/unique_params.h"
 
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/engine.h>

@@ -2,7 +2,7 @@
 // and the chunks' all-gather, through shared memory on one machine or the process group.
 #include "comm/shard_comm.h"
 
-#include "process_group_impl.h"
+#include "dist/process_group_impl.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>

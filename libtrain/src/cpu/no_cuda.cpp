@@ -1,9 +1,9 @@
 // A build without CUDA (torch without CUDA, or no nccl.h): what the CUDA files would provide says
 // that it isn't there. CMake compiles this file instead of libtrain/src/cuda/*.cpp.
 #include "device/train_device.h"
-#include "process_group_impl.h"
+#include "dist/process_group_impl.h"
 #include "step/train_step.h"
-#include "train/error.h"
+#include "train/base/error.h"
 
 namespace train::detail {
 

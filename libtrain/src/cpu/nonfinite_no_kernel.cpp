@@ -1,6 +1,6 @@
 // The non-finite watch in a build without CUDA (nonfinite.h): its CUDA kernel never applies, so the
 // ATen ops note every step. CMake compiles this file instead of libtrain/src/cuda/nonfinite_note.cpp.
-#include "nonfinite.h"
+#include "stops/nonfinite.h"
 
 namespace train::detail {
 

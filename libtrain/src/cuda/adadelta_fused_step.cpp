@@ -1,9 +1,8 @@
 // Adadelta's fused CUDA update (train/adadelta.h): one kernel for a whole group (or one gradient
 // bucket), reading the learning rate from device memory so a captured step follows a new rate.
 // CUDA builds only; without libtrain's kernels (no CUDA compiler) it never applies.
-#include "adadelta_kernel.h"
+#include "optim/adadelta_kernel.h"
 
-#include <ATen/ops/full.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -24,9 +23,8 @@ bool Adadelta::kernel_update(size_t group_index, const std::vector<torch::Tensor
   // sync_lr() last wrote. (A first update inside a capture keeps the foreach path,
   // whose rate the graph bakes in.)
   const bool capturing = c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
-  if (device_lr_.size() <= group_index) device_lr_.resize(group_index + 1);
-  DeviceLr& lr = device_lr_[group_index];
-  if (!lr.tensor.defined() && capturing) return false;
+  const c10::Device device = params.front().device();
+  if (capturing && !details::rates_of(*this).has(group_index, device)) return false;
   std::vector<detail::AdadeltaFusedTensor> tensors;
   std::vector<AdadeltaParamState*> states;
   for (const auto& p : params) {
@@ -41,10 +39,6 @@ bool Adadelta::kernel_update(size_t group_index, const std::vector<torch::Tensor
                        st.acc_delta().data_ptr<float>(), p.numel()});
   }
   if (!launch) return true;
-  if (!lr.tensor.defined()) {
-    lr.tensor = at::full({1}, o.lr(), params.front().options().dtype(at::kFloat));
-    lr.value = o.lr();
-  }
   for (AdadeltaParamState* st : states) st->step(st->step() + 1);  // bookkeeping only: unused by the update
   detail::AdadeltaFusedOptions fo;
   fo.lr = static_cast<float>(o.lr());
@@ -52,11 +46,8 @@ bool Adadelta::kernel_update(size_t group_index, const std::vector<torch::Tensor
   fo.eps = static_cast<float>(o.eps());
   fo.weight_decay = static_cast<float>(o.weight_decay());
   fo.maximize = o.maximize();
-  if (!capturing && lr.value != o.lr()) {  // an eager step with a new rate: one small copy
-    lr.tensor.fill_(o.lr());
-    lr.value = o.lr();
-  }
-  fo.lr_device = lr.tensor.const_data_ptr<float>();
+  // An eager step with a new rate writes it (one small fill); a captured one reads what sync_lr() wrote.
+  fo.lr_device = device_lr(group_index, device, /*refresh=*/!capturing).const_data_ptr<float>();
   if (launcher != nullptr) {
     launcher->apply(tensors.data(), static_cast<int>(tensors.size()), fo);
     return true;

@@ -6,8 +6,8 @@
 
 #include "cuda/nccl_calls.h"
 #include "cuda/peer_reduce.h"
-#include "process_group_impl.h"
-#include "train/log.h"
+#include "dist/process_group_impl.h"
+#include "train/base/log.h"
 
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>

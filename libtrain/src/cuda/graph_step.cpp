@@ -8,16 +8,14 @@
 #include "cuda/optimizer_epilogues.h"
 #include "cuda/shard_graph.h"
 #include "cuda/step_inputs.h"
-#include "fused_adam_buckets.h"
-#include "nonfinite.h"
-#include "sharded_optimizer.h"
+#include "optim/device_rates.h"
+#include "stops/nonfinite.h"
+#include "optim/sharded_optimizer.h"
 #include "step/grad_clip.h"
 #include "step/train_step.h"
-#include "train/adadelta.h"
-#include "train/fused_optim.h"
-#include "train/log.h"
+#include "train/base/log.h"
 #include "train/process_group.h"
-#include "unique_params.h"
+#include "optim/unique_params.h"
 
 #include <ATen/cuda/CUDAGraph.h>
 #include <ATen/ops/empty.h>
@@ -65,10 +63,10 @@ class CudaGraphStep : public TrainStep {
  public:
   CudaGraphStep(const StepParts& parts, int64_t batch, int warmup)
       : parts_(parts), batch_(batch), warmup_(warmup), eager_(make_eager_step(parts)),
-        gather_in_graph_(parts.data->capturable()) {}
+        gather_in_graph_(parts.data != nullptr && parts.data->capturable()) {}
 
-  at::Tensor run(const at::Tensor& order, int64_t start, int64_t len) override {
-    if (len != batch_ || failed_) {
+  at::Tensor run(const StepBatch& batch) override {
+    if (batch.size() != batch_ || failed_) {
       // The epoch's last, smaller batch runs eagerly, in gradients of its own; the graphs keep
       // using theirs.
       release_grads();
@@ -78,35 +76,35 @@ class CudaGraphStep : public TrainStep {
         if (auto hooks = comm_->eager_hooks()) {
           UseHooks use(*parts_.reducer, std::move(*hooks));
           parts_.optimizer->zero_grad();
-          at::Tensor loss = accumulate_backward(parts_, batches_of(parts_, order, start, len));
+          at::Tensor loss = accumulate_backward(parts_, batches_of(parts_, batch));
           parts_.reducer->finish();
           update(parts_);
           return loss;
         }
       }
-      return eager_->run(order, start, len);
+      return eager_->run(batch);
     }
     if (!graph_ && eager_steps_ < warmup_) {
       // Warm-up on the stream the capture will use (the Trainer made a non-default stream current
       // for the whole run), so what it sets up lazily (cuBLAS workspaces, NCCL communicators,
       // optimizer state) exists before the capture starts.
       ++eager_steps_;
-      return eager_->run(order, start, len);
+      return eager_->run(batch);
     }
     bool captured_now = false;
     if (!graph_) {
-      if (!capture_all(order, start)) {
+      if (!capture_all(batch)) {
         // This step's batch was already drawn for the capture: train on it, not on a new draw.
-        return gather_in_graph_ || inputs_.empty() ? eager_->run(order, start, len) : step_on(parts_, fixed_batches());
+        return gather_in_graph_ || inputs_.empty() ? eager_->run(batch) : step_on(parts_, fixed_batches());
       }
       captured_now = true;
     }
     if (gather_in_graph_) {
-      queue_inputs(order, start);
+      queue_inputs(batch);
     } else if (!captured_now) {
-      // A dataset the graph can't capture (random augmentation, host state) gathers eagerly
-      // into the graph's fixed inputs.
-      const StepBatches step = batches_of(parts_, order, start, batch_);
+      // A batch made outside the step (a loader's), or a dataset the graph can't capture (random
+      // augmentation, host state), gathered eagerly: copied into the graph's fixed inputs.
+      const StepBatches step = batches_of(parts_, batch);
       for (size_t i = 0; i < inputs_.size(); ++i) {
         const Batch b = step.gather(i);
         inputs_[i].inputs.copy_(b.inputs, /*non_blocking=*/true);
@@ -123,18 +121,18 @@ class CudaGraphStep : public TrainStep {
     return loss_;
   }
 
-  // Adadelta's fused kernel reads the rate from the device: the graph follows a new rate once it
-  // is copied there. Any other optimizer's rate is baked into the graph: capture again.
+  // libtrain's Adadelta and fused optimizers read the rate from the device: the graph follows a
+  // new rate once it is written there. Any other optimizer's rate is baked into the graph: capture again.
   void lr_changed() override {
     if (parts_.shard != nullptr) {
       if (!parts_.shard->follow_rates()) release();  // the shard's optimizer steps, not the run's
       return;
     }
-    auto* on_device = dynamic_cast<optim::DeviceStateOptimizer*>(parts_.optimizer);
+    optim::DeviceStateOptimizer* on_device = optim::device_state(*parts_.optimizer);
     if (on_device != nullptr && on_device->lr_on_device()) {
-      // The captured update reads the rate from the device. A fused optimizer's goes there with
-      // the next replay's indices, in one kernel (queue_inputs); an eager step or a capture before
-      // then writes it first itself.
+      // The captured update reads the rate from the device. It goes there with the next replay's
+      // indices, in one kernel (queue_inputs); an eager step or a capture before then writes it
+      // first itself.
       if (!rates_with_inputs()) on_device->sync_lr();
     } else {
       release();
@@ -173,12 +171,12 @@ class CudaGraphStep : public TrainStep {
   // Captures the step (graph_, and update_ for "between"); with several ranks, all of them agree
   // that every capture worked. False: the step runs eagerly from now on, on every rank (a rank
   // replaying NCCL calls that another rank makes eagerly would pair different collectives).
-  bool capture_all(const at::Tensor& order, int64_t start) {
+  bool capture_all(const StepBatch& batch) {
     std::string error;
     // A rate left for queue_inputs() goes to the device now: a capture must not take its write.
-    if (auto* on_device = dynamic_cast<optim::DeviceStateOptimizer*>(parts_.optimizer)) on_device->sync_lr();
+    if (optim::DeviceStateOptimizer* on_device = optim::device_state(*parts_.optimizer)) on_device->sync_lr();
     try {
-      prepare_capture(order, start);
+      prepare_capture(batch);
       if (parts_.reducer == nullptr || parts_.world_size == 1) {
         // One rank (also DDP over one, --ddp-single-rank: the average is the gradient itself).
         Unreduced off(parts_.reducer);
@@ -195,7 +193,7 @@ class CudaGraphStep : public TrainStep {
       error = error.substr(0, error.find('\n'));
     }
     if (parts_.world_size > 1) {
-      at::Tensor failed = at::full({1}, error.empty() ? 0.0 : 1.0, order.options().dtype(at::kFloat));
+      at::Tensor failed = at::full({1}, error.empty() ? 0.0 : 1.0, loss_sum_options().dtype(at::kFloat));
       parts_.process_group->allreduce_sum(failed);
       if (failed.item<float>() > 0 && error.empty()) error = "another rank could not capture its step";
     }
@@ -211,21 +209,25 @@ class CudaGraphStep : public TrainStep {
     return false;
   }
 
-  // Whether a fused optimizer's new rates wait for queue_inputs() (lr_changed()).
+  // Options of a small tensor on the step's device.
+  at::TensorOptions loss_sum_options() const { return parts_.loss_sum->options(); }
+
+  // Whether the optimizer's new rates wait for queue_inputs() (lr_changed()).
   bool rates_with_inputs() const {
     return gather_in_graph_ && parts_.shard == nullptr && step_inputs_available() &&
-           dynamic_cast<const optim::FusedOptimizer*>(parts_.optimizer) != nullptr;
+           optim::device_state(*parts_.optimizer) != nullptr;
   }
 
   // The next replay's indices (this step's slice of the epoch's order) and the rates the schedule
   // changed since the last replay: one kernel (step_inputs.h) where it applies, else a copy and
   // the optimizer's fills.
-  void queue_inputs(const at::Tensor& order, int64_t start) {
-    const at::Tensor slice = order.narrow(0, start, batch_);
-    std::vector<details::FusedAdamBuckets::RateWrite> rates;
+  void queue_inputs(const StepBatch& batch) {
+    const at::Tensor& slice = batch.indices;
+    optim::DeviceStateOptimizer* on_device = optim::device_state(*parts_.optimizer);
+    std::vector<details::DeviceRates::Write> rates;
     if (rates_with_inputs() && slice.is_contiguous() && slice.scalar_type() == at::kLong &&
         indices_.scalar_type() == at::kLong && indices_.is_contiguous() &&
-        details::FusedAdamBuckets::take_rate_writes(*parts_.optimizer, kStepInputRates, &rates)) {
+        optim::take_rate_writes(*on_device, kStepInputRates, &rates)) {
       StepInputs in;
       in.indices = indices_.mutable_data_ptr<int64_t>();
       in.order = slice.const_data_ptr<int64_t>();
@@ -236,7 +238,7 @@ class CudaGraphStep : public TrainStep {
       }
       if (step_inputs_launch(in, c10::cuda::getCurrentCUDAStream().stream()) == 0) return;
       for (const auto& r : rates) r.tensor.fill_(r.value);  // taken as written: write them
-    } else if (auto* on_device = dynamic_cast<optim::DeviceStateOptimizer*>(parts_.optimizer)) {
+    } else if (on_device != nullptr) {
       on_device->sync_lr();
     }
     indices_.copy_(slice, /*non_blocking=*/true);
@@ -245,14 +247,15 @@ class CudaGraphStep : public TrainStep {
   // The indices of the step about to be captured in their fixed tensor, and the device idle.
   // Capture runs on the current stream (never the legacy default stream: the Trainer made a pool
   // stream current).
-  void prepare_capture(const at::Tensor& order, int64_t start) {
-    if (!indices_.defined()) indices_ = at::empty({batch_}, order.options());
-    indices_.copy_(order.narrow(0, start, batch_));
-    if (!gather_in_graph_) {
-      at_phase(parts_, "Dataset::get_batch");
+  void prepare_capture(const StepBatch& batch) {
+    if (gather_in_graph_) {
+      if (!indices_.defined()) indices_ = at::empty({batch_}, batch.indices.options());
+      indices_.copy_(batch.indices);
+    } else {
+      const StepBatches step = batches_of(parts_, batch);
       inputs_.clear();
-      for (const auto& [off, len] : micro_spans(parts_, batch_)) {
-        const Batch b = parts_.data->get_batch(indices_.narrow(0, off, len));
+      for (size_t i = 0; i < step.spans.size(); ++i) {
+        const Batch b = step.gather(i);
         inputs_.push_back({b.inputs.clone(), b.targets.clone()});  // fixed addresses, outside the graph's pool
       }
     }
@@ -289,15 +292,10 @@ class CudaGraphStep : public TrainStep {
   void capture() {
     parts_.optimizer->zero_grad();
     graph_ = new_graph();
-    graph_->capture_begin();
-    try {
+    capture_into(*graph_, begin_global, [&] {
       loss_ = step_on(parts_, graph_batches());
       if (parts_.watch != nullptr) parts_.watch->note_in_capture(loss_);
-    } catch (...) {
-      abandon_capture(*graph_);
-      throw;
-    }
-    end_capture(*graph_);
+    });
     keep_norms();
   }
 
@@ -366,20 +364,14 @@ class CudaGraphStep : public TrainStep {
     c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream();
     graph_ = new_graph();
     UseHooks use(*parts_.reducer, comm_->capture_hooks());
-    // Thread-local capture: c10d's watchdog thread keeps polling earlier collectives' events.
-    graph_->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
-    try {
+    capture_into(*graph_, begin_thread_local, [&] {
       comm_->begin(stream);
       loss_ = accumulate_backward(parts_, graph_batches());
       parts_.reducer->finish();
       comm_->join();
       if (!comm_->updated_in_buckets()) update(parts_);
       if (parts_.watch != nullptr) parts_.watch->note_in_capture(loss_);
-    } catch (...) {
-      abandon_capture(*graph_);
-      throw;
-    }
-    end_capture(*graph_);
+    });
     keep_norms();
   }
 
@@ -397,8 +389,7 @@ class CudaGraphStep : public TrainStep {
     UseHooks use(*parts_.reducer, parts_.reducer->all_buckets(comm, /*manual=*/true));
     UseCollectives collectives(*comm, shard_graph_);
     graph_ = new_graph();
-    graph_->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
-    try {
+    capture_into(*graph_, begin_thread_local, [&] {
       shard_graph_->begin(c10::cuda::getCurrentCUDAStream());
       comm->zero_grads();
       loss_ = accumulate_backward(parts_, graph_batches());
@@ -408,11 +399,7 @@ class CudaGraphStep : public TrainStep {
       // all-gather lands in the flat buffers that the gradients view.
       if (parts_.watch != nullptr) parts_.watch->note_in_capture(loss_);
       update(parts_);
-    } catch (...) {
-      abandon_capture(*graph_);
-      throw;
-    }
-    end_capture(*graph_);
+    });
     keep_norms();
   }
 
@@ -423,27 +410,18 @@ class CudaGraphStep : public TrainStep {
     graph_ = new_graph();
     {
       Unreduced off(parts_.reducer);
-      graph_->capture_begin();
-      try {
+      capture_into(*graph_, begin_global, [&] {
         flat_grads_.zero_();  // the gradients stay views of the flat buffer
         loss_ = accumulate_backward(parts_, graph_batches());
-      } catch (...) {
-        abandon_capture(*graph_);
-        throw;
-      }
-      end_capture(*graph_);
+      });
     }
     update_ = new_graph();
-    update_->capture_begin(graph_->pool());
-    try {
+    const auto pool = graph_->pool();
+    capture_into(*update_, [pool](at::cuda::CUDAGraph& g) { g.capture_begin(pool); }, [&] {
       flat_grads_.div_(static_cast<double>(parts_.world_size));
       update(parts_);
       if (parts_.watch != nullptr) parts_.watch->note_in_capture(loss_);
-    } catch (...) {
-      abandon_capture(*update_);
-      throw;
-    }
-    end_capture(*update_);
+    });
     keep_norms();
   }
 
@@ -467,6 +445,27 @@ class CudaGraphStep : public TrainStep {
       graph.capture_end();
     } catch (...) {
     }
+  }
+
+  // How a capture begins: on the current stream, in the global mode, in a pool of its own; or
+  // thread-local (c10d's watchdog thread keeps polling earlier collectives' events meanwhile).
+  static void begin_global(at::cuda::CUDAGraph& graph) { graph.capture_begin(); }
+  static void begin_thread_local(at::cuda::CUDAGraph& graph) {
+    graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+  }
+
+  // Captures `body` into `graph`, begun by `begin`: a body that throws abandons the capture, else
+  // the capture ends as end_capture() says.
+  template <class Begin, class Body>
+  static void capture_into(at::cuda::CUDAGraph& graph, Begin&& begin, Body&& body) {
+    begin(graph);
+    try {
+      body();
+    } catch (...) {
+      abandon_capture(graph);
+      throw;
+    }
+    end_capture(graph);
   }
 
   StepParts parts_;

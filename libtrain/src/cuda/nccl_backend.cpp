@@ -1,7 +1,7 @@
 // The NCCL backend of train::ProcessGroup (process_group.cpp builds Gloo's): c10d's
 // ProcessGroupNCCL bound to this rank's GPU, and its communicator for the captured step's own
 // NCCL calls, and torch's NCCL flight recorder for the roll-call (rollcall.h). CUDA builds only.
-#include "process_group_impl.h"
+#include "dist/process_group_impl.h"
 
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>

@@ -1,7 +1,7 @@
 // The non-finite watch's note as one CUDA kernel launch (nonfinite.h, cuda/nonfinite_fused.h)
 // where libtrain's kernels are built and the tensors qualify; otherwise the ATen ops run.
 // CUDA builds only; cpu/nonfinite_no_kernel.cpp stands in elsewhere.
-#include "nonfinite.h"
+#include "stops/nonfinite.h"
 
 #include "cuda/nonfinite_fused.h"
 #include "step/grad_clip.h"

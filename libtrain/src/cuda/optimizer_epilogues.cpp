@@ -1,12 +1,11 @@
 // The fused optimizers' updates as a gradient bucket's epilogue (optimizer_epilogues.h).
 #include "cuda/optimizer_epilogues.h"
 
-#include "adadelta_kernel.h"
 #include "cuda/adadelta_peer.h"
 #include "cuda/adam_peer.h"
-#include "fused_adam_buckets.h"
-#include "train/fused_optim.h"
-#include "train/log.h"
+#include "optim/adadelta_kernel.h"
+#include "optim/fused_adam_buckets.h"
+#include "train/base/log.h"
 
 #include <c10/util/Exception.h>
 
@@ -112,13 +111,10 @@ class AdamEpilogue : public BucketEpilogue {
 
 std::shared_ptr<BucketEpilogue> bucket_epilogue_of(torch::optim::Optimizer& optimizer,
                                                    const std::vector<at::Tensor>& params) {
-  if (auto* adadelta = dynamic_cast<optim::Adadelta*>(&optimizer)) {
+  if (optim::Adadelta* adadelta = details::AdadeltaKernel::of(optimizer)) {
     return std::make_shared<AdadeltaEpilogue>(*adadelta, params);
   }
-  const bool adam = dynamic_cast<optim::FusedAdam*>(&optimizer) != nullptr;
-  if (adam || dynamic_cast<optim::FusedAdamW*>(&optimizer) != nullptr) {
-    return std::make_shared<AdamEpilogue>(optimizer, params);
-  }
+  if (details::FusedAdamBuckets::is_fused_adam(optimizer)) return std::make_shared<AdamEpilogue>(optimizer, params);
   return nullptr;
 }
 

@@ -1,7 +1,7 @@
 // The peer all-reduce's set-up (peer_reduce.h). CUDA builds only.
 #include "cuda/peer_reduce.h"
 
-#include "process_group_impl.h"
+#include "dist/process_group_impl.h"
 
 #include <c10/util/Exception.h>
 

@@ -2,7 +2,7 @@
 #include "cuda/shard_graph.h"
 
 #include "cuda/nccl_calls.h"
-#include "process_group_impl.h"
+#include "dist/process_group_impl.h"
 
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>

@@ -2,8 +2,8 @@
 // every step, and the GPU-only flags are errors.
 #include "device/train_device.h"
 
-#include "train/error.h"
-#include "train/device.h"
+#include "train/base/error.h"
+#include "train/base/device.h"
 
 #include <torch/cuda.h>
 

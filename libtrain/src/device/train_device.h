@@ -5,7 +5,7 @@
 #pragma once
 
 #include "train/config.h"
-#include "train/env.h"
+#include "train/base/env.h"
 #include "train/process_group.h"
 
 #include <ATen/core/Tensor.h>

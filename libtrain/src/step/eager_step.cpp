@@ -2,10 +2,10 @@
 #include "step/train_step.h"
 
 #include "comm/reducer.h"
-#include "rollcall.h"
-#include "sharded_optimizer.h"
+#include "health/rollcall.h"
+#include "optim/sharded_optimizer.h"
 #include "step/grad_clip.h"
-#include "user_code.h"
+#include "trainer/user_code.h"
 
 #include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
@@ -20,9 +20,13 @@ void at_phase(const StepParts& p, const char* phase) {
   if (p.context != nullptr) p.context->phase = phase;
 }
 
-Batch get_batch(const StepParts& p, const at::Tensor& order, int64_t start, int64_t len) {
+Batch get_batch(const StepParts& p, const StepBatch& batch, int64_t start, int64_t len) {
+  if (!batch.indices.defined()) {
+    const bool whole = start == 0 && len == batch.batch.inputs.size(0);
+    return whole ? batch.batch : Batch{batch.batch.inputs.narrow(0, start, len), batch.batch.targets.narrow(0, start, len)};
+  }
   at_phase(p, "Dataset::get_batch");
-  Batch b = p.data->get_batch(order.narrow(0, start, len));
+  Batch b = p.data->get_batch(batch.indices.narrow(0, start, len));
   if (p.context != nullptr) check_batch_shape(b, len, *p.context);  // sizes only: no device sync
   return b;
 }
@@ -96,12 +100,11 @@ std::vector<std::pair<int64_t, int64_t>> micro_spans(const StepParts& p, int64_t
   return spans;
 }
 
-StepBatches batches_of(const StepParts& p, const at::Tensor& order, int64_t start, int64_t len) {
+StepBatches batches_of(const StepParts& p, const StepBatch& batch) {
+  if (batch.ready) batch.ready();
   StepBatches b;
-  b.spans = micro_spans(p, len);
-  b.gather = [&p, order, start, spans = b.spans](size_t i) {
-    return get_batch(p, order, start + spans[i].first, spans[i].second);
-  };
+  b.spans = micro_spans(p, batch.size());
+  b.gather = [&p, batch, spans = b.spans](size_t i) { return get_batch(p, batch, spans[i].first, spans[i].second); };
   return b;
 }
 
@@ -166,9 +169,7 @@ namespace {
 class EagerStep : public TrainStep {
  public:
   explicit EagerStep(const StepParts& parts) : parts_(parts) {}
-  at::Tensor run(const at::Tensor& order, int64_t start, int64_t len) override {
-    return step_on(parts_, batches_of(parts_, order, start, len));
-  }
+  at::Tensor run(const StepBatch& batch) override { return step_on(parts_, batches_of(parts_, batch)); }
   std::string describe() const override { return parts_.bf16 ? "eager, bf16 autocast" : "eager"; }
 
  private:

@@ -1,9 +1,10 @@
-// The training step as one unit: gather the batch, forward, loss, backward (the gradients averaged
+// The training step as one unit: the batch it is handed (or its gather), forward, loss, backward (the gradients averaged
 // over the ranks by the reducer's hooks), optimizer step, loss added up on the device. Eager
 // (eager_step.cpp), or captured once in a CUDA graph and replayed (cuda/graph_step.cpp).
 #pragma once
 
 #include "train/config.h"
+#include "data/step_batch.h"
 #include "train/data.h"
 #include "train/loss.h"
 #include "train/model_handle.h"
@@ -41,7 +42,7 @@ enum class GraphAverage {
 class NonFiniteWatch;  // nonfinite.h
 
 struct StepParts {
-  Dataset* data = nullptr;
+  Dataset* data = nullptr;  ///< gathers StepBatch::indices; null when every batch comes made
   ModelHandle* model = nullptr;
   torch::optim::Optimizer* optimizer = nullptr;
   const LossFn* loss = nullptr;
@@ -98,9 +99,9 @@ void at_phase(const StepParts& p, const char* phase);
 class TrainStep {
  public:
   virtual ~TrainStep() = default;
-  /// One optimizer step on the samples order[start, start + len) (int64 indices on the device).
+  /// One optimizer step on `batch`'s samples.
   /// @return the step's mean loss, on the device; reading it waits for the device.
-  virtual at::Tensor run(const at::Tensor& order, int64_t start, int64_t len) = 0;
+  virtual at::Tensor run(const StepBatch& batch) = 0;
   /// The learning rate changed: a captured step follows it (the optimizer reads it from the
   /// device) or is captured again.
   virtual void lr_changed() {}
@@ -128,12 +129,13 @@ std::unique_ptr<TrainStep> make_cuda_graph_step(const StepParts& parts, int64_t 
 /// forward + loss (under bf16 autocast when asked) and backward of `weight` x the loss; the loss
 /// (unweighted) is added to the sum unless `add_to_sum` is false.
 at::Tensor forward_backward(const StepParts& p, const Batch& b, bool add_to_sum = true, double weight = 1);
-/// Dataset::get_batch on order[start, start + len), noted as the step's phase.
-Batch get_batch(const StepParts& p, const at::Tensor& order, int64_t start, int64_t len);
+/// The samples [start, start + len) of `batch`: Dataset::get_batch of its indices (noted as the
+/// step's phase), or a view of the batch it carries.
+Batch get_batch(const StepParts& p, const StepBatch& batch, int64_t start, int64_t len);
 /// The micro-batches' spans of a step of `len` samples (one span without --accumulate-steps).
 std::vector<std::pair<int64_t, int64_t>> micro_spans(const StepParts& p, int64_t len);
-/// The step's samples order[start, start + len), each micro-batch gathered when its turn comes.
-StepBatches batches_of(const StepParts& p, const at::Tensor& order, int64_t start, int64_t len);
+/// The step's samples, each micro-batch gathered when its turn comes (after `batch.ready`).
+StepBatches batches_of(const StepParts& p, const StepBatch& batch);
 /// forward + backward of each micro-batch, its loss weighted by its share of the step's samples
 /// (1/N for a full step), the reducer off for all but the last (whose backward averages the sum).
 /// Returns the step's loss (the weighted sum), added to the sum unless `add_to_sum` is false. One

@@ -9,9 +9,9 @@
 #include "sequences.h"
 
 #include <train/cli.h>
-#include <train/error.h>
+#include <train/base/error.h>
 #include <train/fused_optim.h>
-#include <train/log.h>
+#include <train/base/log.h>
 #include <train/trainer.h>
 
 #include <CLI/CLI.hpp>

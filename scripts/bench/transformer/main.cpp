@@ -8,9 +8,9 @@
 #include "tokens.h"
 
 #include <train/cli.h>
-#include <train/error.h>
+#include <train/base/error.h>
 #include <train/fused_optim.h>
-#include <train/log.h>
+#include <train/base/log.h>
 #include <train/trainer.h>
 
 #include <ATen/ops/argmax.h>

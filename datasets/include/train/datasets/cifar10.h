@@ -2,7 +2,7 @@
 // test_batch.bin) and the Python version torchvision downloads (cifar-10-batches-py).
 #pragma once
 
-#include "train/catalog.h"
+#include "train/catalog/catalog.h"
 #include "train/datasets/dataset.h"
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 // In-memory datasets: the whole split decoded once into one image tensor and one label tensor.
 #pragma once
 
-#include "train/catalog.h"
+#include "train/catalog/catalog.h"
 
 #include <ATen/core/Tensor.h>
 

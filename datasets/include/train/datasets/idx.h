@@ -1,7 +1,7 @@
 // Reader for the IDX format of MNIST and Fashion-MNIST (raw or gzip-compressed).
 #pragma once
 
-#include "train/catalog.h"
+#include "train/catalog/catalog.h"
 #include "train/datasets/dataset.h"
 
 #include <cstdint>

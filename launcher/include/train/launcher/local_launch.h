@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "train/env.h"
+#include "train/base/env.h"
 
 namespace train {
 

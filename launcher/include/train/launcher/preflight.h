@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "train/catalog.h"
-#include "train/device.h"
-#include "train/env.h"
+#include "train/catalog/catalog.h"
+#include "train/base/device.h"
+#include "train/base/env.h"
 
 namespace train {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "train/run_record.h"
+#include "train/base/run_record.h"
 
 namespace train {
 

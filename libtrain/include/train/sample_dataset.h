@@ -1,0 +1,41 @@
+// A dataset read one sample at a time, on the loader's threads: the API for data that is not held
+// in memory (files read or memory-mapped per sample). Dataset (train/data.h) stays the API for data
+// held whole on the device, whose gather a CUDA graph may capture.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace train {
+
+/// One sample: the model's input and the loss's target, as CPU tensors. Every sample of a dataset
+/// has the same shapes and dtypes (the loader collates them into fixed batch buffers).
+struct Sample {
+  at::Tensor input;   ///< e.g. float32 [C, H, W], or int64 [seq_len] tokens
+  at::Tensor target;  ///< e.g. int64 [] (a class index), or int64 [seq_len] (the next tokens)
+};
+
+/// What the loader needs of a dataset read sample by sample. Implement it for your own format.
+///
+/// get() is called from several loader threads at once, for different indices: it must be safe
+/// to call concurrently (read with pread or from a memory map, not through one shared stream
+/// position). It may block on the file system: that is what the loader's threads are for.
+class SampleDataset {
+ public:
+  virtual ~SampleDataset() = default;
+
+  /// Number of samples.
+  virtual int64_t size() const = 0;
+
+  /// The sample at `index` (0 <= index < size()), as CPU tensors of the dataset's fixed shapes.
+  /// @throws train::DataError for a sample that can't be read, naming the file and the index.
+  virtual Sample get(int64_t index) = 0;
+
+  /// A name for logs and errors, e.g. "tokens:/data/train.bin".
+  virtual std::string name() const { return "data"; }
+};
+
+}  // namespace train

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# A refactor's numbers on one GPU, in one device call: builds this tree (build-gpu/) and a base
+# tree (BASE, default .base/: `git archive` of the commit before the refactor, unpacked there) against
+# the machine's torch, in parallel, then runs
+#   - gpu_train_test's TrainGpu.* (graph == eager, fused optimizers, resume): the hashes of docs/gpu.md;
+#   - scripts/bench/ab_compare.py: `train` (MNIST) at 1x64 and 1x512 and gru_bench at 1x64, base (A)
+#     against this tree (B), alternating, REPEATS times: steady images/s, the ratio, the same bits.
+# Output in $OUT. Example (the device tool; .deps from scripts/gpu-deps.sh):
+#   git archive eef82d1 | (mkdir -p .base && tar -x -C .base)
+#   OUT=/tmp/out scripts/bench/refactor_check.sh
+set -u
+OUT=${OUT:-$PWD/logs/gpu}
+BASE=${BASE:-$PWD/.base}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TRAIN_FASHION_MNIST_DIR=$PWD/.deps/fashion-mnist
+nvidia-smi -L | tee $OUT/machine.txt
+tp=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+jobs=$(( $(nproc) / 2 ))
+build() {  # src dir, build dir, targets...
+  local src=$1 dir=$2; shift 2
+  [ -f $dir/build.ninja ] || cmake -S $src -B $dir -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAIN_USE_CCACHE=OFF \
+    -DCMAKE_PREFIX_PATH="$PWD/.deps/usr;$tp" > $OUT/configure-$(basename $dir).log 2>&1 || return 1
+  cmake --build $dir -j $jobs $(for t in "$@"; do printf -- '--target %s ' $t; done) > $OUT/build-$(basename $dir).log 2>&1
+}
+t0=$(date +%s)
+build . build-gpu train_program trainctl gru_bench gpu_train_test & new=$!
+build $BASE build-base train_program trainctl gru_bench & base=$!
+wait $new; rc_new=$?; wait $base; rc_base=$?
+echo "built in $(( $(date +%s) - t0 )) s (this tree rc=$rc_new, base rc=$rc_base)"
+[ $rc_new = 0 ] || { grep -E "error" -A3 $OUT/build-build-gpu.log | head -40; exit 1; }
+[ $rc_base = 0 ] || { grep -E "error" -A3 $OUT/build-build-base.log | head -40; exit 1; }
+for part in ${PARTS:-tests ab gru}; do
+  case $part in
+  tests)
+    (cd build-gpu && timeout ${TESTS_TIMEOUT:-240} ./tests/gpu_train_test --gtest_filter="${GPU_FILTER:-TrainGpu.*}" \
+      > $OUT/gpu_train_test.log 2>&1; echo "gpu_train_test rc=$?")
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) |OK \]|FAILED \]|params_sha256|sha" $OUT/gpu_train_test.log | head -40 ;;
+  ab)
+    python3 scripts/bench/ab_compare.py --a build-base --b build-gpu --data .deps/fashion-mnist \
+      --configs ${AB_CONFIGS:-1x64,1x512} --repeats ${REPEATS:-2} --epochs 3 2>&1 | tee $OUT/ab_mnist.txt ;;
+  gru)
+    python3 scripts/bench/ab_compare.py --a build-base --b build-gpu --data - --program gru_bench \
+      --configs 1x64 --repeats ${REPEATS:-2} --epochs 3 2>&1 | tee $OUT/ab_gru.txt ;;
+  esac
+done

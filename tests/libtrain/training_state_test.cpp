@@ -1,0 +1,105 @@
+// The checkpoint schema (libtrain/src/checkpoint/training_state.cpp) and the LR schedule's record
+// in it: the schedule's own state, written and given back through the state's hooks, and an older
+// checkpoint's rate (progress/lr) given back the same way. Runs on any CPU, no files.
+#include "train/training_state.h"
+
+#include "train/base/error.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <functional>
+#include <sstream>
+
+namespace {
+
+using train::TrainingState;
+
+// `out` as a checkpoint's reader gets it.
+torch::serialize::InputArchive read_back(torch::serialize::OutputArchive& out) {
+  std::stringstream bytes;
+  out.save_to(bytes);
+  torch::serialize::InputArchive in;
+  in.load_from(bytes);
+  return in;
+}
+
+// A model, an optimizer and the TrainingState over them.
+struct Trained {
+  torch::nn::Linear model;
+  torch::optim::SGD opt;
+  TrainingState state;
+  Trained() : model(torch::nn::Linear(3, 2)), opt(model->parameters(), torch::optim::SGDOptions(0.1)) {
+    state.model = model.get();
+    state.optimizer = &opt;
+    state.loss_sum = torch::zeros({}, torch::kDouble);
+    state.batch_size = 4;
+    state.shape_json = R"({"model":"linear"})";
+  }
+};
+
+// The rate a load_schedule hook was given ("lr" of its record); -1 before.
+struct ScheduleProbe {
+  double loaded = -1;
+  std::function<void(torch::serialize::InputArchive&)> hook() {
+    return [this](torch::serialize::InputArchive& record) {
+      torch::Tensor lr;
+      ASSERT_TRUE(record.try_read("lr", lr));
+      loaded = lr.item<double>();
+    };
+  }
+};
+
+TEST(TrainingState, TheScheduleKeepsItsOwnRecord) {
+  Trained a;
+  a.state.save_schedule = [](torch::serialize::OutputArchive& record) {
+    record.write("lr", torch::tensor({0.0375}, torch::kDouble));
+  };
+  torch::serialize::OutputArchive written;
+  a.state.save(written, at::kCPU);
+  torch::serialize::InputArchive read = read_back(written);
+  torch::serialize::InputArchive record;
+  ASSERT_TRUE(read.try_read("schedule", record));  // its own record, not a field of the progress
+  torch::Tensor progress_lr;
+  EXPECT_FALSE(read.try_read("progress/lr", progress_lr));
+
+  Trained b;
+  ScheduleProbe probe;
+  b.state.load_schedule = probe.hook();
+  b.state.load(read, at::kCPU);
+  EXPECT_DOUBLE_EQ(probe.loaded, 0.0375);
+}
+
+// A checkpoint written before the schedule had a record kept its rate as progress/lr: it resumes
+// with that rate, handed to the schedule as its record.
+TEST(TrainingState, AnOlderCheckpointGivesTheScheduleItsRate) {
+  Trained a;
+  torch::serialize::OutputArchive older;
+  a.state.save(older, at::kCPU);  // no save_schedule: no record
+  older.write("progress/lr", torch::tensor({0.0125}, torch::kDouble));
+  torch::serialize::InputArchive read = read_back(older);
+  Trained b;
+  ScheduleProbe probe;
+  b.state.load_schedule = probe.hook();
+  b.state.load(read, at::kCPU);
+  EXPECT_DOUBLE_EQ(probe.loaded, 0.0125);
+}
+
+TEST(TrainingState, ACheckpointWithoutTheSchedulesRecordIsACheckpointErrorForOneThatHasASchedule) {
+  Trained a;
+  torch::serialize::OutputArchive written;
+  a.state.save(written, at::kCPU);  // a hand-written loop's: no schedule
+  torch::serialize::InputArchive read = read_back(written);
+  Trained b;
+  ScheduleProbe probe;
+  b.state.load_schedule = probe.hook();
+  try {
+    b.state.load(read, at::kCPU);
+    FAIL() << "expected a train::CheckpointError";
+  } catch (const train::CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("the LR schedule's record"), std::string::npos) << e.what();
+  }
+  EXPECT_DOUBLE_EQ(probe.loaded, -1);
+}
+
+}  // namespace
