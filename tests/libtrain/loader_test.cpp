@@ -341,7 +341,9 @@ TEST(Loader, ThrowsTheFailingSamplesErrorAtItsBatch) {
       EXPECT_NE(what.find(std_error ? "is garbled" : "has a bad checksum"), std::string::npos) << what;
       EXPECT_NE(what.find("Hint: "), std::string::npos) << what;
       EXPECT_NE(what.find("--bad-samples skip"), std::string::npos) << what;
-      if (!std_error) EXPECT_NE(what.find("copy the file again."), std::string::npos) << what;
+      if (!std_error) {
+        EXPECT_NE(what.find("copy the file again."), std::string::npos) << what;
+      }
     }
   }
 }
@@ -512,6 +514,18 @@ TEST(Loader, CountsTheTimeSpentWaiting) {
   const double waited = loader->take_wait_seconds();
   EXPECT_GE(waited, 0.0);
   EXPECT_EQ(loader->wait_seconds(), 0.0);
+}
+
+TEST(Loader, SaysWhatItHolds) {
+  ToyData data(kSamples);
+  EXPECT_EQ(make_loader_feed(data, 1, 0, kSeed, options(1, 2))->summary(8),
+            "1 loader thread, 2 batches ahead; 3 buffers of 8 x (float32 [2, 3] + int64 []) = 0.8 KiB; "
+            "DistributedSampler's order");
+  LoaderOptions o = options(4, 1);
+  o.order_threshold = 10;
+  EXPECT_EQ(make_loader_feed(data, 1, 0, kSeed, o)->summary(8),
+            "4 loader threads, 1 batch ahead; 2 buffers of 8 x (float32 [2, 3] + int64 []) = 0.5 KiB; "
+            "the scalable order (above 10 samples)");
 }
 
 TEST(Loader, RefusesBadOptionsAndOutOfOrderCalls) {

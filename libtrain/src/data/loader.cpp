@@ -195,6 +195,23 @@ class Loader : public LoaderFeed {
     return std::exchange(wait_seconds_, 0.0);
   }
 
+  std::string summary(int64_t step_samples) const override {
+    const double bytes = static_cast<double>(nslots() * step_samples) *
+                         static_cast<double>(reference_.input.nbytes() + reference_.target.nbytes());
+    constexpr double kMiB = 1024.0 * 1024.0, kGiB = 1024.0 * kMiB;
+    std::ostringstream s;
+    s.setf(std::ios::fixed);
+    s.precision(1);
+    s << options_.workers << " loader thread" << (options_.workers == 1 ? "" : "s") << ", " << options_.prefetch
+      << " batch" << (options_.prefetch == 1 ? "" : "es") << " ahead; " << nslots() << " buffers of " << step_samples
+      << " x (" << describe(reference_.input) << " + " << describe(reference_.target) << ") = "
+      << (bytes >= kGiB ? bytes / kGiB : bytes >= kMiB ? bytes / kMiB : bytes / 1024.0)
+      << (bytes >= kGiB ? " GiB" : bytes >= kMiB ? " MiB" : " KiB") << (pin_ ? ", pinned" : "") << "; "
+      << (order_.exact() ? "DistributedSampler's order" : "the scalable order (above " +
+                                                              std::to_string(options_.order_threshold) + " samples)");
+    return s.str();
+  }
+
  private:
   // One batch's place in the ring. `batch` and `ready` change under mu_; the rest is written by
   // the worker that claimed the slot, before it sets `ready`, and read by the consumer after.
@@ -331,7 +348,7 @@ class Loader : public LoaderFeed {
       Slot* slot = nullptr;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        room_.wait(lock, [&] { return stop_ || b < b0_ + consumed_ + options_.prefetch + 1; });
+        room_.wait(lock, [&] { return stop_ || b < b0_ + consumed_ + options_.prefetch; });
         if (stop_) return;
         slot = &slots_[static_cast<size_t>(b % nslots())];
         slot->batch = b;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace train::detail {
@@ -94,6 +95,10 @@ class LoaderFeed : public BatchFeed {
   virtual double wait_seconds() const = 0;
   /// wait_seconds(), and starts counting again from 0 (the trainer's data-wait per log interval).
   virtual double take_wait_seconds() = 0;
+  /// One line for the log: threads, prefetch, the host buffers' shapes and bytes for steps of
+  /// `step_samples`, pinned or not, and which order, e.g. "4 loader threads, 2 batches ahead; 3
+  /// buffers of 32 x (float32 [3, 64, 64] + int64 []) = 1.5 MiB, pinned; DistributedSampler's order".
+  virtual std::string summary(int64_t step_samples) const = 0;
 };
 
 /// The loader of `data` for `rank` of `world_size` (seeded with `seed`): the orders of
