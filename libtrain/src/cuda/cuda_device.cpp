@@ -39,7 +39,7 @@ class PinnedValue : public PendingValue {
 class CudaDevice : public TrainDevice {
  public:
   CudaDevice(const at::Device& device, const TrainConfig& c)
-      : TrainDevice(device), channels_last_(c.gpu.channels_last) {
+      : TrainDevice(device, traits_of(device)), channels_last_(c.gpu.channels_last) {
     // Work for rank r lands on cuda:r, and on a pool stream: a step can be captured on the
     // current stream (CUDA graphs can't capture the legacy default stream).
     c10::cuda::set_device(device.index());
@@ -55,10 +55,6 @@ class CudaDevice : public TrainDevice {
     at::globalContext().setBenchmarkCuDNN(c.gpu.cudnn_benchmark && !c.gpu.deterministic);
   }
 
-  bool gpu() const override { return true; }
-  bool bf16_supported() const override { return at::cuda::getDeviceProperties(device().index())->major >= 8; }
-
-  bool peer_kernels() const override { return peer_allreduce_available(); }
   bool peer_access(int peer) const override {
     const int self = device().index();
     int count = 0;
@@ -95,13 +91,21 @@ class CudaDevice : public TrainDevice {
   std::unique_ptr<PendingValue> read_later(const at::Tensor& scalar) const override {
     return std::make_unique<PinnedValue>(scalar);
   }
-  bool reads_at_once() const override { return false; }
-  int64_t stop_check_every() const override { return 20; }
-  // The flags are copied back without a host sync and read a check later: NCCL sums them on the
-  // device first, Gloo on the host once the copy has long arrived (one rank: no collective).
-  bool stop_flags_read_later() const override { return true; }
 
  private:
+  static DeviceTraits traits_of(const at::Device& device) {
+    DeviceTraits d;
+    d.gpu = true;
+    d.bf16 = at::cuda::getDeviceProperties(device.index())->major >= 8;
+    d.peer_kernels = peer_allreduce_available();
+    d.reads_at_once = false;
+    d.stop_check_every = 20;
+    // The flags are copied back without a host sync and read a check later: NCCL sums them on the
+    // device first, Gloo on the host once the copy has long arrived (one rank: no collective).
+    d.stop_flags_read_later = true;
+    return d;
+  }
+
   bool channels_last_;
 };
 

@@ -25,7 +25,7 @@ class ReadNow : public PendingValue {
 
 class CpuDevice : public TrainDevice {
  public:
-  explicit CpuDevice(const at::Device& device) : TrainDevice(device) {}
+  explicit CpuDevice(const at::Device& device) : TrainDevice(device, DeviceTraits{}) {}
 };
 
 // Flags that only mean something on a GPU: an error on the CPU rather than silently ignored.

@@ -28,6 +28,18 @@ class PendingValue {
   virtual double get() = 0;
 };
 
+/// What a device is and how the run treats it: the CPU's defaults, a GPU's in cuda_device.cpp.
+struct DeviceTraits {
+  bool gpu = false;             ///< a GPU: CUDA graphs, bf16 autocast and peer memory may apply
+  bool bf16 = false;            ///< it computes in bfloat16 (compute capability 8.0 or newer)
+  bool peer_kernels = false;    ///< this build has the GPUs' peer all-reduce kernel (and this is a GPU)
+  bool reads_at_once = true;    ///< a value is there at once: progress lines print immediately
+  /// How often (in steps) ranks agree on a stop; on a GPU the agreement costs a collective that
+  /// the host would otherwise wait for, so it runs every few steps.
+  int64_t stop_check_every = 1;
+  bool stop_flags_read_later = false;  ///< the stop flags are posted and read a check later, no host sync
+};
+
 class TrainDevice {
  public:
   virtual ~TrainDevice() = default;
@@ -43,12 +55,9 @@ class TrainDevice {
   static at::Device pick(const TrainConfig& config, const DistEnv& env);
 
   const at::Device& device() const { return device_; }
-  /// A GPU: CUDA graphs, bf16 autocast and peer memory may apply.
-  virtual bool gpu() const { return false; }
-  /// This GPU computes in bfloat16 (compute capability 8.0 or newer).
-  virtual bool bf16_supported() const { return false; }
-  /// This build has the GPUs' peer all-reduce kernel (and this is a GPU).
-  virtual bool peer_kernels() const { return false; }
+  /// What the device is and how the run treats it (fixed once the device is set up).
+  const DeviceTraits& traits() const { return traits_; }
+
   /// This GPU can read GPU `peer`'s memory directly (false where either isn't visible).
   virtual bool peer_access(int peer) const { (void)peer; return false; }
   /// The model just moved here, before the optimizer is built (CUDA: NHWC weights for
@@ -61,19 +70,13 @@ class TrainDevice {
   /// `scalar`'s value, read later without stalling the device (CUDA: a pinned copy and an event;
   /// the CPU reads it at once).
   virtual std::unique_ptr<PendingValue> read_later(const at::Tensor& scalar) const;
-  /// The value is there at once: print progress lines immediately instead of one later.
-  virtual bool reads_at_once() const { return true; }
-  /// How often (in steps) ranks agree on a stop; on a GPU the agreement costs a collective that
-  /// the host would otherwise wait for, so it runs every few steps.
-  virtual int64_t stop_check_every() const { return 1; }
-  /// The stop flags are posted and read a check later, without host syncs (else agreed at once).
-  virtual bool stop_flags_read_later() const { return false; }
 
  protected:
-  explicit TrainDevice(const at::Device& device) : device_(device) {}
+  TrainDevice(const at::Device& device, DeviceTraits traits) : device_(device), traits_(traits) {}
 
  private:
   at::Device device_;
+  DeviceTraits traits_;
 };
 
 /// CUDA builds: the CUDA device (cuda/cuda_device.cpp). Other builds: throws train::ConfigError.

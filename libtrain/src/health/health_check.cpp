@@ -69,7 +69,7 @@ double best_seconds(int iters, const std::function<void()>& once, const TrainDev
 // run's seeded results stay the same). TRAIN_FAULT_SLOW_NODE stretches the timed span.
 Gemm measure_gemm(const TrainDevice& dev, double slow_factor) {
   Gemm g;
-  g.n = dev.gpu() ? 4096 : 256;
+  g.n = dev.traits().gpu ? 4096 : 256;
   const auto opts = at::TensorOptions().dtype(at::kFloat).device(dev.device());
   const at::Tensor a = at::full({g.n, g.n}, 0.5, opts);
   const at::Tensor b = at::full({g.n, g.n}, 0.25, opts);
@@ -363,7 +363,7 @@ void run_health_check(const HealthCheckOptions& c, const DistEnv& env, ProcessGr
   const std::string node = node_name(env);
   const double net_factor = slow_node_factor(node, kSlowNodeNet);  // a malformed fault fails before any collective
   const Gemm gemm = measure_gemm(dev, slow_node_factor(node, kSlowNodeGemm));
-  const int64_t bytes = dev.gpu() ? (int64_t{256} << 20) : (int64_t{4} << 20);
+  const int64_t bytes = dev.traits().gpu ? (int64_t{256} << 20) : (int64_t{4} << 20);
   const int world = pg != nullptr ? pg->size() : 1;
   c10::intrusive_ptr<c10d::Store> store;
   if (pg != nullptr && world > 1) store = details::core_of(*pg).store;

@@ -221,7 +221,7 @@ void RunLog::progress(const StepDone& d) {
   flush();
   line->loss = dev_.read_later(d.loss);
   pending_ = std::move(line);
-  if (dev_.reads_at_once()) flush();
+  if (dev_.traits().reads_at_once) flush();
 }
 
 void RunLog::flush() {
@@ -237,7 +237,7 @@ void RunLog::print_line(const PendingLine& line, double l) {
             text::format("%.6f", l) + "\t" + text::format("%.0f", line.ips * spec_->units_per_sample) + " " + spec_->unit + "/s");
   MetricsRecord r{"train", line.epoch, line.step,
                   {{"loss", l}, {"lr", line.lr}, {"images_per_sec", line.ips}, {"step_seconds", line.step_seconds}}};
-  if (dev_.gpu()) r.values.emplace_back("peak_gpu_mb", dev_.peak_memory_mb());
+  if (dev_.traits().gpu) r.values.emplace_back("peak_gpu_mb", dev_.peak_memory_mb());
   write_metrics(std::move(r));
 }
 
@@ -253,7 +253,7 @@ void RunLog::epoch_line(const Progress& p, const EvalResult& ev, double images, 
                       {"images_per_sec", p.train_seconds > 0 ? p.images_total / p.train_seconds : 0.0},
                       {"epoch_images_per_sec", epoch_ips_.empty() ? 0.0 : epoch_ips_.back()},
                       {"epoch_seconds", epoch_seconds}, {"eval_seconds", eval_seconds}}};
-  if (dev_.gpu()) line.values.emplace_back("peak_gpu_mb", dev_.peak_memory_mb());
+  if (dev_.traits().gpu) line.values.emplace_back("peak_gpu_mb", dev_.peak_memory_mb());
   if (skipped) line.values.emplace_back("skipped_steps", static_cast<double>(*skipped));
   for (const auto& [name, value] : ev.metrics) {
     if (name != "accuracy") line.values.emplace_back(name, value);  // accuracy is test_accuracy

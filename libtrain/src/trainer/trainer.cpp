@@ -159,8 +159,9 @@ void Trainer::Run::build_model() {
     for_callbacks("on_load_checkpoint", [&](Callback& cb) { cb.on_load_checkpoint(a); });
   };
   setup_controls();
-  learner.sharding.check(plan.shard_optimizer ? plan.shard_source() : std::string(), c, {dev->gpu(), device().str(), choice_name(c.run.device), controls.optimizer_step_hooks.size()},
-                         *learner.optimizer);
+  const detail::OptimizerSharding::Run facts{dev->traits().gpu, device().str(), choice_name(c.run.device),
+                                             controls.optimizer_step_hooks.size()};
+  learner.sharding.check(plan.shard_optimizer ? plan.shard_source() : std::string(), c, facts, *learner.optimizer);
 }
 
 // How the gradients will travel (comm/comm_plan.h), then the process group; the parts that agree
@@ -169,13 +170,13 @@ void Trainer::Run::connect() {
   const TrainConfig& c = config();
   const DistEnv& e = env();
   detail::CommFacts f;
-  f.gpu = dev->gpu();
+  f.gpu = dev->traits().gpu;
   f.world_size = e.world_size;
   f.local_world_size = e.local_world_size;
   f.local_rank = e.local_rank;
   f.device_index = device().index();
   f.graph_step = choose_step().graph;
-  f.peer_kernels = dev->peer_kernels();
+  f.peer_kernels = dev->traits().peer_kernels;
   f.peer_access_to_local = e.local_world_size > 1;
   for (int r = 0; r < e.local_world_size; ++r) {
     if (r != e.local_rank) f.peer_access_to_local = f.peer_access_to_local && dev->peer_access(r);
@@ -209,7 +210,7 @@ void Trainer::Run::connect() {
   }
   // On a GPU the stop flags are posted and read a check later without host syncs (summed by NCCL
   // on the device, or by Gloo on the host); CPU ranks sum them at once (shared memory on one machine).
-  stops->connect(comm.pg.get(), device(), dev->stop_flags_read_later(), dev->stop_check_every());
+  stops->connect(comm.pg.get(), device(), dev->traits().stop_flags_read_later, dev->traits().stop_check_every);
   checkpoints = std::make_unique<detail::CheckpointSession>(
       c.checkpoint, e, device(), comm.pg.get(), /*snapshots=*/!c.run.eval_only,
       [this](const std::string& path, const Progress& p, double) { checkpoint_saved(path, p); });
@@ -243,7 +244,7 @@ void Trainer::Run::start_ddp() {
 detail::StepChoice Trainer::Run::choose_step() const {
   const TrainConfig& c = config();
   const bool per_step = plan.spec->lr_schedule.every == LrSchedule::Every::step;
-  detail::StepChoice choice = detail::choose_step(dev->gpu(), c.gpu.cuda_graph, per_step, *learner.optimizer);
+  detail::StepChoice choice = detail::choose_step(dev->traits().gpu, c.gpu.cuda_graph, per_step, *learner.optimizer);
   if (choice.graph && c.run.nonfinite == NonFinite::skip) {
     choice = {false, "--nonfinite skip decides on the host, between the backward and the update, whether to apply "
                      "each step's update (one sync a step)", c.gpu.cuda_graph == Switch::on};
@@ -270,7 +271,7 @@ void Trainer::Run::make_step() {
   // --precision auto: bf16 autocast only where the spec measured it (TrainSpec::auto_bf16_batch),
   // fp32 otherwise; on the CPU always fp32.
   const detail::PrecisionChoice precision =
-      detail::resolve_precision(dev->gpu(), dev->bf16_supported(), c.run.precision, spec.auto_bf16_batch, plan.batch);
+      detail::resolve_precision(dev->traits().gpu, dev->traits().bf16, c.run.precision, spec.auto_bf16_batch, plan.batch);
   if (!precision.why.empty()) log::info(precision.why);
   result.precision = choice_name(precision.precision);
   parts.bf16 = precision.precision == Precision::bf16;
@@ -317,7 +318,7 @@ void Trainer::Run::build_observers(detail::StepParts& parts) {
   hooks([this](detail::StepHooks& h) { h.after = [this](int64_t step, at::Tensor&) { schedule->after_step(step); }; });
   if (!config().logging.profile.empty()) {
     auto profiler = std::make_shared<detail::StepProfiler>(
-        config().logging.profile, detail::parse_profile_steps(config().logging.profile_steps), env().rank, dev->gpu());
+        config().logging.profile, detail::parse_profile_steps(config().logging.profile_steps), env().rank, dev->traits().gpu);
     hooks([this, profiler](detail::StepHooks& h) {
       h.before = [profiler](int64_t step) { profiler->before_step(step); };
       h.after = [profiler](int64_t step, at::Tensor&) { profiler->after_step(step); };

@@ -53,6 +53,11 @@ void Trainer::Run::gate_updates(detail::StepParts& parts) {
   };
 }
 
+// What the test lines evaluate: "" the weights, or their moving average.
+std::string Trainer::Run::evaluated() const {
+  return controls.ema ? "the weights' moving average, decay " + text::format("%g", *plan.ema_decay) : "";
+}
+
 // The evaluation of the weights, or of their moving average swapped in for it.
 EvalResult Trainer::Run::evaluate_model(bool one_batch) {
   if (!controls.ema) return evaluate(one_batch);
@@ -71,8 +76,7 @@ TrainResult Trainer::Run::evaluate_checkpoint(const std::string& path) {
   const auto t0 = detail::Clock::now();
   const EvalResult ev = evaluate_model(/*one_batch=*/false);
   result.eval_seconds = detail::seconds_since(t0);
-  const std::string evaluated = controls.ema ? "the weights' moving average, decay " + text::format("%g", *plan.ema_decay) : "";
-  log::info(detail::test_text(ev, evaluated) + ", of " + path + " (step " + std::to_string(prog().step) + ")");
+  log::info(detail::test_text(ev, evaluated()) + ", of " + path + " (step " + std::to_string(prog().step) + ")");
   result.eval_only = true;
   result.checkpoint_path = path;
   result.test_loss = ev.loss;

@@ -29,7 +29,7 @@ std::string lr_text(const detail::Schedule& schedule, const std::string& descrip
 void Trainer::Run::train() {
   const TrainSpec& spec = *plan.spec;
   const TrainConfig& c = config();
-  run_log->open(spec, prog().step, controls.ema ? "the weights' moving average, decay " + text::format("%g", *plan.ema_decay) : "");
+  run_log->open(spec, prog().step, evaluated());
   log::info("training " + spec.model_name + " on " + spec.train_data->name() + " (" +
             std::to_string(spec.train_data->size()) + " samples) for " + std::to_string(plan.epochs) + " epochs, batch " +
             std::to_string(plan.batch) + " per rank x " + std::to_string(env().world_size) + " ranks" +

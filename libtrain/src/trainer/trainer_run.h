@@ -127,6 +127,7 @@ struct Trainer::Run {
   // The training controls (trainer_controls.cpp).
   void setup_controls();
   void gate_updates(detail::StepParts& parts);
+  std::string evaluated() const;
   EvalResult evaluate_model(bool one_batch);
   TrainResult evaluate_checkpoint(const std::string& path);
   // The loop (trainer_loop.cpp).
