@@ -4,7 +4,10 @@
 # the machine's torch, in parallel, then runs
 #   - gpu_train_test's TrainGpu.* (graph == eager, fused optimizers, resume): the hashes of docs/gpu.md;
 #   - scripts/bench/ab_compare.py: `train` (MNIST) at 1x64 and 1x512 and gru_bench at 1x64, base (A)
-#     against this tree (B), alternating, REPEATS times: steady images/s, the ratio, the same bits.
+#     against this tree (B), alternating, REPEATS times: steady images/s, the ratio, the same bits;
+#   - loader: Fashion-MNIST as .npy (written here with numpy), `train --dataset npy` (the loader's
+#     threads, pinned buffers, the side stream's copy) with the CUDA graph and eagerly, against the
+#     in-memory IDX run: params_sha256 of each, and the host syncs per step (scripts/bench/synctrace.c).
 # Output in $OUT. Example (the device tool; .deps from scripts/gpu-deps.sh):
 #   git archive eef82d1 | (mkdir -p .base && tar -x -C .base)
 #   OUT=/tmp/out scripts/bench/refactor_check.sh
@@ -29,7 +32,7 @@ wait $new; rc_new=$?; wait $base; rc_base=$?
 echo "built in $(( $(date +%s) - t0 )) s (this tree rc=$rc_new, base rc=$rc_base)"
 [ $rc_new = 0 ] || { grep -E "error" -A3 $OUT/build-build-gpu.log | head -40; exit 1; }
 [ $rc_base = 0 ] || { grep -E "error" -A3 $OUT/build-build-base.log | head -40; exit 1; }
-for part in ${PARTS:-tests ab gru}; do
+for part in ${PARTS:-tests loader ab gru}; do
   case $part in
   tests)
     (cd build-gpu && timeout ${TESTS_TIMEOUT:-240} ./tests/gpu_train_test --gtest_filter="${GPU_FILTER:-TrainGpu.*}" \
@@ -38,6 +41,23 @@ for part in ${PARTS:-tests ab gru}; do
   ab)
     python3 scripts/bench/ab_compare.py --a build-base --b build-gpu --data .deps/fashion-mnist \
       --configs ${AB_CONFIGS:-1x64,1x512} --repeats ${REPEATS:-2} --epochs 3 2>&1 | tee $OUT/ab_mnist.txt ;;
+  loader)
+    python3 - <<'PY'
+import gzip, numpy as np, os
+d = ".deps/fashion-mnist/"; o = "/tmp/npyfm"; os.makedirs(o, exist_ok=True)
+img = lambda f: np.frombuffer(gzip.open(d + f).read(), np.uint8, offset=16).reshape(-1, 28, 28)
+lab = lambda f: np.frombuffer(gzip.open(d + f).read(), np.uint8, offset=8).astype(np.int64)
+np.save(o + "/train_x.npy", img("train-images-idx3-ubyte.gz")); np.save(o + "/train_y.npy", lab("train-labels-idx1-ubyte.gz"))
+np.save(o + "/test_x.npy", img("t10k-images-idx3-ubyte.gz")); np.save(o + "/test_y.npy", lab("t10k-labels-idx1-ubyte.gz"))
+PY
+    gcc -shared -fPIC -O2 -o /tmp/synctrace.so scripts/bench/synctrace.c -ldl
+    F="--device cuda --epochs 2 --max-steps 1500 --batch-size 64 --limit-test-samples 1000 --log-interval 1000 --precision fp32"
+    for cfg in "idx graph:--cuda-graph on" "npy graph:--cuda-graph on --dataset npy --data /tmp/npyfm" \
+               "npy eager:--cuda-graph off --dataset npy --data /tmp/npyfm" "idx eager:--cuda-graph off"; do
+      name=${cfg%%:*}; flags=${cfg#*:}
+      SYNC_FROM=100000 LD_PRELOAD=/tmp/synctrace.so timeout 120 build-gpu/bin/train $F $flags > "$OUT/loader-${name// /-}.out" 2> "$OUT/loader-${name// /-}.err"
+      echo "$name rc=$? $(grep -o '"params_sha256":"[0-9a-f]*"' "$OUT/loader-${name// /-}.out") $(grep -o '"images_per_sec_steady":[0-9.]*' "$OUT/loader-${name// /-}.out") $(grep -o '"data_wait_seconds":[0-9.e-]*' "$OUT/loader-${name// /-}.out") $(grep SYNCCOUNT "$OUT/loader-${name// /-}.err") $(grep -o 'training step: .*' "$OUT/loader-${name// /-}.err" | cut -c1-90)"
+    done | tee $OUT/loader.txt ;;
   gru)
     python3 scripts/bench/ab_compare.py --a build-base --b build-gpu --data - --program gru_bench \
       --configs 1x64 --repeats ${REPEATS:-2} --epochs 3 2>&1 | tee $OUT/ab_gru.txt ;;

@@ -163,7 +163,7 @@ TEST(RunLog, ProgressAndEpochLinesReachTheSinks) {
   config.log_interval = 2;
   const auto dev = cpu();
   RunLog log(config, train::DistEnv{}, *dev);
-  log.open(spec, /*start_step=*/12, /*evaluated=*/"");
+  log.open(spec, /*train_size=*/100, /*start_step=*/12, /*evaluated=*/"");
   EXPECT_EQ(sink->opened_at, 12);
   log.start_epoch(12);
   auto step = [](int64_t batch, int64_t step_number, bool last, double loss) {

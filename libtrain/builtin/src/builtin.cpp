@@ -10,10 +10,13 @@
 #include "train/augment.h"
 #include "train/catalog/catalog.h"
 #include "train/datasets/dataset.h"
+#include "train/datasets/npy.h"
 #include "train/base/error.h"
+#include "train/base/files.h"
 #include "train/base/text.h"
 #include "train/models/model.h"
 
+#include <ATen/ops/stack.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
@@ -51,6 +54,46 @@ std::shared_ptr<InMemoryDataset> load(const std::string& dataset, const std::str
                       "use --model mnist with mnist/fashion-mnist and --model cifar10 or resnet18 with cifar10.");
   }
   return std::make_shared<InMemoryDataset>(d.images, d.labels, d.name);
+}
+
+// The first `limit` samples of `data` (--limit-train-samples with data read sample by sample).
+class FirstSamples : public SampleDataset {
+ public:
+  FirstSamples(std::shared_ptr<SampleDataset> data, int64_t limit) : data_(std::move(data)), limit_(limit) {}
+  int64_t size() const override { return std::min(limit_, data_->size()); }
+  Sample get(int64_t index) override { return data_->get(index); }
+  std::string name() const override { return data_->name(); }
+
+ private:
+  std::shared_ptr<SampleDataset> data_;
+  int64_t limit_;
+};
+
+// --dataset npy: DIR/{train,test}_x.npy and _y.npy, memory-mapped. The training split is read
+// sample by sample by the loader; the test split, small, is read whole into memory. uint8 images
+// are scaled and normalized as the recipe's dataset is ([N, H, W] read as one channel).
+void load_npy(TrainSpec& spec, const std::string& dir, const Recipe& c, const models::ModelInfo& info) {
+  const catalog::DatasetInfo& norm = catalog::dataset_info(catalog::recipe_for(c.model).dataset);
+  datasets::NpyOptions o;
+  o.uint8_mean = norm.mean;
+  o.uint8_std = norm.std;
+  o.input_shape = {info.channels, info.height, info.width};
+  o.num_classes = info.num_classes;
+  auto split = [&](const std::string& name) {
+    return std::make_shared<datasets::NpyDataset>(files::join(dir, name + "_x.npy"), files::join(dir, name + "_y.npy"), o);
+  };
+  std::shared_ptr<SampleDataset> train = split("train");
+  if (c.limit_train_samples) train = std::make_shared<FirstSamples>(train, *c.limit_train_samples);
+  spec.train_samples = train;
+  std::shared_ptr<datasets::NpyDataset> test = split("test");
+  const int64_t n = c.limit_test_samples ? std::min(*c.limit_test_samples, test->size()) : test->size();
+  std::vector<at::Tensor> inputs, targets;
+  for (int64_t i = 0; i < n; ++i) {
+    Sample s = test->get(i);
+    inputs.push_back(s.input);
+    targets.push_back(s.target);
+  }
+  spec.eval_data = std::make_shared<InMemoryDataset>(at::stack(inputs), at::stack(targets), "npy:" + dir + "/test");
 }
 
 // The optimizer's settings after the recipe's defaults, as checkpoints record them.
@@ -167,9 +210,22 @@ TrainResult run_training(const TrainConfig& config, const Recipe& c, const DistE
   spec.model_name = c.model;
   spec.data_name = c.dataset.empty() ? recipe.dataset : c.dataset;
   // Data first: a bad file should fail before we wait for peers.
-  const std::string dir = data_dir_for(c, spec.data_name);
-  spec.train_data = load(spec.data_name, dir, datasets::Split::train, c.limit_train_samples.value_or(0), info, c.model);
-  spec.eval_data = load(spec.data_name, dir, datasets::Split::test, c.limit_test_samples.value_or(0), info, c.model);
+  if (spec.data_name == "npy") {
+    if (c.data_dir.empty()) {
+      throw ConfigError("--dataset npy: expected --data DIR holding train_x.npy, train_y.npy, test_x.npy and "
+                            "test_y.npy, found no --data.",
+                        "e.g. --dataset npy --data /scratch/my-data (numpy: np.save('train_x.npy', images))");
+    }
+    if (c.augment.crop || c.augment.flip) {
+      throw ConfigError("--augment with --dataset npy: expected data held in memory, found data read sample by sample.",
+                        "leave --augment out with --dataset npy.");
+    }
+    load_npy(spec, c.data_dir, c, info);
+  } else {
+    const std::string dir = data_dir_for(c, spec.data_name);
+    spec.train_data = load(spec.data_name, dir, datasets::Split::train, c.limit_train_samples.value_or(0), info, c.model);
+    spec.eval_data = load(spec.data_name, dir, datasets::Split::test, c.limit_test_samples.value_or(0), info, c.model);
+  }
   if (c.augment.crop || c.augment.flip) {
     AugmentOptions o = c.augment;
     const catalog::DatasetInfo& data = catalog::dataset_info(spec.data_name);

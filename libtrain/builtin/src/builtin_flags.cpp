@@ -69,7 +69,10 @@ void validate(const Recipe& c) {
 void add_flags(CLI::App& app, Recipe& r) {
   using cli::RecipeFlag;
   app.add_option("--model", r.model, "model to train (see --list-models)")->capture_default_str();
-  app.add_option("--dataset", r.dataset, "mnist | fashion-mnist | cifar10 (default: the model's)");
+  app.add_option("--dataset", r.dataset,
+                 "mnist | fashion-mnist | cifar10 (read whole into memory), or npy: --data DIR's train_x.npy, "
+                 "train_y.npy (memory-mapped, read sample by sample by the loader), test_x.npy, test_y.npy "
+                 "(default: the model's)");
   cli::add_recipe_flags(app, r, {RecipeFlag::data, RecipeFlag::lr, RecipeFlag::gamma, RecipeFlag::momentum,
                                  RecipeFlag::weight_decay, RecipeFlag::limit_train_samples,
                                  RecipeFlag::limit_test_samples, RecipeFlag::no_dropout});

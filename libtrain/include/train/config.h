@@ -29,6 +29,8 @@ enum class ResumeMode { automatic, never, path };
 /// --nonfinite: what a non-finite loss or gradient does: stop (no checkpoint of the bad weights,
 /// exit kExitNonFinite) or skip (drop that step's update).
 enum class NonFinite { stop, skip };
+/// --bad-samples: what a sample that a SampleDataset can't read does (the loader's data only).
+enum class BadSamples { fail, skip };
 
 /// The flag text of each value of an enumerated choice, in the order --help lists them. The one
 /// mapping between text and enum: the command line, logs, checkpoints and errors all use it.
@@ -47,6 +49,8 @@ template <>
 const std::vector<std::pair<Precision, std::string>>& choices<Precision>();
 template <>
 const std::vector<std::pair<NonFinite, std::string>>& choices<NonFinite>();
+template <>
+const std::vector<std::pair<BadSamples, std::string>>& choices<BadSamples>();
 
 /// The flag text of `value` ("auto", "in-graph", ...).
 template <class E>
@@ -181,6 +185,16 @@ struct LoggingConfig {
 
 /// Everything the Trainer honours; the flags of train/cli.h's add_trainer_flags map one to one
 /// onto it (docs/reference.md). What the model, data and optimizer are is the TrainSpec's.
+/// The loader of data read sample by sample (TrainSpec::train_samples): its threads, how far it
+/// reads ahead, what a bad sample does. Data held in memory (TrainSpec::train_data) has no loader.
+struct DataConfig {
+  /// --data-workers (also --num-workers, DataLoader's name): threads per rank that read and
+  /// collate samples; unset = half the rank's intra-op threads, at least 1 and at most 8.
+  std::optional<int> workers;
+  int prefetch = 2;  ///< --prefetch: batches read ahead of the one training, per rank (memory: prefetch + 1 batches)
+  BadSamples bad_samples = BadSamples::fail;  ///< --bad-samples: fail (the error names the sample) or skip (counted)
+};
+
 struct TrainConfig {
   RunConfig run;
   DistributedConfig distributed;
@@ -188,6 +202,7 @@ struct TrainConfig {
   CheckpointConfig checkpoint;
   LoggingConfig logging;
   HealthConfig health;
+  DataConfig data;
 };
 
 /// Exit status of a run stopped by a non-finite loss or gradient (EX_DATAERR); no checkpoint of
@@ -223,6 +238,11 @@ struct TrainResult {
   bool nonfinite = false;        ///< stopped by a non-finite loss or gradient (exit kExitNonFinite)
   std::string nonfinite_reason;  ///< where: the step, epoch, rank(s), the loss or which parameter's gradient
   int64_t skipped_steps = 0;     ///< --nonfinite skip: steps whose update was dropped
+  /// A loader's run (TrainSpec::train_samples): samples --bad-samples skip replaced; -1 without a loader.
+  int64_t skipped_samples = -1;
+  /// A loader's run: seconds the training loop waited for batches (the data was the bottleneck
+  /// for that long); -1 without a loader.
+  double data_wait_seconds = -1;
   // Training controls.
   bool stopped_early = false;    ///< early stopping ended the run (an exit status of 0)
   bool early_stopping = false;   ///< early stopping was on (the done line then has "stopped_early")

@@ -8,6 +8,7 @@
 #include "train/data.h"
 #include "train/loss.h"
 #include "train/model_handle.h"
+#include "train/sample_dataset.h"
 #include "train/metrics.h"
 
 #include <ATen/core/Tensor.h>
@@ -130,7 +131,13 @@ struct TrainSpec {
   /// every rank builds the same weights (DDP also broadcasts rank 0's).
   std::function<ModelHandle()> model;
   std::string model_name = "model";  ///< for logs and the checkpoint's shape (resume refuses another)
+  /// The training data held in memory (on the device; a CUDA graph captures its gather). Set this
+  /// or train_samples.
   std::shared_ptr<Dataset> train_data;
+  /// The training data read sample by sample by the loader's threads (train/sample_dataset.h:
+  /// files read or memory-mapped per sample, collated into pinned host buffers, copied to the
+  /// device on a side stream; --data-workers, --prefetch, --bad-samples). Set this or train_data.
+  std::shared_ptr<SampleDataset> train_samples;
   std::shared_ptr<Dataset> eval_data;  ///< may be null: no evaluation
   std::string data_name = "data";      ///< for the checkpoint's shape (resume refuses another)
   LossFn loss = cross_entropy_loss();

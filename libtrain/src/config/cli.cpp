@@ -172,6 +172,23 @@ void add_control_flags(CLI::App& app, RunConfig& r) {
                "the done line, and write nothing");
 }
 
+// The loader of data read sample by sample (TrainSpec::train_samples).
+void add_data_flags(CLI::App& app, DataConfig& d) {
+  add_optional(app, "--data-workers,--num-workers", d.workers,
+               "threads per rank that read and collate the samples of data read sample by sample (0: half the "
+               "rank's threads, 1 to 8)", true)
+      ->check(non_negative("0 (auto) or a positive number of threads", "e.g. --data-workers 4"));
+  app.add_option("--prefetch", d.prefetch,
+                 "batches the loader reads ahead of the one training, per rank (its memory: prefetch + 1 batches)")
+      ->capture_default_str()
+      ->check(positive("number of batches", "e.g. --prefetch 4"));
+  add_choice_flag(app, "--bad-samples", d.bad_samples,
+                  "a sample the data can't read: fail (the error names the file and the sample, exit 1, before that "
+                  "batch trains) | skip (the next readable sample of the epoch's order takes its place; counted in "
+                  "the done line)",
+                  "fail stops at the first bad sample; skip trains on and counts them");
+}
+
 void add_logging_flags(CLI::App& app, LoggingConfig& l) {
   app.add_option("--log-interval", l.log_interval, "steps between progress lines")->capture_default_str()
       ->check(positive("number of steps", "e.g. --log-interval 10"));
@@ -431,6 +448,7 @@ void add_trainer_flags(CLI::App& app, TrainConfig& c) {
   add_gpu_flags(app, c.gpu);
   add_checkpoint_flags(app, c.checkpoint);
   add_network_and_health_flags(app, c);
+  add_data_flags(app, c.data);
 }
 
 void add_recipe_flags(CLI::App& app, RecipeOptions& options, const std::vector<RecipeFlag>& flags) {

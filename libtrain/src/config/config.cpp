@@ -159,6 +159,13 @@ const std::vector<std::pair<NonFinite, std::string>>& choices<NonFinite>() {
   return all;
 }
 
+template <>
+const std::vector<std::pair<BadSamples, std::string>>& choices<BadSamples>() {
+  static const std::vector<std::pair<BadSamples, std::string>> all = {{BadSamples::fail, "fail"},
+                                                                      {BadSamples::skip, "skip"}};
+  return all;
+}
+
 int TrainResult::exit_code() const {
   if (nonfinite) return kExitNonFinite;
   if (cancelled) return 128 + (stop_signal > 0 ? stop_signal : 15);

@@ -175,8 +175,9 @@ RunLog::RunLog(const LoggingConfig& config, const DistEnv& env, const TrainDevic
 
 RunLog::~RunLog() = default;
 
-void RunLog::open(const TrainSpec& spec, int64_t start_step, std::string evaluated) {
+void RunLog::open(const TrainSpec& spec, int64_t train_size, int64_t start_step, std::string evaluated) {
   spec_ = &spec;
+  train_size_ = train_size;
   evaluated_ = std::move(evaluated);
   if (rank_ != 0) return;
   if (!config_.metrics.empty()) sinks_.push_back(make_jsonl_sink(config_.metrics));
@@ -210,7 +211,7 @@ void RunLog::progress(const StepDone& d) {
   line->step = d.step;
   line->b = d.batch;
   line->batches = d.batches;
-  line->seen = std::min<int64_t>(d.start * world_size_, spec_->train_data->size());
+  line->seen = std::min<int64_t>(d.start * world_size_, train_size_);
   line->ips = dt > 0 ? since_line_.images / dt : 0.0;
   line->lr = d.lr;
   line->step_seconds = dt / static_cast<double>(std::max<int64_t>(1, d.step - since_line_.step));
@@ -231,7 +232,7 @@ void RunLog::flush() {
 }
 
 void RunLog::print_line(const PendingLine& line, double l) {
-  const int64_t total = spec_->train_data->size();
+  const int64_t total = train_size_;
   log::info("Train Epoch: " + std::to_string(line.epoch) + " [" + std::to_string(line.seen) + "/" + std::to_string(total) +
             " (" + text::format("%.0f", 100.0 * static_cast<double>(line.b) / static_cast<double>(line.batches)) + "%)]\tLoss: " +
             text::format("%.6f", l) + "\t" + text::format("%.0f", line.ips * spec_->units_per_sample) + " " + spec_->unit + "/s");
@@ -244,9 +245,17 @@ void RunLog::print_line(const PendingLine& line, double l) {
 // ---- the epoch's end
 
 void RunLog::epoch_line(const Progress& p, const EvalResult& ev, double images, double epoch_seconds,
-                        double eval_seconds, const std::string& stragglers_text, std::optional<int64_t> skipped) {
+                        double eval_seconds, const std::string& stragglers_text, std::optional<int64_t> skipped,
+                        std::optional<double> data_wait) {
   if (epoch_seconds > 0) epoch_ips_.push_back(images / epoch_seconds);
-  log::info(test_text(ev, evaluated_) + ", epoch time " + text::format("%.1f", epoch_seconds) + " s, evaluation " + text::format("%.2f", eval_seconds) + " s" +
+  // The share of the epoch the loop waited for the loader: data (near 100%) or compute (near 0)
+  // is the bottleneck.
+  const double wait_fraction = data_wait && epoch_seconds > 0 ? *data_wait / epoch_seconds : 0;
+  const std::string wait_text = data_wait ? "; data wait " + text::format("%.1f", 100 * wait_fraction) + "% (" +
+                                                text::format("%.2f", *data_wait) + " s)"
+                                          : "";
+  log::info(test_text(ev, evaluated_) + ", epoch time " + text::format("%.1f", epoch_seconds) + " s, evaluation " +
+            text::format("%.2f", eval_seconds) + " s" + wait_text +
             (stragglers_text.empty() ? "" : "; " + stragglers_text));
   MetricsRecord line{"epoch", p.epoch, p.step,
                      {{"train_loss", p.last_train_loss}, {"test_loss", ev.loss}, {"test_accuracy", ev.accuracy()},
@@ -255,6 +264,7 @@ void RunLog::epoch_line(const Progress& p, const EvalResult& ev, double images, 
                       {"epoch_seconds", epoch_seconds}, {"eval_seconds", eval_seconds}}};
   if (dev_.traits().gpu) line.values.emplace_back("peak_gpu_mb", dev_.peak_memory_mb());
   if (skipped) line.values.emplace_back("skipped_steps", static_cast<double>(*skipped));
+  if (data_wait) line.values.emplace_back("data_wait_fraction", wait_fraction);
   for (const auto& [name, value] : ev.metrics) {
     if (name != "accuracy") line.values.emplace_back(name, value);  // accuracy is test_accuracy
   }

@@ -104,10 +104,11 @@ class RunLog : public StepObserver {
   ~RunLog() override;
 
   /// Rank 0, before the first step: the sinks (--metrics, --tensorboard, the spec's) opened at
-  /// `start_step` (a resumed run's records go on from there). `spec` outlives the log's use.
+  /// `start_step` (a resumed run's records go on from there). `spec` outlives the log's use;
+  /// `train_size`: its training data's samples.
   /// `evaluated`: what the test lines evaluate, e.g. "the weights' moving average, decay 0.999"
   /// ("" the weights).
-  void open(const TrainSpec& spec, int64_t start_step, std::string evaluated);
+  void open(const TrainSpec& spec, int64_t train_size, int64_t start_step, std::string evaluated);
   /// One record to every sink (rank 0; the others have none), stamped with the time.
   void write_metrics(MetricsRecord record);
   /// The run record (rank 0 writes it).
@@ -123,9 +124,11 @@ class RunLog : public StepObserver {
 
   /// The epoch trained `images` samples over every rank in `epoch_seconds`: the epoch line
   /// ("Test set: ...") and its metrics record. `stragglers_text`: the straggler report's part
-  /// (StragglerWatch); `skipped`: --nonfinite skip's count.
+  /// (StragglerWatch); `skipped`: --nonfinite skip's count; `data_wait`: the seconds the loop
+  /// waited for the loader's batches (data read sample by sample).
   void epoch_line(const Progress& p, const EvalResult& eval, double images, double epoch_seconds, double eval_seconds,
-                  const std::string& stragglers_text, std::optional<int64_t> skipped);
+                  const std::string& stragglers_text, std::optional<int64_t> skipped,
+                  std::optional<double> data_wait = std::nullopt);
   /// Samples per second over the epochs after the first (the first, when there is one), or 0.
   double steady_images_per_sec() const;
 
@@ -139,6 +142,7 @@ class RunLog : public StepObserver {
   int rank_, world_size_;
   const TrainDevice& dev_;
   const TrainSpec* spec_ = nullptr;
+  int64_t train_size_ = 0;
   std::vector<std::shared_ptr<MetricsSink>> sinks_;
   std::unique_ptr<PendingLine> pending_;  // a line waiting for its loss to arrive from the device
   // Since the last progress line (or the epoch's start): when, its step, the samples trained.

@@ -60,12 +60,27 @@ std::string RunPlan::shard_source() const {
 void resolve_plan(RunPlan& p, const TrainSpec& s) {
   const TrainConfig& c = p.config;
   p.spec = &s;
-  if (!s.model || !s.train_data || !s.optimizer || !s.loss) {
+  const bool data = s.train_data || s.train_samples;
+  if (!s.model || !data || !s.optimizer || !s.loss) {
     throw ConfigError("TrainSpec: expected a model builder, training data, a loss and an optimizer builder, found " +
-                          std::string(!s.model ? "no model" : !s.train_data ? "no training data"
+                          std::string(!s.model ? "no model" : !data ? "no training data"
                                       : !s.loss ? "no loss" : "no optimizer") + ".",
-                      "fill TrainSpec::model, train_data, loss and optimizer (docs/api.md).");
+                      "fill TrainSpec::model, train_data (or train_samples), loss and optimizer (docs/api.md).");
   }
+  if (s.train_data && s.train_samples) {
+    throw ConfigError("TrainSpec: expected one kind of training data, found both train_data ('" + s.train_data->name() +
+                          "', in memory) and train_samples ('" + s.train_samples->name() + "', read sample by sample).",
+                      "set train_data for data held in memory, or train_samples for data the loader reads.");
+  }
+  p.loader = s.train_samples != nullptr;
+  p.train_size = p.loader ? s.train_samples->size() : s.train_data->size();
+  p.train_name = p.loader ? s.train_samples->name() : s.train_data->name();
+  if (p.train_size < 1) {
+    throw ConfigError("TrainSpec: expected training data with at least one sample, found '" + p.train_name + "' empty.",
+                      "check the files the data is read from.");
+  }
+  // The loader's threads share the rank's cores with the intra-op threads.
+  p.data_workers = c.data.workers.value_or(std::max(1, std::min(8, p.threads / 2)));
   if (!(s.units_per_sample > 0) || s.unit.empty()) {
     throw ConfigError("TrainSpec::unit/units_per_sample: expected a unit's name and a positive count per sample, found '" +
                           s.unit + "' and " + text::format("%g", s.units_per_sample) + ".",

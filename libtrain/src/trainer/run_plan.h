@@ -28,6 +28,11 @@ struct RunPlan {
   EarlyStopping early_stopping;     ///< the spec's, with --early-stop-* over it
   std::optional<double> ema_decay;  ///< --ema-decay or the spec's; unset: no moving average
 
+  int64_t train_size = 0;       ///< the training data's samples (TrainSpec::train_data's or train_samples')
+  std::string train_name;       ///< its name, for logs
+  bool loader = false;          ///< the data is read sample by sample (TrainSpec::train_samples)
+  int data_workers = 1;         ///< the loader's threads: --data-workers, or from the intra-op threads
+
   /// Samples per rank and optimizer step (batch x accumulate).
   int64_t step_samples() const { return batch * accumulate; }
   /// Where sharding was asked for: "--shard-optimizer" or "TrainSpec::shard_optimizer".

@@ -42,6 +42,8 @@ std::string to_json(const TrainResult& r) {
   j["params_sha256"] = r.params_sha256;
   j["version"] = TRAIN_VERSION_STRING;  // the libtrain that trained it (train/base/version.h)
   if (r.skipped_steps > 0 || r.nonfinite) j["skipped_steps"] = r.skipped_steps;
+  if (r.skipped_samples >= 0) j["skipped_samples"] = r.skipped_samples;      // a loader's run
+  if (r.data_wait_seconds >= 0) j["data_wait_seconds"] = r.data_wait_seconds;
   if (r.early_stopping) j["stopped_early"] = r.stopped_early;
   if (r.eval_only) {
     j["eval_only"] = true;

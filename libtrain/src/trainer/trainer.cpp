@@ -100,7 +100,7 @@ TrainResult Trainer::fit(const TrainSpec& spec) {
 void Trainer::Run::build(const TrainSpec& s) {
   feed.reset();  // another fit() may train other data
   detail::resolve_plan(plan, s);
-  s.train_data->to(device());
+  if (s.train_data) s.train_data->to(device());
   if (s.eval_data) s.eval_data->to(device());
   log::configure(env().rank, env().world_size, env().host, config().logging.log_all_ranks);
   run_log->record().start(config(), env());  // the run's folders, for trainctl, from here on
@@ -137,7 +137,7 @@ void Trainer::Run::build_model() {
   }
   schedule = std::make_unique<detail::Schedule>(
       plan.spec->lr_schedule,
-      detail::schedule_context(plan.spec->train_data->size(), env().world_size, env().rank, plan.step_samples(),
+      detail::schedule_context(plan.train_size, env().world_size, env().rank, plan.step_samples(),
                                plan.epochs, c.run),
       *learner.optimizer, [this] { return place(prog().step); },
       [this] {
@@ -263,7 +263,7 @@ void Trainer::Run::make_step() {
   const TrainConfig& c = config();
   const TrainSpec& spec = *plan.spec;
   detail::StepParts parts;
-  parts.data = spec.train_data.get();
+  parts.data = spec.train_data.get();  // null with a loader: every batch comes made
   parts.model = &learner.model;
   parts.optimizer = learner.optimizer.get();
   parts.loss = &spec.loss;
@@ -282,7 +282,8 @@ void Trainer::Run::make_step() {
   parts.peer = comm.plan.peer;
   parts.peer_flag = c.gpu.peer_allreduce;
   steps.context.class_indices = expects_class_indices(spec.loss);
-  steps.context.data = "the training data '" + spec.train_data->name() + "' (TrainSpec::train_data)";
+  steps.context.data = "the training data '" + plan.train_name + "' (TrainSpec::" +
+                       (plan.loader ? "train_samples" : "train_data") + ")";
   parts.context = &steps.context;
   parts.micro_batch = plan.accumulate > 1 ? plan.batch : 0;
   parts.clip = learner.clip.get();

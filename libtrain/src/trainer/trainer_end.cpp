@@ -139,6 +139,7 @@ TrainResult Trainer::Run::finish() {
   result.images_per_sec_steady = run_log->steady_images_per_sec();
   result.peak_gpu_mb = dev->peak_memory_mb();
   result.params_sha256 = params_sha256(*learner.model.module);
+  if (detail::LoaderFeed* l = loader()) result.skipped_samples = l->skipped();
   const std::string& save_model = config().logging.save_model;
   if (!stopped && !save_model.empty() && env().rank == 0) {
     save_model_atomically(*learner.model.module, save_model);

@@ -29,9 +29,9 @@ std::string lr_text(const detail::Schedule& schedule, const std::string& descrip
 void Trainer::Run::train() {
   const TrainSpec& spec = *plan.spec;
   const TrainConfig& c = config();
-  run_log->open(spec, prog().step, evaluated());
-  log::info("training " + spec.model_name + " on " + spec.train_data->name() + " (" +
-            std::to_string(spec.train_data->size()) + " samples) for " + std::to_string(plan.epochs) + " epochs, batch " +
+  run_log->open(spec, plan.train_size, prog().step, evaluated());
+  log::info("training " + spec.model_name + " on " + plan.train_name + " (" +
+            std::to_string(plan.train_size) + " samples) for " + std::to_string(plan.epochs) + " epochs, batch " +
             std::to_string(plan.batch) + " per rank x " + std::to_string(env().world_size) + " ranks" +
             (plan.accumulate > 1 ? " x " + std::to_string(plan.accumulate) + " accumulated micro-batches per step" : "") +
             (learner.clip ? ", gradients clipped to norm " + text::format("%g", learner.clip->max_norm) : "") + ", " +
@@ -42,13 +42,38 @@ void Trainer::Run::train() {
         *comm.pg, detail::RollCallOptions{c.distributed.stall_timeout_sec.value_or(0), c.distributed.timeout_sec,
                                           c.checkpoint.dir.empty() ? "." : c.checkpoint.dir});
   }
-  feed = detail::make_index_feed(spec.train_data->size(), env().world_size, env().rank, c.run.seed, device());
+  make_feed();
   for (; prog().epoch <= plan.epochs && !controls.early_stop.stopped(); ++prog().epoch) {
     if (!train_epoch()) break;
   }
   comm.rollcall.reset();
   steps.observers.steps_end();
 }
+
+// The feed of each step's batch: slices of the epoch's order over data in memory, or the loader's
+// batches of data read sample by sample.
+void Trainer::Run::make_feed() {
+  const TrainConfig& c = config();
+  const DistEnv& e = env();
+  if (!plan.loader) {
+    feed = detail::make_index_feed(plan.train_size, e.world_size, e.rank, c.run.seed, device());
+    return;
+  }
+  detail::LoaderOptions o;
+  o.workers = plan.data_workers;
+  o.prefetch = c.data.prefetch;
+  o.pin_memory = dev->traits().gpu;
+  o.device = device();
+  o.bad_samples = c.data.bad_samples == BadSamples::skip ? detail::BadSamples::skip : detail::BadSamples::fail;
+  std::unique_ptr<detail::LoaderFeed> l = detail::make_loader_feed(*plan.spec->train_samples, e.world_size, e.rank,
+                                                                   c.run.seed, o);
+  log::info("loader of " + plan.train_name + ": " + l->summary(plan.step_samples()) +
+            (c.data.workers ? "" : " (--data-workers 0: half the rank's " + std::to_string(plan.threads) + " threads)"));
+  feed = std::move(l);
+}
+
+// The loader that feeds the steps, or null for data in memory.
+detail::LoaderFeed* Trainer::Run::loader() const { return dynamic_cast<detail::LoaderFeed*>(feed.get()); }
 
 // One epoch: its steps, then evaluation and the epoch-end checkpoint. Returns false when the run
 // ends here (a stop, --max-steps; --dry-run's single step is not an end).
@@ -184,7 +209,12 @@ void Trainer::Run::end_epoch(double images, double epoch_seconds) {
   result.eval_seconds += eval_seconds;
   prog().last_test_loss = ev.loss;
   prog().last_test_accuracy = ev.accuracy();
-  run_log->epoch_line(prog(), ev, images, epoch_seconds, eval_seconds, stragglers, stops->skipped_steps());
+  std::optional<double> data_wait;
+  if (detail::LoaderFeed* l = loader()) {
+    data_wait = l->take_wait_seconds();
+    result.data_wait_seconds = std::max(0.0, result.data_wait_seconds) + *data_wait;
+  }
+  run_log->epoch_line(prog(), ev, images, epoch_seconds, eval_seconds, stragglers, stops->skipped_steps(), data_wait);
   (void)controls.early_stop.after_epoch(prog().epoch, ev, comm.pg.get(), env().rank, device());  // rank 0 decides for all
   for_callbacks("on_epoch_end", [&](Callback& cb) {
     EpochInfo info;

@@ -11,6 +11,7 @@
 #include "checkpoint/checkpoint_session.h"
 #include "comm/comm_plan.h"
 #include "data/batch_feed.h"
+#include "data/loader.h"
 #include "device/train_device.h"
 #include "health/fault_injection.h"
 #include "health/rollcall.h"
@@ -132,6 +133,8 @@ struct Trainer::Run {
   TrainResult evaluate_checkpoint(const std::string& path);
   // The loop (trainer_loop.cpp).
   void train();
+  void make_feed();
+  detail::LoaderFeed* loader() const;
   bool train_epoch();
   at::Tensor run_step(const detail::StepBatch& batch);
   bool after_step(detail::EpochTimer& timer);
