@@ -3,6 +3,8 @@
 // to LibTorch (see train/base/files.h).
 #include "train/catalog/catalog.h"
 
+#include "read_open.h"
+
 #include "train/catalog/cifar_batch.h"
 #include "train/base/error.h"
 #include "train/base/files.h"
@@ -74,14 +76,7 @@ std::string find_file(const std::string& dir, const std::string& name, Format fo
 }
 
 std::string read_head(const std::string& path, std::size_t n) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    throw DataError(path + ": expected a file this user can read on this node, found it unreadable (" +
-                        std::strerror(err) + ").",
-                    err == EACCES ? "fix its permissions (chmod a+r) or read it as its owner."
-                                  : "check that the filesystem is mounted on every node of the job.");
-  }
+  const int fd = detail::open_readable(path, "check that the filesystem is mounted on every node of the job.");
   std::string head(n, '\0');
   std::size_t got = 0;
   while (got < n) {

@@ -2,6 +2,8 @@
 // cifar_pickle.cpp. Shared by the dataset reader (train) and `trainctl preflight`.
 #include "train/catalog/cifar_batch.h"
 
+#include "read_open.h"
+
 #include "train/base/error.h"
 
 #include <fcntl.h>
@@ -42,14 +44,8 @@ Batch decode_binary(const std::string& path, const std::vector<uint8_t>& bytes) 
 namespace {
 
 std::vector<uint8_t> read_bytes(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    throw DataError(path + ": expected a file this user can read on this node, found it unreadable (" +
-                        std::strerror(err) + ").",
-                    err == EACCES ? "fix its permissions (chmod a+r) or read it as its owner."
-                                  : "check that the file exists and its filesystem is mounted on this node.");
-  }
+  const int fd =
+      catalog::detail::open_readable(path, "check that the file exists and its filesystem is mounted on this node.");
   std::vector<uint8_t> out;
   uint8_t chunk[1 << 16];
   while (true) {
