@@ -8,6 +8,8 @@
 #include "train/fused_optim.h"
 #include "train/user_code_error.h"
 
+#include "train/sampler.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -181,15 +183,16 @@ TEST(Schedule, ARecordWithoutItsRateIsACheckpointError) {
 
 TEST(Schedule, ContextCountsEveryRanksShardAndCapsAtMaxSteps) {
   train::RunConfig run;
-  // 100 samples over 3 ranks: 34 each (padded), batches of 10: 4 steps an epoch.
-  ScheduleContext ctx = train::detail::schedule_context(100, 3, 1, 10, 5, run);
+  // 4 steps an epoch (100 samples over 3 ranks: 34 each, padded, in batches of 10).
+  EXPECT_EQ(train::DistributedSampler::samples_per_rank(100, 3), 34);
+  ScheduleContext ctx = train::detail::schedule_context(4, 5, run);
   EXPECT_EQ(ctx.steps_per_epoch, 4);
   EXPECT_EQ(ctx.total_steps, 20);
   run.max_steps = 7;
-  EXPECT_EQ(train::detail::schedule_context(100, 3, 1, 10, 5, run).total_steps, 7);
+  EXPECT_EQ(train::detail::schedule_context(4, 5, run).total_steps, 7);
   run.dry_run = true;
   run.max_steps.reset();
-  EXPECT_EQ(train::detail::schedule_context(100, 3, 1, 10, 5, run).steps_per_epoch, 1);
+  EXPECT_EQ(train::detail::schedule_context(4, 5, run).steps_per_epoch, 1);
 }
 
 }  // namespace

@@ -25,6 +25,9 @@ class DistributedSampler {
   /// Indices per rank and epoch: ceil(n / world), or ceil((n - world) / world) with drop_last
   /// when n is not a multiple of world.
   int64_t num_samples() const { return num_samples_; }
+  /// num_samples() of a sampler over `dataset_size` samples and `world_size` ranks, without one
+  /// (the arguments unchecked: the constructor checks them).
+  static int64_t samples_per_rank(int64_t dataset_size, int world_size, bool drop_last = false);
   int64_t total_size() const { return num_samples_ * world_size_; }
   int64_t dataset_size() const { return dataset_size_; }
   int world_size() const { return world_size_; }

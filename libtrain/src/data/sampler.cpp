@@ -27,17 +27,18 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int world_size, int
                           std::to_string(dataset_size) + ".",
                       "check --data and the --limit-*-samples flags.");
   }
-  if (drop_last && dataset_size % world_size != 0) {
-    num_samples_ = (dataset_size - world_size + world_size - 1) / world_size;
-  } else {
-    num_samples_ = (dataset_size + world_size - 1) / world_size;
-  }
+  num_samples_ = samples_per_rank(dataset_size, world_size, drop_last);
   if (num_samples_ < 1) {
     throw ConfigError("DistributedSampler: " + std::to_string(dataset_size) +
                           " samples with drop_last leave nothing for " +
                           std::to_string(world_size) + " ranks.",
                       "use more samples or fewer ranks.");
   }
+}
+
+int64_t DistributedSampler::samples_per_rank(int64_t dataset_size, int world_size, bool drop_last) {
+  if (drop_last && dataset_size % world_size != 0) return (dataset_size - world_size + world_size - 1) / world_size;
+  return (dataset_size + world_size - 1) / world_size;
 }
 
 std::vector<int64_t> DistributedSampler::indices() const {

@@ -3,7 +3,6 @@
 #include "optim/schedule.h"
 
 #include "train/base/error.h"
-#include "train/sampler.h"
 #include "trainer/user_code.h"
 
 #include <ATen/ops/tensor.h>
@@ -16,11 +15,9 @@
 
 namespace train::detail {
 
-ScheduleContext schedule_context(int64_t samples, int world_size, int rank, int64_t batch, int epochs,
-                                 const RunConfig& run) {
+ScheduleContext schedule_context(int64_t steps_per_epoch, int epochs, const RunConfig& run) {
   ScheduleContext ctx;
-  const DistributedSampler sampler(samples, world_size, rank);
-  ctx.steps_per_epoch = run.dry_run ? 1 : (sampler.num_samples() + batch - 1) / batch;
+  ctx.steps_per_epoch = run.dry_run ? 1 : steps_per_epoch;
   ctx.total_steps = static_cast<int64_t>(epochs) * ctx.steps_per_epoch;
   if (run.max_steps) ctx.total_steps = std::min(ctx.total_steps, *run.max_steps);
   return ctx;

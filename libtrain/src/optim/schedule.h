@@ -21,11 +21,10 @@ class OutputArchive;
 
 namespace train::detail {
 
-/// The run's length as a schedule sees it: every rank takes ceil(samples / ranks) samples
-/// (DistributedSampler pads), in batches of `batch`; --dry-run takes one batch an epoch; --max-steps
-/// caps the total. (The base rate is the Schedule's to fill.)
-ScheduleContext schedule_context(int64_t samples, int world_size, int rank, int64_t batch, int epochs,
-                                 const RunConfig& run);
+/// The run's length as a schedule sees it: `steps_per_epoch` optimizer steps an epoch (the run's
+/// plan counts them), one with --dry-run; --max-steps caps the total. (The base rate is the
+/// Schedule's to fill.)
+ScheduleContext schedule_context(int64_t steps_per_epoch, int epochs, const RunConfig& run);
 
 /// The rate of every step. Built once the optimizer exists; the rate it starts with is the
 /// schedule's rate at index 0 (or the optimizer's own), until a checkpoint's record replaces it.

@@ -3,6 +3,7 @@
 
 #include "train/base/error.h"
 #include "train/base/text.h"
+#include "train/sampler.h"
 
 #include <algorithm>
 #include <cmath>
@@ -110,6 +111,8 @@ void resolve_plan(RunPlan& p, const TrainSpec& s) {
                           text::format("%g", *max_norm) + ".", "e.g. 1.0; leave it unset for no clipping.");
   }
   p.clip_norm = max_norm;
+  p.samples_per_rank = DistributedSampler::samples_per_rank(p.train_size, p.env.world_size);
+  p.steps_per_epoch = (p.samples_per_rank + p.step_samples() - 1) / p.step_samples();
   p.shard_optimizer = c.distributed.shard_optimizer || s.shard_optimizer;
   p.early_stopping = resolve_early_stopping(s, c.run);
   p.ema_decay = resolve_ema_decay(s, c.run);

@@ -137,8 +137,7 @@ void Trainer::Run::build_model() {
   }
   schedule = std::make_unique<detail::Schedule>(
       plan.spec->lr_schedule,
-      detail::schedule_context(plan.train_size, env().world_size, env().rank, plan.step_samples(),
-                               plan.epochs, c.run),
+      detail::schedule_context(plan.steps_per_epoch, plan.epochs, c.run),
       *learner.optimizer, [this] { return place(prog().step); },
       [this] {
         if (steps.step) steps.step->lr_changed();  // a captured step follows the rate, or is captured again

@@ -83,7 +83,9 @@ bool Trainer::Run::train_epoch() {
   // The next epoch's order is drawn while this one trains (not after the drain, rank by rank).
   const int64_t n_local =
       feed->start_epoch(prog().epoch, prog().batches_done * per_step, per_step, /*next_follows=*/prog().epoch < plan.epochs);
-  const int64_t batches = (n_local + per_step - 1) / per_step;  // optimizer steps
+  const int64_t batches = plan.steps_per_epoch;  // optimizer steps, as the schedule counts them
+  TORCH_CHECK(n_local == plan.samples_per_rank, "the feed's epoch has ", n_local, " samples, the plan ",
+              plan.samples_per_rank);
   detail::EpochTimer timer;
   const int64_t images_before = prog().images_total;
   bool max_steps_reached = false;
