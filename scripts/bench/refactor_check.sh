@@ -7,7 +7,9 @@
 #     against this tree (B), alternating, REPEATS times: steady images/s, the ratio, the same bits;
 #   - loader: Fashion-MNIST as .npy (written here with numpy), `train --dataset npy` (the loader's
 #     threads, pinned buffers, the side stream's copy) with the CUDA graph and eagerly, against the
-#     in-memory IDX run: params_sha256 of each, and the host syncs per step (scripts/bench/synctrace.c).
+#     in-memory IDX run: params_sha256 of each, and the host syncs per step (scripts/bench/synctrace.c);
+#   - tokens: the transformer benchmark in memory against the same tokens from a file through the
+#     loader (--tokens), alternating: tokens/s of each and the bits.
 # Output in $OUT. Example (the device tool; .deps from scripts/gpu-deps.sh):
 #   git archive eef82d1 | (mkdir -p .base && tar -x -C .base)
 #   OUT=/tmp/out scripts/bench/refactor_check.sh
@@ -26,7 +28,7 @@ build() {  # src dir, build dir, targets...
   cmake --build $dir -j $jobs $(for t in "$@"; do printf -- '--target %s ' $t; done) > $OUT/build-$(basename $dir).log 2>&1
 }
 t0=$(date +%s)
-build . build-gpu train_program trainctl gru_bench gpu_train_test & new=$!
+build . build-gpu train_program trainctl gru_bench transformer_bench gpu_train_test & new=$!
 build $BASE build-base train_program trainctl gru_bench & base=$!
 wait $new; rc_new=$?; wait $base; rc_base=$?
 echo "built in $(( $(date +%s) - t0 )) s (this tree rc=$rc_new, base rc=$rc_base)"
@@ -58,6 +60,18 @@ PY
       SYNC_FROM=100000 LD_PRELOAD=/tmp/synctrace.so timeout 120 build-gpu/bin/train $F $flags > "$OUT/loader-${name// /-}.out" 2> "$OUT/loader-${name// /-}.err"
       echo "$name rc=$? $(grep -o '"params_sha256":"[0-9a-f]*"' "$OUT/loader-${name// /-}.out") $(grep -o '"images_per_sec_steady":[0-9.]*' "$OUT/loader-${name// /-}.out") $(grep -o '"data_wait_seconds":[0-9.e-]*' "$OUT/loader-${name// /-}.out") $(grep SYNCCOUNT "$OUT/loader-${name// /-}.err") $(grep -o 'training step: .*' "$OUT/loader-${name// /-}.err" | cut -c1-90)"
     done | tee $OUT/loader.txt ;;
+  tokens)
+    # The transformer on its generated sequences in memory, then on the same tokens from a file
+    # through the loader, alternating: the rates' ratio and the bits.
+    F="--device cuda --epochs 2 --train-sequences ${TF_SEQUENCES:-8192} --log-interval 100000"
+    build-gpu/bin/transformer_bench $F --max-steps 2 --write-tokens /tmp/tf.bin > /dev/null 2>&1
+    for round in 1 2; do
+      for src in memory tokens; do
+        extra=""; [ $src = tokens ] && extra="--tokens /tmp/tf.bin"
+        timeout 200 build-gpu/bin/transformer_bench $F $extra > $OUT/tf-$src-$round.out 2> $OUT/tf-$src-$round.err
+        echo "transformer $src round $round rc=$? $(grep -o '"tokens_per_sec_steady":[0-9.]*' $OUT/tf-$src-$round.out) $(grep -o '"params_sha256":"[0-9a-f]*"' $OUT/tf-$src-$round.out) $(grep -o '"data_wait_seconds":[0-9.e-]*' $OUT/tf-$src-$round.out)"
+      done
+    done | tee $OUT/tokens.txt ;;
   gru)
     python3 scripts/bench/ab_compare.py --a build-base --b build-gpu --data - --program gru_bench \
       --configs 1x64 --repeats ${REPEATS:-2} --epochs 3 2>&1 | tee $OUT/ab_gru.txt ;;

@@ -7,6 +7,8 @@
 #include "encoder.h"
 #include "tokens.h"
 
+#include <train/datasets/token_file.h>
+
 #include <train/cli.h>
 #include <train/base/error.h>
 #include <train/fused_optim.h>
@@ -34,6 +36,8 @@ constexpr int64_t kMaxEvalBatch = 64;      // evaluation batches hold [batch, se
 struct Flags {
   bench::EncoderOptions model;
   int64_t train_sequences = 16384, eval_sequences = 512;
+  std::string tokens;        // --tokens: train on this token file, read by the loader
+  std::string write_tokens;  // --write-tokens: write the generated training sequences as one
 };
 
 // The run's per-step rate: linear warm-up from 0 over the first 5% of the run's steps, then a
@@ -76,7 +80,21 @@ train::TrainResult train_transformer(const Flags& f, const train::TrainConfig& c
   train::TrainSpec spec;
   spec.model = [o] { return train::wrap_model(bench::Encoder(o)); };
   spec.model_name = "transformer-" + std::to_string(o.layers) + "x" + std::to_string(o.d_model);
-  spec.train_data = bench::stride_sequences(f.train_sequences, o.seq_len, o.vocab, 1, "stride/train");
+  std::shared_ptr<train::InMemoryDataset> generated =
+      bench::stride_sequences(f.train_sequences, o.seq_len, o.vocab, 1, "stride/train");
+  if (!f.write_tokens.empty() && env.rank == 0) bench::write_token_file(*generated, o.vocab, f.write_tokens);
+  if (f.tokens.empty()) {
+    spec.train_data = generated;
+  } else {
+    // Each sequence's seq_len + 1 tokens one after the other: windows of seq_len + 1 tokens, one a
+    // sequence, the same samples as the generated ones.
+    train::datasets::TokenFileOptions tf;
+    tf.seq_len = o.seq_len;
+    tf.stride = o.seq_len + 1;
+    tf.vocab_size = o.vocab;
+    tf.format = o.vocab <= 65536 ? train::datasets::TokenFormat::uint16 : train::datasets::TokenFormat::uint32;
+    spec.train_samples = std::make_shared<train::datasets::TokenFileDataset>(f.tokens, tf);
+  }
   spec.eval_data = bench::stride_sequences(f.eval_sequences, o.seq_len, o.vocab, 2, "stride/test");
   spec.data_name = "stride-v" + std::to_string(o.vocab) + "-s" + std::to_string(o.seq_len);
   spec.loss = lm_loss();
@@ -119,6 +137,12 @@ std::function<int()> add_flags(CLI::App& app, Flags& f) {
   app.add_option("--vocab", f.model.vocab, "vocabulary size (at least 2)")->capture_default_str()->check(CLI::Range(2, 1 << 24));
   app.add_option("--train-sequences", f.train_sequences, "generated training sequences")->capture_default_str()->check(positive);
   app.add_option("--eval-sequences", f.eval_sequences, "generated evaluation sequences")->capture_default_str()->check(positive);
+  app.add_option("--tokens", f.tokens,
+                 "train on this token file (raw uint16 tokens, uint32 above a vocabulary of 65536), read sample by "
+                 "sample by the loader: sequences of --seq-len + 1 tokens one after the other, as --write-tokens writes")
+      ->check(CLI::ExistingFile);
+  app.add_option("--write-tokens", f.write_tokens,
+                 "write the generated training sequences to this token file (rank 0), then train as usual");
   return [&f]() {
     if (f.model.d_model % f.model.heads != 0) {
       throw train::ConfigError("--heads: expected a divisor of --d-model " + std::to_string(f.model.d_model) +

@@ -8,7 +8,11 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/randint.h>
+#include <train/base/error.h>
+
+#include <cstdio>
 
 #include <algorithm>
 #include <memory>
@@ -27,6 +31,21 @@ inline std::shared_ptr<train::InMemoryDataset> stride_sequences(int64_t n, int64
   const at::Tensor s = (x0 + d * at::arange(seq_len + 1, at::kLong)).remainder(vocab);
   return std::make_shared<train::InMemoryDataset>(s.narrow(1, 0, seq_len).contiguous(),
                                                    s.narrow(1, 1, seq_len).contiguous(), name);
+}
+
+/// Writes `data`'s sequences as one token file: each sequence's seq_len inputs and its last target
+/// (seq_len + 1 tokens), sequence after sequence, raw little-endian uint16 (uint32 above a
+/// vocabulary of 65536), as nanoGPT's prepare.py writes train.bin.
+inline void write_token_file(const train::InMemoryDataset& data, int64_t vocab, const std::string& path) {
+  const at::Tensor inputs = data.inputs(), targets = data.targets();
+  const at::Tensor all = at::cat({inputs, targets.narrow(1, targets.size(1) - 1, 1)}, 1).contiguous();
+  const at::Tensor out = all.to(vocab <= 65536 ? at::kUInt16 : at::kUInt32).contiguous();
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  const size_t bytes = static_cast<size_t>(out.numel()) * out.element_size();
+  if (f == nullptr || std::fwrite(out.const_data_ptr(), 1, bytes, f) != bytes || std::fclose(f) != 0) {
+    throw train::DataError(path + ": expected to write " + std::to_string(bytes) + " bytes of tokens, found the write "
+                               "failing.", "check the folder exists, is writable and has room.");
+  }
 }
 
 }  // namespace bench
