@@ -5,6 +5,7 @@
 
 #include "data/loader_copy.h"
 #include "train/base/error.h"
+#include "train/base/log.h"
 #include "train/sampler.h"
 
 #include <ATen/ops/empty.h>
@@ -294,6 +295,8 @@ class Loader : public LoaderFeed {
         return s;
       }
       if (!skip) throw *bad;
+      // Said as it happens, on the worker's thread: the done line only counts them.
+      log::warn("--bad-samples skip: " + std::string(bad->message()) + "; the next position of the order takes its place");
       if (t + 1 >= tries) {
         throw DataError(data_.name() + ": expected --bad-samples skip to find a readable sample among positions " +
                             std::to_string(k) + " to " + std::to_string(k + t) + " of rank " + std::to_string(rank_) +

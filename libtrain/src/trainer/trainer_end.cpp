@@ -139,7 +139,11 @@ TrainResult Trainer::Run::finish() {
   result.images_per_sec_steady = run_log->steady_images_per_sec();
   result.peak_gpu_mb = dev->peak_memory_mb();
   result.params_sha256 = params_sha256(*learner.model.module);
-  if (detail::LoaderFeed* l = loader()) result.skipped_samples = l->skipped();
+  if (detail::LoaderFeed* l = loader()) {
+    result.skipped_samples = l->skipped();
+    // A run stopped mid-epoch: the wait since the last epoch's line.
+    result.data_wait_seconds = std::max(0.0, result.data_wait_seconds) + l->take_wait_seconds();
+  }
   const std::string& save_model = config().logging.save_model;
   if (!stopped && !save_model.empty() && env().rank == 0) {
     save_model_atomically(*learner.model.module, save_model);
