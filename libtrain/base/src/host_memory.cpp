@@ -1,5 +1,6 @@
 #include "train/base/host_memory.h"
 
+#include <cstdio>
 #include <cstdlib>
 
 #if defined(__GLIBC__)
@@ -30,6 +31,21 @@ HeapSettings keep_freed_memory() {
   s.description = "heap: not glibc, allocator defaults stay";
 #endif
   return s;
+}
+
+Resident resident() {
+  Resident r;
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return r;
+  char line[256];
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    long kb = 0;
+    if (std::sscanf(line, "VmHWM: %ld kB", &kb) == 1) r.peak_mb = static_cast<double>(kb) / 1024.0;
+    if (std::sscanf(line, "RssAnon: %ld kB", &kb) == 1) r.anon_mb = static_cast<double>(kb) / 1024.0;
+    if (std::sscanf(line, "RssFile: %ld kB", &kb) == 1) r.file_mb = static_cast<double>(kb) / 1024.0;
+  }
+  std::fclose(f);
+  return r;
 }
 
 }  // namespace train::host_memory

@@ -219,6 +219,10 @@ struct TrainResult {
   double images_per_sec = 0;          ///< over every epoch, warm-up included
   double images_per_sec_steady = 0;   ///< over the epochs after the first (the first when there is one)
   double peak_gpu_mb = 0;             ///< peak CUDA memory allocated by this rank (0 on the CPU)
+  /// This rank's resident memory at its peak (VmHWM), and the largest anonymous and file-backed
+  /// (memory-mapped data, the libraries: the kernel can take them back) parts seen at the epochs'
+  /// ends and at the end, in MB; 0 where /proc/self/status can't be read.
+  double peak_rss_mb = 0, rss_anon_mb = 0, rss_file_mb = 0;
   double train_seconds = 0;           ///< this process's time in training steps
   double eval_seconds = 0;            ///< this process's time evaluating
   double checkpoint_seconds = 0;      ///< time training waited for checkpoints (rank 0: the state's copy; the file is written in the background)

@@ -29,6 +29,11 @@ std::string to_json(const TrainResult& r) {
   j["images_per_sec"] = r.images_per_sec;
   j["images_per_sec_steady"] = r.images_per_sec_steady;
   if (r.peak_gpu_mb > 0) j["peak_gpu_mb"] = r.peak_gpu_mb;
+  if (r.peak_rss_mb > 0) {
+    j["peak_rss_mb"] = r.peak_rss_mb;
+    j["rss_anon_mb"] = r.rss_anon_mb;
+    j["rss_file_mb"] = r.rss_file_mb;
+  }
   j["train_seconds"] = r.train_seconds;
   j["eval_seconds"] = r.eval_seconds;
   j["checkpoint_seconds"] = r.checkpoint_seconds;

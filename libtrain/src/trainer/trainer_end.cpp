@@ -138,6 +138,7 @@ TrainResult Trainer::Run::finish() {
   result.images_per_sec = prog().train_seconds > 0 ? prog().images_total / prog().train_seconds : 0.0;
   result.images_per_sec_steady = run_log->steady_images_per_sec();
   result.peak_gpu_mb = dev->peak_memory_mb();
+  note_memory();
   result.params_sha256 = params_sha256(*learner.model.module);
   if (detail::LoaderFeed* l = loader()) {
     result.skipped_samples = l->skipped();

@@ -5,6 +5,7 @@
 #include "trainer/trainer_run.h"
 
 #include "train/base/checkpoint_budget.h"
+#include "train/base/host_memory.h"
 #include "train/base/subprocess.h"
 
 #include <limits>
@@ -230,10 +231,20 @@ void Trainer::Run::end_epoch(double images, double epoch_seconds) {
     cb.on_epoch_end(info);
   });
   result.epochs = prog().epoch;
+  note_memory();
   schedule->after_epoch(prog().epoch);
   prog().batches_done = 0;
   prog().epoch_steps = 0;
   state.loss_sum.zero_();
+}
+
+// The rank's resident memory, its largest parts so far (the done line's peak_rss_mb, rss_anon_mb,
+// rss_file_mb): data read through the loader must not make them grow with the dataset.
+void Trainer::Run::note_memory() {
+  const host_memory::Resident r = host_memory::resident();
+  result.peak_rss_mb = std::max(result.peak_rss_mb, r.peak_mb);
+  result.rss_anon_mb = std::max(result.rss_anon_mb, r.anon_mb);
+  result.rss_file_mb = std::max(result.rss_file_mb, r.file_mb);
 }
 
 // Each rank evaluates samples rank, rank + world, ...: no padding, so the all-reduced totals

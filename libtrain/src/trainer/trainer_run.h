@@ -140,6 +140,7 @@ struct Trainer::Run {
   bool after_step(detail::EpochTimer& timer);
   CheckpointDeadlines checkpoint_deadlines() const;
   void end_epoch(double images, double epoch_seconds);
+  void note_memory();
   EvalResult evaluate(bool one_batch);
   // Checkpoints, stops and the end (trainer_end.cpp).
   void write_checkpoint(Progress p, const at::Tensor& loss_sum);

@@ -22,4 +22,12 @@ struct HeapSettings {
 /// MALLOC_TRIM_THRESHOLD_ in the environment mean the user chose: then nothing is changed.
 HeapSettings keep_freed_memory();
 
+/// This process's resident memory now, from /proc/self/status, in MB: its peak (VmHWM), and the
+/// anonymous (RssAnon: heap, tensors) and file-backed (RssFile: memory-mapped files and libraries,
+/// which the kernel can take back) parts. All 0 where the file can't be read.
+struct Resident {
+  double peak_mb = 0, anon_mb = 0, file_mb = 0;
+};
+Resident resident();
+
 }  // namespace train::host_memory
