@@ -220,9 +220,72 @@ bool npy_is_integer(NpyDtype dtype) {
   return dtype != NpyDtype::f2 && dtype != NpyDtype::f4 && dtype != NpyDtype::f8;
 }
 
-NpyArray::NpyArray(const std::string& path) : path_(path), file_(std::make_shared<const MappedFile>(path)) {
-  const uint8_t* b = file_->data();
-  const uint64_t size = file_->size();
+namespace {
+
+// The dtype a header's 'descr' names: a plain, supported, little-endian (or one-byte) one.
+const DtypeName& dtype_of(const std::string& path, const HeaderValue& descr) {
+  if (descr.kind != HeaderValue::string) {
+    throw DataError(path + ": expected a plain dtype (one of " + supported_descrs() +
+                        "), found a structured dtype " + descr.text + ".",
+                    "save one plain array a file: e.g. np.save('x.npy', a['field']) for each field.");
+  }
+  const std::string& text = descr.text;
+  std::string body = text;
+  char order = '|';
+  if (!body.empty() && (body[0] == '<' || body[0] == '>' || body[0] == '|' || body[0] == '=')) {
+    order = body[0];
+    body = body.substr(1);
+  }
+  const DtypeName* found = nullptr;
+  for (const auto& d : kDtypes) {
+    if (body == d.name) found = &d;
+  }
+  if (found == nullptr) {
+    throw DataError(path + ": expected one of the dtypes " + supported_descrs() + ", found '" + text + "'.",
+                    "convert the array before saving it, e.g. np.save(path, a.astype(np.float32)) for "
+                    "features, a.astype(np.int64) for labels.");
+  }
+  if (order == '>' && found->bytes > 1) {
+    throw DataError(path + ": expected little-endian data ('" + npy_descr(found->dtype) + "'), found big-endian '" +
+                        text + "'.",
+                    "convert it before saving: np.save(path, a.astype(a.dtype.newbyteorder('<'))).");
+  }
+  return *found;
+}
+
+// The elements of one row of an array of `shape` whose data after the header is `available` bytes
+// of `item_bytes`-byte items: exactly the shape's bytes, every size checked for overflow (a corrupt
+// shape must not wrap around).
+int64_t row_elements_of(const std::string& path, const std::vector<int64_t>& shape, uint64_t item_bytes,
+                        uint64_t available, const std::string& descr) {
+  uint64_t elements = 1;
+  bool overflow = false;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    overflow |= __builtin_mul_overflow(elements, static_cast<uint64_t>(shape[i]), &elements);
+  }
+  uint64_t row = 1;
+  for (size_t i = 1; i < shape.size(); ++i) overflow |= __builtin_mul_overflow(row, static_cast<uint64_t>(shape[i]), &row);
+  uint64_t expected = 0;
+  overflow |= __builtin_mul_overflow(elements, item_bytes, &expected);
+  if (overflow || expected != available) {
+    throw DataError(path + ": expected " + (overflow ? std::string("more than 2^64") : std::to_string(expected)) +
+                        " bytes of data for shape " + shape_text(shape) + " of dtype " + descr + ", found " +
+                        std::to_string(available) + (available < expected || overflow ? " (truncated?)." : " (trailing bytes?)."),
+                    available < expected || overflow
+                        ? "the file was cut short (an interrupted copy or np.save?): copy or save it again."
+                        : "the header's shape doesn't describe the whole file: save the array again with np.save.");
+  }
+  return static_cast<int64_t>(row);
+}
+
+}  // namespace
+
+namespace {
+
+// The header of the .npy file `path` (`size` bytes at `b`) after checking its magic, version and
+// lengths; its format version and where its data starts.
+std::string read_header(const std::string& path, const uint8_t* b, uint64_t size, int* version,
+                        uint64_t* data_offset) {
   const std::string not_npy_hint = "save the array with numpy.save (np.save(path, a)), one array a file.";
 
   if (size < kNpyPreambleV1 || std::memcmp(b, kNpyMagic, kNpyMagicBytes) != 0) {
@@ -243,7 +306,7 @@ NpyArray::NpyArray(const std::string& path) : path_(path), file_(std::make_share
                         std::to_string(minor) + ".",
                     "save it with a numpy that writes one of these versions (every numpy since 1.0 does).");
   }
-  version_ = major;
+  *version = major;
   const size_t preamble = major == 1 ? kNpyPreambleV1 : kNpyPreambleV2;
   if (size < preamble) {
     throw DataError(path + ": expected a " + std::to_string(preamble) + "-byte .npy preamble, found a file of " +
@@ -251,14 +314,22 @@ NpyArray::NpyArray(const std::string& path) : path_(path), file_(std::make_share
                     "copy or save the file again.");
   }
   const uint64_t header_len = read_le(b + 8, major == 1 ? 2 : 4);
-  data_offset_ = preamble + header_len;
-  if (data_offset_ > size) {
+  *data_offset = preamble + header_len;
+  if (*data_offset > size) {
     throw DataError(path + ": expected a header of " + std::to_string(header_len) + " bytes after the " +
                         std::to_string(preamble) + "-byte preamble, found a file of " + std::to_string(size) +
                         " bytes (truncated?).",
                     "copy or save the file again.");
   }
-  const std::string header(reinterpret_cast<const char*>(b + preamble), header_len);
+  return std::string(reinterpret_cast<const char*>(b + preamble), header_len);
+}
+
+}  // namespace
+
+NpyArray::NpyArray(const std::string& path) : path_(path), file_(std::make_shared<const MappedFile>(path)) {
+  const uint8_t* b = file_->data();
+  const uint64_t size = file_->size();
+  const std::string header = read_header(path, b, size, &version_, &data_offset_);
   std::string quoted = header;
   while (!quoted.empty() && (quoted.back() == '\n' || quoted.back() == ' ' || quoted.back() == '\0')) quoted.pop_back();
   if (quoted.size() > kQuotedHeaderChars) quoted = quoted.substr(0, kQuotedHeaderChars) + "...";
@@ -284,34 +355,9 @@ NpyArray::NpyArray(const std::string& path) : path_(path), file_(std::make_share
                     "the file was not written by numpy.save; save the array again with np.save.");
   }
 
-  // The dtype: a plain string such as '<f4' (a structured dtype is a list of fields).
-  if (descr->kind != HeaderValue::string) {
-    throw DataError(path + ": expected a plain dtype (one of " + supported_descrs() +
-                        "), found a structured dtype " + descr->text + ".",
-                    "save one plain array a file: e.g. np.save('x.npy', a['field']) for each field.");
-  }
+  const DtypeName& found = dtype_of(path, *descr);
   descr_ = descr->text;
-  std::string body = descr_;
-  char order = '|';
-  if (!body.empty() && (body[0] == '<' || body[0] == '>' || body[0] == '|' || body[0] == '=')) {
-    order = body[0];
-    body = body.substr(1);
-  }
-  const DtypeName* found = nullptr;
-  for (const auto& d : kDtypes) {
-    if (body == d.name) found = &d;
-  }
-  if (found == nullptr) {
-    throw DataError(path + ": expected one of the dtypes " + supported_descrs() + ", found '" + descr_ + "'.",
-                    "convert the array before saving it, e.g. np.save(path, a.astype(np.float32)) for "
-                    "features, a.astype(np.int64) for labels.");
-  }
-  if (order == '>' && found->bytes > 1) {
-    throw DataError(path + ": expected little-endian data ('" + npy_descr(found->dtype) + "'), found big-endian '" +
-                        descr_ + "'.",
-                    "convert it before saving: np.save(path, a.astype(a.dtype.newbyteorder('<'))).");
-  }
-  dtype_ = found->dtype;
+  dtype_ = found.dtype;
 
   if (fortran->kind != HeaderValue::boolean) {
     throw DataError(path + ": expected fortran_order True or False, found " + fortran->text + " in \"" + quoted + "\".",
@@ -328,26 +374,7 @@ NpyArray::NpyArray(const std::string& path) : path_(path), file_(std::make_share
   }
   shape_ = shape->ints;
 
-  // Every size in uint64, checked for overflow: a corrupt shape must not wrap around.
-  uint64_t elements = 1;
-  bool overflow = false;
-  for (size_t i = 0; i < shape_.size(); ++i) {
-    overflow |= __builtin_mul_overflow(elements, static_cast<uint64_t>(shape_[i]), &elements);
-  }
-  uint64_t row = 1;
-  for (size_t i = 1; i < shape_.size(); ++i) overflow |= __builtin_mul_overflow(row, static_cast<uint64_t>(shape_[i]), &row);
-  uint64_t expected = 0;
-  overflow |= __builtin_mul_overflow(elements, static_cast<uint64_t>(found->bytes), &expected);
-  const uint64_t available = size - data_offset_;
-  if (overflow || expected != available) {
-    throw DataError(path + ": expected " + (overflow ? std::string("more than 2^64") : std::to_string(expected)) +
-                        " bytes of data for shape " + shape_string() + " of dtype " + descr_ + ", found " +
-                        std::to_string(available) + (available < expected || overflow ? " (truncated?)." : " (trailing bytes?)."),
-                    available < expected || overflow
-                        ? "the file was cut short (an interrupted copy or np.save?): copy or save it again."
-                        : "the header's shape doesn't describe the whole file: save the array again with np.save.");
-  }
-  row_elements_ = static_cast<int64_t>(row);
+  row_elements_ = row_elements_of(path, shape_, static_cast<uint64_t>(found.bytes), size - data_offset_, descr_);
 }
 
 std::string NpyArray::shape_string() const { return shape_text(shape_); }
