@@ -22,6 +22,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
+#include <chrono>
 #include <ctime>
 #include <sstream>
 
@@ -142,7 +143,8 @@ Preemption::~Preemption() {
 
 std::vector<int64_t> Preemption::local_flags() const {
   const int stop = g_stop_signal.load();
-  const double now = static_cast<double>(std::time(nullptr));
+  // Sub-second: a margin of 59.9 s must not wait for the next whole second (time() rounds down).
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   const bool deadline = end_time_ > 0 && now >= static_cast<double>(end_time_) - options_.time_margin_sec;
   // A SIGTERM right at the end time is SLURM's time limit, not a user's scancel.
   const bool term_at_limit = stop == SIGTERM && end_time_ > 0 &&
