@@ -90,6 +90,7 @@ TrainResult Trainer::fit(const TrainSpec& spec) {
     t.run_log->record().end(detail::record_state(r), r.steps, t.prog().epoch);
     return r;
   } catch (...) {
+    t.feed.reset();  // the loader's threads stop reading the spec's data
     t.run_log->record().end("failed");  // the error goes on to the caller
     throw;
   }

@@ -157,6 +157,7 @@ TrainResult Trainer::Run::finish() {
 // What the step captured goes before the communicator: destroying an NCCL communicator that a
 // live CUDA graph still uses hangs in NCCL. The signal handlers go back to what they were.
 void Trainer::Run::shut_down() {
+  feed.reset();  // the loader's threads read the spec's data: they stop before fit() returns
   if (steps.step) steps.step->release();
   steps.observers.clear();
   steps.step.reset();
