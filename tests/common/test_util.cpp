@@ -42,9 +42,10 @@ TempDir::~TempDir() {
 }
 
 RunResult run_program(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                      double timeout_sec) {
+                      double timeout_sec, const ErrLineFn& on_err_line) {
   int out_pipe[2], err_pipe[2];
   if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) throw std::runtime_error("pipe failed");
+  if (on_err_line) (void)fcntl(err_pipe[1], F_SETPIPE_SZ, 4096);
   auto start = std::chrono::steady_clock::now();
   pid_t pid = fork();
   if (pid == 0) {
@@ -67,6 +68,7 @@ RunResult run_program(const std::vector<std::string>& argv, const std::vector<st
   pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
   int open_fds = 2;
   bool killed = false;
+  size_t line_start = 0;  // the first byte of r.err not handed to on_err_line yet
   char buf[65536];
   while (open_fds > 0) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -85,6 +87,10 @@ RunResult run_program(const std::vector<std::string>& argv, const std::vector<st
         --open_fds;
       } else {
         (k == 0 ? r.out : r.err).append(buf, got);
+        for (size_t nl; k == 1 && on_err_line && (nl = r.err.find('\n', line_start)) != std::string::npos;
+             line_start = nl + 1) {
+          on_err_line(pid, r.err.substr(line_start, nl - line_start));
+        }
       }
     }
   }

@@ -2,6 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <sys/types.h>
+
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,10 +36,16 @@ struct RunResult {
   double seconds = 0;
 };
 
+/// Called with the child's pid and each line of its stderr as it comes (run_program).
+using ErrLineFn = std::function<void(pid_t pid, const std::string& line)>;
+
 /// Runs `argv` with extra environment entries ("NAME=value"), capturing stdout and stderr.
-/// Kills it (SIGKILL) after timeout_sec so a test can never hang.
+/// Kills it (SIGKILL) after timeout_sec so a test can never hang. With `on_err_line`, each stderr
+/// line goes to it as it comes, so a test can act on an event of the run (a signal once a progress
+/// line is printed); the stderr pipe then holds one page (F_SETPIPE_SZ), so the run blocks on its
+/// log a few dozen lines past a line the test hasn't read yet and can't run far ahead of the test.
 RunResult run_program(const std::vector<std::string>& argv, const std::vector<std::string>& env = {},
-                      double timeout_sec = 300);
+                      double timeout_sec = 300, const ErrLineFn& on_err_line = {});
 
 /// Writes bytes to a file, creating or truncating it.
 void write_file(const std::string& path, const std::vector<uint8_t>& bytes);

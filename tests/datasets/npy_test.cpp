@@ -23,21 +23,6 @@ using train::datasets::NpyOptions;
 
 namespace {
 
-// A fresh folder from mkdtemp, removed with its files by the destructor.
-class TempFolder {
- public:
-  TempFolder() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/npy_test-XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed: " + pattern);
-    path_ = pattern;
-  }
-  ~TempFolder() { train::files::remove_tree(path_); }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 std::string shape_literal(const std::vector<int64_t>& shape) {
   std::string s = "(";
@@ -100,7 +85,7 @@ std::vector<uint8_t> bytes_of(const at::Tensor& t) {
 }  // namespace
 
 TEST(NpyArray, ReadsEveryDtypeAndItsBytes) {
-  TempFolder dir;
+  train::test::TempDir dir("npy");
   struct Case {
     std::string descr;
     NpyDtype dtype;
@@ -135,7 +120,7 @@ TEST(NpyArray, ReadsEveryDtypeAndItsBytes) {
 }
 
 TEST(NpyArray, ReadsVersionsTwoAndThreeAndOtherHeaderSpellings) {
-  TempFolder dir;
+  train::test::TempDir dir("npy");
   const std::vector<float> v = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f, 8.5f};
   for (int version : {2, 3}) {
     NpyArray a(write_npy(dir.file("v" + std::to_string(version) + ".npy"), "<f4", {2, 3}, v, version));
@@ -169,7 +154,7 @@ TEST(NpyArray, ReadsVersionsTwoAndThreeAndOtherHeaderSpellings) {
 }
 
 TEST(NpyDataset, FloatInputsAsTheyAreIntegerTargetsAsInt64) {
-  TempFolder dir;
+  train::test::TempDir dir("npy");
   std::vector<float> x(4 * 3);
   for (size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * static_cast<float>(i) - 0.55f;
   const std::vector<int32_t> y = {3, 0, -1, 2147483647};
@@ -188,7 +173,7 @@ TEST(NpyDataset, FloatInputsAsTheyAreIntegerTargetsAsInt64) {
 }
 
 TEST(NpyDataset, ConvertsEachDtype) {
-  TempFolder dir;
+  train::test::TempDir dir("npy");
   // float64 and float16 inputs stay in their dtype; int16 and uint64 inputs become int64.
   const std::vector<double> xd = {1e-300, -3.5, 2.0, 4.0};
   const std::vector<uint16_t> y16 = {65535, 0};
@@ -230,7 +215,7 @@ TEST(NpyDataset, ConvertsEachDtype) {
 
 TEST(NpyDataset, Uint8InputsAreNormalizedAsTheIdxReaderDoes) {
   // Every byte value, through NpyDataset and through the IDX reader's own ops: the same bits.
-  TempFolder dir;
+  train::test::TempDir dir("npy");
   std::vector<uint8_t> x(256);
   for (int v = 0; v < 256; ++v) x[v] = static_cast<uint8_t>(255 - v);
   const std::vector<uint8_t> y = {1, 2, 3, 4};
@@ -260,7 +245,7 @@ TEST(NpyDataset, Uint8InputsAreNormalizedAsTheIdxReaderDoes) {
 }
 
 TEST(NpyDataset, InputShapeReshapesEachSample) {
-  TempFolder dir;
+  train::test::TempDir dir("npy");
   std::vector<uint8_t> x(2 * 4 * 6, 7);
   const std::vector<int64_t> y = {0, 1};
   write_npy(dir.file("x.npy"), "|u1", {2, 4, 6}, x);
@@ -275,7 +260,7 @@ TEST(NpyDataset, InputShapeReshapesEachSample) {
 }
 
 TEST(NpyDataset, NumClassesChecksEachTarget) {
-  TempFolder dir;
+  train::test::TempDir dir("npy");
   const std::vector<float> x = {1, 2, 3};
   const std::vector<int64_t> y = {0, 9, 10};
   write_npy(dir.file("x.npy"), "<f4", {3, 1}, x);
@@ -293,7 +278,7 @@ TEST(NpyDataset, NumClassesChecksEachTarget) {
 }
 
 TEST(NpyDataset, BadFilesAreNamedWithWhatWasExpectedAndFound) {
-  TempFolder dir;
+  train::test::TempDir dir("npy");
   const std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
   const std::vector<int64_t> y = {0, 1, 2, 3};
   const std::string good_x = write_npy(dir.file("x.npy"), "<f4", {4, 3}, x);
@@ -374,7 +359,7 @@ TEST(NpyDataset, BadFilesAreNamedWithWhatWasExpectedAndFound) {
 }
 
 TEST(NpyDataset, ConcurrentGetsReadTheSameSamples) {
-  TempFolder dir;
+  train::test::TempDir dir("npy");
   const int64_t n = 512;
   std::vector<uint8_t> x(n * 100);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<uint8_t>((i * 2654435761u) >> 24);
@@ -403,7 +388,7 @@ TEST(NpyDataset, NumpysOwnFiles) {
   // the header layout is numpy's, not only this test's idea of it.
   const std::string py = train::test::venv_python();
   if (py.empty()) GTEST_SKIP() << "the venv's python is needed to write files with numpy; run scripts/setup.sh";
-  TempFolder dir;
+  train::test::TempDir dir("npy");
   const std::string script =
       "import numpy as np, sys\n"
       "d = sys.argv[1]\n"
@@ -450,7 +435,7 @@ TEST(NpyDataset, FashionMnistAsUint8ArraysGivesTheIdxTensors) {
     ASSERT_EQ(idx.size(), n);
     const std::vector<uint8_t> images = train::datasets::read_file_bytes(fm + "/" + prefix + "-images-idx3-ubyte.gz");
     const std::vector<uint8_t> labels = train::datasets::read_file_bytes(fm + "/" + prefix + "-labels-idx1-ubyte.gz");
-    TempFolder dir;
+    train::test::TempDir dir("npy");
     train::test::write_file(dir.file("x.npy"), npy_bytes("|u1", {n, 28, 28}, images.data() + 16, n * 784));
     train::test::write_file(dir.file("x4.npy"), npy_bytes("|u1", {n, 1, 28, 28}, images.data() + 16, n * 784));
     train::test::write_file(dir.file("y.npy"), npy_bytes("|u1", {n}, labels.data() + 8, n));

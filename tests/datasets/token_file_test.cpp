@@ -21,21 +21,6 @@ using train::datasets::TokenFormat;
 
 namespace {
 
-// A fresh folder from mkdtemp, removed with its files by the destructor.
-class TempFolder {
- public:
-  TempFolder() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/token_file_test-XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed: " + pattern);
-    path_ = pattern;
-  }
-  ~TempFolder() { train::files::remove_tree(path_); }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 // Little-endian integers appended to a byte vector.
 template <typename T>
@@ -116,7 +101,7 @@ void expect_window(TokenFileDataset& ds, int64_t i, uint32_t offset = 0) {
 }  // namespace
 
 TEST(TokenFile, RawUint16IsNanoGptsTrainBin) {
-  TempFolder dir;
+  train::test::TempDir dir("token_file");
   TokenFile f(raw_file(dir.file("train.bin"), 1001, 2));
   EXPECT_EQ(f.format(), TokenFormat::uint16);
   EXPECT_EQ(f.token_bytes(), 2);
@@ -126,7 +111,7 @@ TEST(TokenFile, RawUint16IsNanoGptsTrainBin) {
 }
 
 TEST(TokenFile, RawUint32) {
-  TempFolder dir;
+  train::test::TempDir dir("token_file");
   TokenFile f(raw_file(dir.file("tokens.u32"), 100, 4), TokenFormat::uint32);
   EXPECT_EQ(f.format(), TokenFormat::uint32);
   EXPECT_EQ(f.size(), 100);
@@ -134,7 +119,7 @@ TEST(TokenFile, RawUint32) {
 }
 
 TEST(TokenFile, LlmcHeaderIsDetectedByItsMagic) {
-  TempFolder dir;
+  train::test::TempDir dir("token_file");
   TokenFile gpt2(llmc_file(dir.file("gpt2.bin"), 300));
   EXPECT_EQ(gpt2.format(), TokenFormat::llmc);
   EXPECT_EQ(gpt2.token_bytes(), 2);
@@ -152,7 +137,7 @@ TEST(TokenFile, LlmcHeaderIsDetectedByItsMagic) {
 }
 
 TEST(TokenFileDataset, NonOverlappingWindowsByDefault) {
-  TempFolder dir;
+  train::test::TempDir dir("token_file");
   // 1001 tokens, seq_len 10: (1001 - 1) / 10 = 100 windows, the last ending on the last token.
   TokenFileDataset ds(raw_file(dir.file("train.bin"), 1001, 2), windows(10));
   EXPECT_EQ(ds.size(), 100);
@@ -169,7 +154,7 @@ TEST(TokenFileDataset, NonOverlappingWindowsByDefault) {
 }
 
 TEST(TokenFileDataset, StrideGivesOverlappingWindows) {
-  TempFolder dir;
+  train::test::TempDir dir("token_file");
   // 101 tokens, seq_len 10, stride 3: starts 0, 3, ..., 90 (90 + 11 = 101): 31 windows.
   TokenFileDataset ds(raw_file(dir.file("t.bin"), 101, 2), windows(10, 3));
   EXPECT_EQ(ds.size(), 31);
@@ -180,7 +165,7 @@ TEST(TokenFileDataset, StrideGivesOverlappingWindows) {
 }
 
 TEST(TokenFileDataset, ReadsEveryLayout) {
-  TempFolder dir;
+  train::test::TempDir dir("token_file");
   TokenFileDataset llmc(llmc_file(dir.file("gpt2.bin"), 257), windows(16));
   EXPECT_EQ(llmc.size(), 16);
   for (int64_t i = 0; i < llmc.size(); ++i) expect_window(llmc, i);
@@ -192,7 +177,7 @@ TEST(TokenFileDataset, ReadsEveryLayout) {
 }
 
 TEST(TokenFileDataset, VocabularyIsCheckedPerWindow) {
-  TempFolder dir;
+  train::test::TempDir dir("token_file");
   std::vector<uint8_t> b;
   for (int i = 0; i < 41; ++i) put<uint16_t>(b, static_cast<uint16_t>(i == 25 ? 50300 : i));
   train::test::write_file(dir.file("v.bin"), b);
@@ -210,7 +195,7 @@ TEST(TokenFileDataset, VocabularyIsCheckedPerWindow) {
 }
 
 TEST(TokenFileDataset, BadFilesAreNamedWithWhatWasExpectedAndFound) {
-  TempFolder dir;
+  train::test::TempDir dir("token_file");
   // An empty file; a missing one.
   train::test::write_file(dir.file("empty.bin"), {});
   expect_message(error_of([&] { TokenFile f(dir.file("empty.bin")); }), {dir.file("empty.bin"), "an empty file"});
@@ -261,7 +246,7 @@ TEST(TokenFileDataset, BadFilesAreNamedWithWhatWasExpectedAndFound) {
 }
 
 TEST(TokenFileDataset, ConcurrentGetsReadTheSameWindows) {
-  TempFolder dir;
+  train::test::TempDir dir("token_file");
   TokenFileDataset ds(raw_file(dir.file("train.bin"), 64 * 257 + 1, 2), windows(64, 0, 50257));
   ASSERT_EQ(ds.size(), 257);
   std::vector<int> wrong(4, 0);

@@ -153,70 +153,6 @@ int count(const std::string& text, const std::string& part) {
   return n;
 }
 
-// Runs `argv` as run_program does, and calls on_err_line(pid, line) with each line of its stderr as
-// it comes, so a test can act on an event of the run (a signal once a progress line is printed).
-// The stderr pipe holds one page (F_SETPIPE_SZ): a run blocks on its log a few dozen lines past a
-// line the test hasn't read yet, so no scheduling lets it run far ahead of the test.
-RunResult run_watching(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                       const std::function<void(pid_t, const std::string&)>& on_err_line, double timeout_sec = 300) {
-  int out_pipe[2], err_pipe[2];
-  if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) throw std::runtime_error("pipe failed");
-  (void)fcntl(err_pipe[1], F_SETPIPE_SZ, 4096);
-  const auto start = std::chrono::steady_clock::now();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    setpgid(0, 0);
-    dup2(out_pipe[1], 1);
-    dup2(err_pipe[1], 2);
-    close(out_pipe[0]);
-    close(err_pipe[0]);
-    for (const auto& e : env) putenv(strdup(e.c_str()));
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
-    std::fprintf(stderr, "exec %s failed: %s\n", args[0], std::strerror(errno));
-    _exit(127);
-  }
-  close(out_pipe[1]);
-  close(err_pipe[1]);
-  RunResult r;
-  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
-  int open_fds = 2;
-  bool killed = false;
-  size_t line_start = 0;  // the first byte of r.err not handed to on_err_line yet
-  char buf[4096];
-  while (open_fds > 0) {
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!killed && elapsed > timeout_sec) {
-      kill(-pid, SIGKILL);
-      killed = true;
-    }
-    if (poll(fds, 2, 200) <= 0) continue;
-    for (int k = 0; k < 2; ++k) {
-      if (fds[k].fd < 0 || !(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      const ssize_t got = read(fds[k].fd, buf, sizeof(buf));
-      if (got <= 0) {
-        close(fds[k].fd);
-        fds[k].fd = -1;
-        --open_fds;
-        continue;
-      }
-      (k == 0 ? r.out : r.err).append(buf, static_cast<size_t>(got));
-      for (size_t nl; k == 1 && (nl = r.err.find('\n', line_start)) != std::string::npos; line_start = nl + 1) {
-        on_err_line(pid, r.err.substr(line_start, nl - line_start));
-      }
-    }
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
-  if (killed) r.err += "\n[test harness: killed after " + std::to_string(timeout_sec) + " s]\n";
-  return r;
-}
-
 // A folder's files, names to bytes.
 std::map<std::string, std::string> files_of(const std::string& dir) {
   std::map<std::string, std::string> out;
@@ -343,8 +279,8 @@ TEST_F(LoaderRun, ResumesExactlyAfterAPreemptionSignalMidEpoch) {
   train::test::TempDir d("loaderusr2");
   const std::vector<std::string> ck = {"--checkpoint-dir", d.file("ck"), "--preempt-signals", "USR2"};
   int lines = 0;
-  const RunResult stopped = run_watching(
-      npy_train(data(), plus(ck, {"--data-workers", "3", "--prefetch", "2"})), {},
+  const RunResult stopped = run_program(
+      npy_train(data(), plus(ck, {"--data-workers", "3", "--prefetch", "2"})), {}, 300,
       [&](pid_t pid, const std::string& line) {
         if (contains(line, "Train Epoch: 1 [") && ++lines == 3) kill(pid, SIGUSR2);
       });

@@ -4,6 +4,7 @@
 // CPU, no process group.
 #include "optim/schedule.h"
 
+#include "archive.h"
 #include "train/base/error.h"
 #include "train/fused_optim.h"
 #include "train/user_code_error.h"
@@ -68,14 +69,7 @@ void expect_everywhere(const Schedule& s, const ProbedSGD& opt) {
   EXPECT_FLOAT_EQ(static_cast<float>(opt.device_rate()), static_cast<float>(s.lr()));
 }
 
-// `out` as a checkpoint's reader gets it.
-torch::serialize::InputArchive read_back(torch::serialize::OutputArchive& out) {
-  std::stringstream bytes;
-  out.save_to(bytes);
-  torch::serialize::InputArchive in;
-  in.load_from(bytes);
-  return in;
-}
+using train::test::read_back;
 
 // The schedule's record as a checkpoint holds it.
 torch::serialize::InputArchive record_of(const Schedule& s) {

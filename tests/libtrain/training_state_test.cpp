@@ -3,6 +3,7 @@
 // checkpoint's rate (progress/lr) given back the same way. Runs on any CPU, no files.
 #include "train/training_state.h"
 
+#include "archive.h"
 #include "train/base/error.h"
 
 #include <gtest/gtest.h>
@@ -15,14 +16,7 @@ namespace {
 
 using train::TrainingState;
 
-// `out` as a checkpoint's reader gets it.
-torch::serialize::InputArchive read_back(torch::serialize::OutputArchive& out) {
-  std::stringstream bytes;
-  out.save_to(bytes);
-  torch::serialize::InputArchive in;
-  in.load_from(bytes);
-  return in;
-}
+using train::test::read_back;
 
 // A model, an optimizer and the TrainingState over them.
 struct Trained {

@@ -143,7 +143,7 @@ TrainResult Trainer::Run::finish() {
   if (detail::LoaderFeed* l = loader()) {
     result.skipped_samples = l->skipped();
     // A run stopped mid-epoch: the wait since the last epoch's line.
-    result.data_wait_seconds = std::max(0.0, result.data_wait_seconds) + l->take_wait_seconds();
+    result.data_wait_seconds += l->take_wait_seconds();
   }
   const std::string& save_model = config().logging.save_model;
   if (!stopped && !save_model.empty() && env().rank == 0) {

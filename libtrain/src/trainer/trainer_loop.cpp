@@ -57,6 +57,11 @@ void Trainer::Run::make_feed() {
   const TrainConfig& c = config();
   const DistEnv& e = env();
   if (!plan.loader) {
+    if (c.data.workers) {
+      log::info("--data-workers " + std::to_string(*c.data.workers) + ": the training data '" + plan.train_name +
+                "' is held in memory and needs no loader; the flag serves data read sample by sample "
+                "(TrainSpec::train_samples, train --dataset npy)");
+    }
     feed = detail::make_index_feed(plan.train_size, e.world_size, e.rank, c.run.seed, device());
     return;
   }
@@ -71,6 +76,8 @@ void Trainer::Run::make_feed() {
   log::info("loader of " + plan.train_name + ": " + l->summary(plan.step_samples()) +
             (c.data.workers ? "" : " (--data-workers 0: half the rank's " + std::to_string(plan.threads) + " threads)"));
   feed = std::move(l);
+  result.data_wait_seconds = 0;  // -1 (no loader) until here
+  result.skipped_samples = 0;
 }
 
 // The loader that feeds the steps, or null for data in memory.
@@ -215,7 +222,7 @@ void Trainer::Run::end_epoch(double images, double epoch_seconds) {
   std::optional<double> data_wait;
   if (detail::LoaderFeed* l = loader()) {
     data_wait = l->take_wait_seconds();
-    result.data_wait_seconds = std::max(0.0, result.data_wait_seconds) + *data_wait;
+    result.data_wait_seconds += *data_wait;
   }
   run_log->epoch_line(prog(), ev, images, epoch_seconds, eval_seconds, stragglers, stops->skipped_steps(), data_wait);
   (void)controls.early_stop.after_epoch(prog().epoch, ev, comm.pg.get(), env().rank, device());  // rank 0 decides for all
