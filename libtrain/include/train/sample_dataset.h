@@ -18,6 +18,14 @@ struct Sample {
   at::Tensor target;  ///< e.g. int64 [] (a class index), or int64 [seq_len] (the next tokens)
 };
 
+/// Which draw of a sample the loader asks for: the run's seed and the sampler's epoch (0 for the
+/// first). A dataset whose samples are random (augmentation) draws from (seed, epoch, index) alone,
+/// so that a sample is the same whatever the thread count, the prefetch, the world size or a resume.
+struct SampleDraw {
+  uint64_t seed = 0;
+  int64_t epoch = 0;
+};
+
 /// What the loader needs of a dataset read sample by sample. Implement it for your own format.
 ///
 /// get() is called from several loader threads at once, for different indices: it must be safe
@@ -33,6 +41,13 @@ class SampleDataset {
   /// The sample at `index` (0 <= index < size()), as CPU tensors of the dataset's fixed shapes.
   /// @throws train::DataError for a sample that can't be read, naming the file and the index.
   virtual Sample get(int64_t index) = 0;
+
+  /// The sample at `index` for `draw`: what the loader calls. By default get(index), the same in
+  /// every epoch; a dataset with random augmentation overrides it and draws from (draw, index).
+  virtual Sample draw(int64_t index, const SampleDraw& draw) {
+    (void)draw;
+    return get(index);
+  }
 
   /// A name for logs and errors, e.g. "tokens:/data/train.bin".
   virtual std::string name() const { return "data"; }

@@ -100,7 +100,7 @@ const char* const kSkipHint = "--bad-samples skip replaces unreadable samples (a
 class Loader : public LoaderFeed {
  public:
   Loader(SampleDataset& data, int world_size, int rank, uint64_t seed, const LoaderOptions& o)
-      : data_(data), options_(o), rank_(rank),
+      : data_(data), options_(o), rank_(rank), seed_(seed),
         order_(data.size(), world_size, rank, seed, o.order_threshold),
         pin_(o.pin_memory && o.device.is_cuda()) {
     if (o.workers < 1) {
@@ -233,7 +233,7 @@ class Loader : public LoaderFeed {
     const int64_t tries = options_.bad_samples == BadSamples::skip ? std::min<int64_t>(n, kMaxSkippedInARow) : 1;
     for (int64_t i = 0; i < tries; ++i) {
       try {
-        Sample s = data_.get(i);
+        Sample s = data_.draw(i, {seed_, 0});
         if (!s.input.defined() || !s.target.defined()) {
           throw DataError("get() returned " + describe(s.input) + " and " + describe(s.target) + " as input and target.",
                           "get() must set both Sample::input and Sample::target.");
@@ -280,7 +280,7 @@ class Loader : public LoaderFeed {
       std::optional<DataError> bad;
       Sample s;
       try {
-        s = data_.get(index);
+        s = data_.draw(index, {seed_, epoch_ - 1});
       } catch (...) {
         const Failure f = failure_of(std::current_exception());
         bad = DataError(data_.name() + ": sample " + std::to_string(index) + " (position " + std::to_string(position) +
@@ -390,6 +390,7 @@ class Loader : public LoaderFeed {
   SampleDataset& data_;
   const LoaderOptions options_;
   const int rank_;
+  const uint64_t seed_;
   EpochSampleOrder order_;
   const bool pin_;
   std::unique_ptr<BatchCopy> copy_;  // a GPU: the copies to it
