@@ -1,6 +1,6 @@
-# Finds libtrain's dependencies (LibTorch, spdlog, CLI11, nlohmann_json, zlib, OpenSSL, Gloo headers);
-# a missing one stops configure with its name, its use and how to get it with or without root
-# (docs/getting-started.md). find_package(Torch) lives here only.
+# Finds libtrain's dependencies (LibTorch, spdlog, CLI11, nlohmann_json, zlib, OpenSSL, TurboJPEG, libpng,
+# Gloo headers); a missing one stops configure with its name, its use and how to get it with or
+# without root (docs/getting-started.md). find_package(Torch) lives here only.
 
 # train_find_dependency(NAME PURPOSE NO_ROOT APT [find_package arguments...]): find_package, and
 # when it fails a message naming the dependency, what it is for, and where to get it.
@@ -39,6 +39,15 @@ train_find_dependency(ZLIB "reading gzipped datasets"
 train_find_dependency(OpenSSL "SHA-256 checksums of checkpoints (libcrypto)"
   "conda install -c conda-forge openssl; spack install openssl; or module load openssl; set OPENSSL_ROOT_DIR=<prefix> if it is elsewhere"
   "libssl-dev" COMPONENTS Crypto)
+if(TRAIN_WITH_TORCH)
+  # train::datasets' image decoders (datasets/src/image.cpp); cmake/FindTurboJPEG.cmake finds the first.
+  train_find_dependency(TurboJPEG "decoding JPEG images (train::datasets; libjpeg-turbo's TurboJPEG API)"
+    "conda install -c conda-forge libjpeg-turbo; spack install libjpeg-turbo; or cmake --install of github.com/libjpeg-turbo/libjpeg-turbo"
+    "libturbojpeg0-dev")
+  train_find_dependency(PNG "decoding PNG images (train::datasets)"
+    "conda install -c conda-forge libpng; spack install libpng; or cmake --install of github.com/pnggroup/libpng"
+    "libpng-dev")
+endif()
 
 if(TRAIN_WITH_TORCH)
   if(NOT Torch_DIR AND NOT DEFINED ENV{Torch_DIR})

@@ -35,11 +35,16 @@ install(EXPORT libtrainTargets NAMESPACE train:: DESTINATION ${CMAKE_INSTALL_LIB
 # The imported targets name the libraries in this build and the sources' include/ folders (their
 # BUILD_INTERFACE), so a consumer sees edits to them after a rebuild here.
 export(EXPORT libtrainTargets NAMESPACE train:: FILE ${PROJECT_BINARY_DIR}/libtrainTargets.cmake)
-# Hints for the package config: where this build found zlib and OpenSSL (find modules, no _DIR).
+# Hints for the package config: where this build found zlib, OpenSSL, TurboJPEG and libpng (find
+# modules, no _DIR). train::datasets is a static library: its private TurboJPEG and libpng are on
+# its consumers' link line, so the package finds them too, with our FindTurboJPEG.cmake beside it.
 get_filename_component(_train_zlib_root "${ZLIB_INCLUDE_DIR}" DIRECTORY)
 get_filename_component(_train_openssl_root "${OPENSSL_INCLUDE_DIR}" DIRECTORY)
+get_filename_component(_train_turbojpeg_root "${TurboJPEG_INCLUDE_DIR}" DIRECTORY)
+get_filename_component(_train_png_root "${PNG_PNG_INCLUDE_DIR}" DIRECTORY)
+configure_file(${PROJECT_SOURCE_DIR}/cmake/FindTurboJPEG.cmake ${PROJECT_BINARY_DIR}/FindTurboJPEG.cmake COPYONLY)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/libtrainConfig.cmake.in
   ${PROJECT_BINARY_DIR}/libtrainConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/libtrain)
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/libtrainConfigVersion.cmake COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/libtrainConfig.cmake ${PROJECT_BINARY_DIR}/libtrainConfigVersion.cmake
-  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/libtrain)
+  ${PROJECT_BINARY_DIR}/FindTurboJPEG.cmake DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/libtrain)

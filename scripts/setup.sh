@@ -8,7 +8,8 @@ cd "$repo"
 
 TORCH_VERSION=${TRAIN_TORCH_VERSION:-2.11.0}
 debs=(cmake ninja-build ccache g++ pkg-config libgloo-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev
-      libcli11-dev nlohmann-json3-dev zlib1g-dev libssl-dev dataset-fashion-mnist slurm-wlm munge)
+      libcli11-dev nlohmann-json3-dev zlib1g-dev libssl-dev libturbojpeg0-dev libpng-dev
+      dataset-fashion-mnist slurm-wlm munge)
 
 missing=()
 for p in "${debs[@]}"; do

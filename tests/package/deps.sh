@@ -63,7 +63,8 @@ nonroot)
       fi
     done < <(dpkg -L "$1")
   }
-  for p in libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libssl-dev libgtest-dev; do add_package "$p"; done
+  for p in libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libssl-dev libturbojpeg0-dev libpng-dev \
+    libgtest-dev; do add_package "$p"; done
 
   # The user: nobody (65534) when the test runs as root, else the user running it.
   mkdir -p "$work/home" "$work/build"
@@ -102,7 +103,8 @@ nonroot)
   add_package libgloo-dev
   configure >"$work/configure.log" 2>&1 || { tail -40 "$work/configure.log"; fail "configure with every dependency in $prefix"; }
   # Every dependency came from the prefix (or Torch from its venv), none from /usr.
-  for var in spdlog_DIR CLI11_DIR nlohmann_json_DIR GTest_DIR TRAIN_GLOO_INCLUDE_DIR ZLIB_INCLUDE_DIR OPENSSL_INCLUDE_DIR; do
+  for var in spdlog_DIR CLI11_DIR nlohmann_json_DIR GTest_DIR TRAIN_GLOO_INCLUDE_DIR ZLIB_INCLUDE_DIR OPENSSL_INCLUDE_DIR \
+    TurboJPEG_INCLUDE_DIR TurboJPEG_LIBRARY PNG_PNG_INCLUDE_DIR; do
     value=$(sed -n "s/^$var:[A-Z]*=//p" "$work/build/CMakeCache.txt")
     case $value in "$prefix"/*) ;; *) fail "$var='$value': expected a folder under $prefix" ;; esac
   done

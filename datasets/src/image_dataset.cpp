@@ -1,0 +1,182 @@
+// ImageDataset: one image's way from the source's bytes to a normalized float32 CHW sample, with the
+// crop box chosen from the header before decoding, so a JPEG can decode at reduced DCT scale.
+#include "train/datasets/image_dataset.h"
+
+#include "train/base/error.h"
+#include "train/datasets/image.h"
+#include "train/datasets/image_transform.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+
+#include <cstring>
+#include <sstream>
+
+namespace train::datasets {
+namespace {
+
+std::vector<float> per_channel(const std::vector<double>& values, int channels, const char* what) {
+  if (values.size() != 1 && values.size() != size_t(channels)) {
+    throw ConfigError("ImageOptions::" + std::string(what) + ": expected 1 value or " + std::to_string(channels) +
+                          " (one per channel), found " + std::to_string(values.size()) + ".",
+                      "give one value per output channel (ImageNet's RGB: mean 0.485 0.456 0.406, std 0.229 0.224 "
+                      "0.225; grey images: one value).");
+  }
+  std::vector<float> out(channels);
+  for (int c = 0; c < channels; ++c) out[c] = static_cast<float>(values.size() == 1 ? values[0] : values[c]);
+  return out;
+}
+
+void check_options(const ImageOptions& o) {
+  if (o.size < 1) {
+    throw ConfigError("ImageOptions::size: expected a positive output size, found " + std::to_string(o.size) + ".",
+                      "224 is ImageNet's; MNIST-like data keeps its own size (28) with mode none.");
+  }
+  if (o.channels != 1 && o.channels != 3) {
+    throw ConfigError("ImageOptions::channels: expected 1 (grey) or 3 (RGB), found " + std::to_string(o.channels) + ".",
+                      "the model's first layer decides: 3 for ImageNet's models, 1 for MNIST's.");
+  }
+  for (double s : o.std) {
+    if (!(s > 0)) {
+      throw ConfigError("ImageOptions::std: expected positive values, found " + std::to_string(s) + ".",
+                        "a std of 0 divides by zero; use 1 to leave a channel unscaled.");
+    }
+  }
+}
+
+// The normalized value of each byte per channel, by the IDX reader's own tensor ops, so that 8-bit
+// pixels taken as they are give its bits (idx.cpp: x.to(float).div_(255).sub_(mean).div_(std)).
+std::vector<float> byte_table(const std::vector<double>& mean, const std::vector<double>& std, int channels) {
+  std::vector<float> table(size_t(channels) * 256);
+  std::vector<uint8_t> bytes(256);
+  for (int v = 0; v < 256; ++v) bytes[v] = uint8_t(v);
+  const at::Tensor raw = at::from_blob(bytes.data(), {256}, at::kByte);
+  for (int c = 0; c < channels; ++c) {
+    const double m = mean.size() == 1 ? mean[0] : mean[c], s = std.size() == 1 ? std[0] : std[c];
+    const at::Tensor t = raw.to(at::kFloat).div_(255.0).sub_(m).div_(s).contiguous();
+    std::memcpy(table.data() + size_t(c) * 256, t.data_ptr<float>(), 256 * sizeof(float));
+  }
+  return table;
+}
+
+std::string list(const std::vector<double>& v) {
+  std::ostringstream s;
+  for (size_t i = 0; i < v.size(); ++i) s << (i ? "," : "") << v[i];
+  return s.str();
+}
+
+// The crop box and flip of one draw, in the full-size image's pixels.
+struct Plan {
+  CropBox box;
+  bool flip = false;
+  int scale_denom = 1;
+};
+
+Plan plan_image(const ImageOptions& o, const ImageHeader& h, const EncodedImage& image, int64_t index,
+                const SampleDraw& draw) {
+  Plan p;
+  if (o.mode == ImageMode::none) {
+    if (h.height != o.size || h.width != o.size) {
+      throw DataError(image.where + ": expected a " + std::to_string(o.size) + "x" + std::to_string(o.size) +
+                          " image (mode none resizes nothing), found " + std::to_string(h.width) + "x" +
+                          std::to_string(h.height) + ".",
+                      "resize the images beforehand, or use mode train or eval, which crop and resize.");
+    }
+    p.box = {0, 0, double(o.size), double(o.size)};
+    return p;
+  }
+  if (o.mode == ImageMode::train) {
+    SampleRng rng(draw.seed, draw.epoch, index);
+    p.box = random_resized_crop_box(rng, h.height, h.width);
+    p.flip = rng.uniform() < 0.5;  // after the box, as RandomHorizontalFlip follows RandomResizedCrop
+  } else {
+    p.box = eval_crop_box(h.height, h.width, o.size);
+  }
+  if (o.reduced_dct && h.format == ImageFormat::jpeg) p.scale_denom = jpeg_scale_for_box(p.box, o.size, o.size);
+  return p;
+}
+
+bool is_whole(const CropBox& box, const Image& image, int size) {
+  return box.top == 0 && box.left == 0 && box.height == size && box.width == size && image.height == size &&
+         image.width == size;
+}
+
+}  // namespace
+
+const char* image_mode_name(ImageMode mode) {
+  switch (mode) {
+    case ImageMode::train: return "train";
+    case ImageMode::eval: return "eval";
+    default: return "none";
+  }
+}
+
+ImageDataset::ImageDataset(std::shared_ptr<const ImageSource> source, ImageOptions options)
+    : source_(std::move(source)), options_(std::move(options)) {
+  check_options(options_);
+  mean_ = per_channel(options_.mean, options_.channels, "mean");
+  std_ = per_channel(options_.std, options_.channels, "std");
+  table_ = byte_table(options_.mean, options_.std, options_.channels);
+}
+
+int64_t ImageDataset::size() const { return source_->size(); }
+
+Sample ImageDataset::get(int64_t index) { return draw(index, SampleDraw{}); }
+
+Sample ImageDataset::draw(int64_t index, const SampleDraw& draw) {
+  Sample s;
+  s.input = at::empty({options_.channels, options_.size, options_.size}, at::kFloat);
+  s.target = at::empty({}, at::kLong);
+  *s.target.data_ptr<int64_t>() = draw_into(index, draw, s.input.data_ptr<float>());
+  return s;
+}
+
+int64_t ImageDataset::draw_into(int64_t index, const SampleDraw& draw, float* out) {
+  const EncodedImage encoded = source_->read(index);
+  const int64_t classes = static_cast<int64_t>(source_->classes().size());
+  if (classes > 0 && (encoded.label < 0 || encoded.label >= classes)) {
+    throw DataError(encoded.where + ": expected a label in 0.." + std::to_string(classes - 1) + " (the source's " +
+                        std::to_string(classes) + " classes), found " + std::to_string(encoded.label) + ".",
+                    "the label doesn't match the class list; rebuild the source's index.");
+  }
+  const uint8_t* bytes = encoded.bytes.data();
+  const size_t n = encoded.bytes.size();
+  const ImageHeader header = read_image_header(bytes, n, encoded.where);
+  const Plan plan = plan_image(options_, header, encoded, index, draw);
+  const Image image = decode_image(bytes, n, encoded.where, options_.channels, plan.scale_denom);
+  if (header.channels != options_.channels) converted_.fetch_add(1, std::memory_order_relaxed);
+  if (plan.scale_denom > 1) reduced_.fetch_add(1, std::memory_order_relaxed);
+  const int size = options_.size, c = options_.channels;
+  if (is_whole(plan.box, image, size)) {
+    normalize_to_chw(image.pixels.data(), size, size, c, plan.flip, table_.data(), out);
+  } else {
+    thread_local std::vector<float> resampled;
+    resampled.resize(size_t(size) * size * c);
+    resample_bilinear(image, scale_box(plan.box, plan.scale_denom), size, size, resampled.data());
+    normalize_to_chw(resampled.data(), size, size, c, plan.flip, mean_, std_, out);
+  }
+  return encoded.label;
+}
+
+std::string ImageDataset::name() const { return source_->name(); }
+
+std::string ImageDataset::channel_conversion() const {
+  if (options_.channels == 3) {
+    return "grey images are copied to R, G and B, alpha is dropped, CMYK JPEGs are converted to RGB";
+  }
+  return "colour images become grey (L = 0.299 R + 0.587 G + 0.114 B, a JPEG's own luma), alpha is dropped";
+}
+
+std::string ImageDataset::describe() const {
+  std::ostringstream s;
+  s << name() << ": " << size() << " images, mode " << image_mode_name(options_.mode) << ", " << options_.channels
+    << "x" << options_.size << "x" << options_.size << " ("
+    << (options_.channels == 3 ? "RGB" : "grey") << "; " << channel_conversion() << "), normalized with mean "
+    << list(options_.mean) << " std " << list(options_.std);
+  if (options_.mode != ImageMode::none) {
+    s << ", JPEGs decoded " << (options_.reduced_dct ? "at reduced DCT scale where the crop is shrunk 2x or more" : "whole");
+  }
+  return s.str();
+}
+
+}  // namespace train::datasets
