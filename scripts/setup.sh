@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what libtrain needs on a fresh Debian machine: Debian packages (as root) and
-# torch==2.11.0 (and tensorboard, for tests) into .venv at the repo root. Re-running is quick and
-# changes nothing.
+# torch==2.11.0 (and tensorboard, webdataset and torchvision, for tests) into .venv at the repo root.
+# Re-running is quick and changes nothing.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
@@ -42,6 +42,18 @@ fi
 if ! .venv/bin/python -c 'import tensorboard.backend.event_processing.event_accumulator' 2>/dev/null; then
   echo "setup: pip install tensorboard into .venv"
   .venv/bin/python -m pip install -q --disable-pip-version-check tensorboard
+fi
+# webdataset and torchvision: the image source tests write shards with webdataset's ShardWriter and
+# list folders with torchvision's ImageFolder. torchvision with --no-deps, so that pip doesn't bring
+# another torch (0.26.0 goes with torch 2.11); pillow, which it imports, is installed on its own.
+if ! .venv/bin/python -c 'import webdataset' 2>/dev/null; then
+  echo "setup: pip install webdataset==1.0.2 into .venv"
+  .venv/bin/python -m pip install -q --disable-pip-version-check webdataset==1.0.2
+fi
+if ! .venv/bin/python -c 'import torchvision' 2>/dev/null; then
+  echo "setup: pip install torchvision==0.26.0 (--no-deps) and pillow into .venv"
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps torchvision==0.26.0
+  .venv/bin/python -m pip install -q --disable-pip-version-check pillow
 fi
 echo "setup: ok (torch $(.venv/bin/python -c 'import torch; print(torch.__version__)' 2>/dev/null), tensorboard \
 $(.venv/bin/python -c 'import tensorboard; print(tensorboard.__version__)' 2>/dev/null))"
