@@ -112,20 +112,26 @@ void convert_image(Image* image, int channels) {
 // ---- JPEG ----
 
 // One TurboJPEG decompressor per thread: a handle is not safe to share, and making one per image
-// costs more than decoding a small one.
+// costs more than decoding a small one. After a failure the handle is replaced: TurboJPEG 2.1
+// leaves a decompressor whose header read failed mid-stream in that state, and the next header
+// it reads comes out as 0x0.
+struct JpegHandle {
+  tjhandle h = nullptr;
+  ~JpegHandle() { reset(); }
+  void reset() {
+    if (h != nullptr) tjDestroy(h);
+    h = nullptr;
+  }
+};
+thread_local JpegHandle t_jpeg;
+
 tjhandle jpeg_handle() {
-  struct Handle {
-    tjhandle h = tjInitDecompress();
-    ~Handle() {
-      if (h != nullptr) tjDestroy(h);
-    }
-  };
-  thread_local Handle handle;
-  if (handle.h == nullptr) {
+  if (t_jpeg.h == nullptr) t_jpeg.h = tjInitDecompress();
+  if (t_jpeg.h == nullptr) {
     throw DataError(std::string("TurboJPEG: expected a decompressor, found none (") + tjGetErrorStr2(nullptr) + ").",
                     "the process may be out of memory.");
   }
-  return handle.h;
+  return t_jpeg.h;
 }
 
 struct JpegInfo {
@@ -134,10 +140,14 @@ struct JpegInfo {
 
 JpegInfo jpeg_info(tjhandle h, const uint8_t* bytes, size_t n, const std::string& where) {
   JpegInfo info;
-  if (tjDecompressHeader3(h, bytes, static_cast<unsigned long>(n), &info.width, &info.height, &info.subsamp,
-                          &info.colorspace) != 0) {
+  const int rc = tjDecompressHeader3(h, bytes, static_cast<unsigned long>(n), &info.width, &info.height,
+                                     &info.subsamp, &info.colorspace);
+  // A file cut inside its markers may read as a header of 0x0 without an error.
+  if (rc != 0 || info.width == 0 || info.height == 0) {
+    const std::string msg = rc != 0 ? tjGetErrorStr2(h) : "no frame header";
+    t_jpeg.reset();
     throw DataError(where + ": expected a JPEG header (its first bytes say JPEG), found one libjpeg-turbo can't read (" +
-                        tjGetErrorStr2(h) + "; " + std::to_string(n) + " bytes).",
+                        msg + "; " + std::to_string(n) + " bytes).",
                     std::string("the file is corrupt or cut short: re-copy it from its source,") + kSkipHint);
   }
   check_pixels(info.width, info.height, "JPEG", where);
@@ -146,10 +156,13 @@ JpegInfo jpeg_info(tjhandle h, const uint8_t* bytes, size_t n, const std::string
 
 // A failed tjDecompress2: an error, or a warning. libjpeg warns, and goes on with grey pixels, where
 // the data ends early or is corrupt; those are errors here. A warning about bytes between markers
-// leaves every pixel decoded, so it passes, as it does in Pillow. TurboJPEG keeps the last message.
+// leaves every pixel decoded, so it passes, as it does in Pillow. TurboJPEG keeps the last message
+// (a fatal error stops the decode, so it is the last), and reports an error that follows a warning
+// as a warning.
 void check_jpeg_decode(tjhandle h, const JpegInfo& info, size_t n, const std::string& where) {
   const std::string msg = tjGetErrorStr2(h);
   const bool warning = tjGetErrorCode(h) == TJERR_WARNING;
+  t_jpeg.reset();
   if (warning && msg.find("extraneous bytes") != std::string::npos) return;
   const std::string image = "a complete JPEG image of " + dims(info.width, info.height);
   if (msg.find("Premature end") != std::string::npos) {
@@ -158,8 +171,7 @@ void check_jpeg_decode(tjhandle h, const JpegInfo& info, size_t n, const std::st
                     std::string("the file is truncated (an interrupted download or copy?): re-copy it from its source,") +
                         kSkipHint);
   }
-  throw DataError(where + ": expected " + image + ", found corrupt data in it (libjpeg-turbo " +
-                      (warning ? "warning" : "error") + ": " + msg + ").",
+  throw DataError(where + ": expected " + image + ", found corrupt data in it (libjpeg-turbo: " + msg + ").",
                   std::string("the file is damaged: re-copy it from its source,") + kSkipHint);
 }
 
@@ -291,7 +303,7 @@ Image decode_png(const uint8_t* bytes, size_t n, const std::string& where, int c
     png_destroy_read_struct(&png, nullptr, nullptr);
     throw DataError(where + ": expected libpng to start a decode, found it out of memory.", "free memory on the node.");
   }
-  const bool ok = png_run(png, info, &r);
+  const bool ok = png_run(png, info, &r);  // may add an alpha channel for a tRNS chunk, dropped below
   png_destroy_read_struct(&png, &info, nullptr);
   const std::string image_desc = "a complete PNG image of " + dims(header.width, header.height);
   if (!ok && r.truncated) {
@@ -304,7 +316,7 @@ Image decode_png(const uint8_t* bytes, size_t n, const std::string& where, int c
     throw DataError(where + ": expected " + image_desc + ", found corrupt data in it (libpng: " + r.error + ").",
                     std::string("the file is damaged: re-copy it from its source,") + kSkipHint);
   }
-  convert_image(&image, channels);
+  convert_image(&image, channels == 0 ? header.channels : channels);
   return image;
 }
 

@@ -152,7 +152,9 @@ int64_t ImageDataset::draw_into(int64_t index, const SampleDraw& draw, float* ou
   } else {
     thread_local std::vector<float> resampled;
     resampled.resize(size_t(size) * size * c);
-    resample_bilinear(image, scale_box(plan.box, plan.scale_denom), size, size, resampled.data());
+    // Train crops, then resizes (RandomResizedCrop); eval resizes the whole image, then crops.
+    resample_bilinear(image, scale_box(plan.box, plan.scale_denom), size, size, resampled.data(),
+                      options_.mode == ImageMode::eval ? TapBounds::image : TapBounds::box);
     normalize_to_chw(resampled.data(), size, size, c, plan.flip, mean_, std_, out);
   }
   return encoded.label;

@@ -30,8 +30,9 @@ struct AxisTaps {
 };
 
 // Pillow's precompute_coeffs (Resample.c) for the bilinear (triangle) filter, support 1 scaled by
-// the downscale factor; torchvision's antialiased interpolation computes the same weights.
-AxisTaps axis_taps(int in_size, double in0, double in1, int out_size) {
+// the downscale factor; torchvision's antialiased interpolation computes the same weights. Taps
+// stay in [lo_bound, hi_bound): the image's pixels, or the crop's.
+AxisTaps axis_taps(int lo_bound, int hi_bound, double in0, double in1, int out_size) {
   const double scale = (in1 - in0) / out_size;
   const double filter_scale = std::max(scale, 1.0);
   const double support = filter_scale;  // the triangle's support is 1
@@ -43,8 +44,8 @@ AxisTaps axis_taps(int in_size, double in0, double in1, int out_size) {
   std::vector<double> w(a.taps);
   for (int x = 0; x < out_size; ++x) {
     const double center = in0 + (x + 0.5) * scale;
-    const int lo = std::max(static_cast<int>(center - support + 0.5), 0);
-    const int hi = std::min(static_cast<int>(center + support + 0.5), in_size);
+    const int lo = std::max(static_cast<int>(center - support + 0.5), lo_bound);
+    const int hi = std::min(static_cast<int>(center + support + 0.5), hi_bound);
     const int n = std::max(hi - lo, 0);
     const double inv = 1.0 / filter_scale;
     double total = 0;
@@ -153,9 +154,15 @@ CropBox eval_crop_box(int height, int width, int size) {
   return {top * sy, left * sx, size * sy, size * sx};
 }
 
-void resample_bilinear(const Image& src, const CropBox& box, int out_h, int out_w, float* out) {
-  const AxisTaps ax = axis_taps(src.width, box.left, box.left + box.width, out_w);
-  const AxisTaps ay = axis_taps(src.height, box.top, box.top + box.height, out_h);
+void resample_bilinear(const Image& src, const CropBox& box, int out_h, int out_w, float* out, TapBounds bounds) {
+  // A crop's pixels: the box rounded outwards (a box mapped into a reduced-scale decode is fractional).
+  auto lo = [&](double at) { return bounds == TapBounds::image ? 0 : std::max(static_cast<int>(std::floor(at)), 0); };
+  auto hi = [&](double at, int size) {
+    return bounds == TapBounds::image ? size : std::min(static_cast<int>(std::ceil(at)), size);
+  };
+  const double right = box.left + box.width, bottom = box.top + box.height;
+  const AxisTaps ax = axis_taps(lo(box.left), hi(right, src.width), box.left, right, out_w);
+  const AxisTaps ay = axis_taps(lo(box.top), hi(bottom, src.height), box.top, bottom, out_h);
   // Only the rows the columns' taps read are resampled along x.
   const int row0 = ay.first.front();
   int row_end = row0;

@@ -67,12 +67,19 @@ int eval_resize_size(int size);
 /// resample of this box to size x size gives the resized image's center crop.
 CropBox eval_crop_box(int height, int width, int size);
 
+/// Which pixels a resample's filter may read at the box's edges.
+enum class TapBounds {
+  image,  ///< the whole image's: a resize of the image, then a crop (the evaluation's Resize + CenterCrop)
+  box,    ///< the box's own (its pixel extent, rounded outwards): a crop, then a resize (RandomResizedCrop)
+};
+
 /// Resamples `box` of `src` (8-bit HWC, any channel count) to out_h x out_w float HWC in `out`
 /// (out_h * out_w * src.channels values, in 0..255): a separable triangle filter whose support
 /// widens with the downscale factor (antialiasing), with Pillow's and torchvision's coefficients
-/// (antialias=True): a sample's center at box.left + (x + 0.5) * scale, taps clamped to the image
+/// (antialias=True): a sample's center at box.left + (x + 0.5) * scale, taps clamped to `bounds`
 /// and renormalized. Rows first, then columns, in float32; the same bits on every run and thread.
-void resample_bilinear(const Image& src, const CropBox& box, int out_h, int out_w, float* out);
+void resample_bilinear(const Image& src, const CropBox& box, int out_h, int out_w, float* out,
+                       TapBounds bounds = TapBounds::box);
 
 /// Normalizes one value in 0..255: (x / 255 - mean) / std in float32, each step rounded as the IDX
 /// reader's tensor ops round it (idx.cpp), so integer inputs give its bits.
