@@ -1,6 +1,8 @@
 // IDX decoding with every header and size check done before a byte of the body is touched.
 #include "train/datasets/idx.h"
 
+#include "idx_format.h"
+
 #include "train/catalog/catalog.h"
 #include "train/base/error.h"
 #include "train/base/files.h"
@@ -20,7 +22,7 @@ constexpr uint32_t kLabelsMagic = catalog::kIdxLabelsMagic;
 // MNIST-like sets never have more than a few million images of a few dozen pixels a side.
 constexpr uint64_t kMaxPixelsPerImage = 1u << 20;
 
-uint32_t read_be32(const std::vector<uint8_t>& b, size_t off) {
+uint32_t read_be32(const uint8_t* b, size_t off) {
   return (uint32_t(b[off]) << 24) | (uint32_t(b[off + 1]) << 16) | (uint32_t(b[off + 2]) << 8) |
          uint32_t(b[off + 3]);
 }
@@ -67,14 +69,13 @@ std::vector<uint8_t> read_file_bytes(const std::string& path) {
   return out;
 }
 
-namespace {
+namespace detail {
 
-// The labels file of `count` images: its header, its size and every label in 0..9.
-void check_labels(const std::vector<uint8_t>& lab, const std::string& labels_path, const std::string& images_path,
-                  uint64_t count) {
-  if (lab.size() < 8) {
+void check_idx_labels(const uint8_t* lab, uint64_t size, const std::string& labels_path, const std::string& images_path,
+                      uint64_t count) {
+  if (size < 8) {
     throw DataError(labels_path + ": expected an IDX labels header of 8 bytes, found a file of " +
-                        std::to_string(lab.size()) + " bytes.",
+                        std::to_string(size) + " bytes.",
                     "the file is empty or truncated; re-extract the dataset archive.");
   }
   if (read_be32(lab, 0) != kLabelsMagic) {
@@ -88,11 +89,10 @@ void check_labels(const std::vector<uint8_t>& lab, const std::string& labels_pat
                         images_path + ", found " + std::to_string(label_count) + ".",
                     "the images and labels files come from different splits or datasets.");
   }
-  if (lab.size() != 8 + label_count) {
+  if (size != 8 + label_count) {
     throw DataError(labels_path + ": expected " + std::to_string(8 + label_count) + " bytes for " +
-                        std::to_string(label_count) + " labels, found " +
-                        std::to_string(lab.size()) +
-                        (lab.size() < 8 + label_count ? " (truncated?)." : " (trailing bytes?)."),
+                        std::to_string(label_count) + " labels, found " + std::to_string(size) +
+                        (size < 8 + label_count ? " (truncated?)." : " (trailing bytes?)."),
                     "re-extract the dataset archive.");
   }
   for (uint64_t i = 0; i < label_count; ++i) {
@@ -104,22 +104,10 @@ void check_labels(const std::vector<uint8_t>& lab, const std::string& labels_pat
   }
 }
 
-}  // namespace
-
-TensorDataset load_idx(const std::string& dir, Split split, const LoadOptions& options,
-                       const std::string& name) {
-  // The folder itself or torchvision's subfolder (MNIST/raw, FashionMNIST/raw); each file raw or .gz.
-  const bool known = name == "mnist" || name == "fashion-mnist";
-  const catalog::Located found = catalog::locate(known ? name : "mnist", dir, split);
-  const std::string& images_path = found.paths.at(0);
-  const std::string& labels_path = found.paths.at(1);
-
-  std::vector<uint8_t> img = read_file_bytes(images_path);
-  std::vector<uint8_t> lab = read_file_bytes(labels_path);
-
-  if (img.size() < 16) {
+IdxImages check_idx_images(const uint8_t* img, uint64_t size, const std::string& images_path) {
+  if (size < 16) {
     throw DataError(images_path + ": expected an IDX images header of 16 bytes, found a file of " +
-                        std::to_string(img.size()) + " bytes.",
+                        std::to_string(size) + " bytes.",
                     "the file is empty or truncated; re-extract the dataset archive.");
   }
   if (read_be32(img, 0) != kImagesMagic) {
@@ -136,14 +124,32 @@ TensorDataset load_idx(const std::string& dir, Split split, const LoadOptions& o
                     "the header is corrupt; re-extract the dataset archive.");
   }
   const uint64_t expected_img = 16 + count * rows * cols;
-  if (img.size() != expected_img) {
+  if (size != expected_img) {
     throw DataError(images_path + ": expected " + std::to_string(expected_img) + " bytes for " +
                         std::to_string(count) + " images of " + std::to_string(rows) + "x" +
-                        std::to_string(cols) + ", found " + std::to_string(img.size()) +
-                        (img.size() < expected_img ? " (truncated?)." : " (trailing bytes?)."),
+                        std::to_string(cols) + ", found " + std::to_string(size) +
+                        (size < expected_img ? " (truncated?)." : " (trailing bytes?)."),
                     "re-extract the dataset archive.");
   }
-  check_labels(lab, labels_path, images_path, count);
+  return {count, rows, cols};
+}
+
+}  // namespace detail
+
+TensorDataset load_idx(const std::string& dir, Split split, const LoadOptions& options,
+                       const std::string& name) {
+  // The folder itself or torchvision's subfolder (MNIST/raw, FashionMNIST/raw); each file raw or .gz.
+  const bool known = name == "mnist" || name == "fashion-mnist";
+  const catalog::Located found = catalog::locate(known ? name : "mnist", dir, split);
+  const std::string& images_path = found.paths.at(0);
+  const std::string& labels_path = found.paths.at(1);
+
+  std::vector<uint8_t> img = read_file_bytes(images_path);
+  std::vector<uint8_t> lab = read_file_bytes(labels_path);
+
+  const detail::IdxImages header = detail::check_idx_images(img.data(), img.size(), images_path);
+  const uint64_t count = header.count, rows = header.rows, cols = header.cols;
+  detail::check_idx_labels(lab.data(), lab.size(), labels_path, images_path, count);
 
   int64_t n = static_cast<int64_t>(count);
   if (options.limit > 0 && options.limit < n) n = options.limit;

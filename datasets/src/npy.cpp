@@ -2,11 +2,14 @@
 // per-sample conversions (npy.h).
 #include "train/datasets/npy.h"
 
+#include "uint8_table.h"
+
 #include "train/base/error.h"
 #include "train/datasets/mapped_file.h"
 
 #include <ATen/ops/empty.h>
 
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -498,10 +501,8 @@ NpyDataset::NpyDataset(const std::string& inputs_path, const std::string& target
     // std, as float32 ATen ops: each element's result depends only on its byte, so a sample's
     // floats are the IDX path's, bit for bit, and get() is a lookup with no ATen op (no
     // intra-op threads started from the loader's threads).
-    at::Tensor bytes = at::empty({256}, at::kByte);
-    for (int v = 0; v < 256; ++v) bytes.data_ptr<uint8_t>()[v] = static_cast<uint8_t>(v);
-    at::Tensor table = bytes.to(at::kFloat).div_(255.0).sub_(options_.uint8_mean).div_(options_.uint8_std).contiguous();
-    std::memcpy(uint8_table_, table.data_ptr<float>(), sizeof(uint8_table_));
+    const std::array<float, 256> table = detail::normalized_uint8_table(options_.uint8_mean, options_.uint8_std);
+    std::memcpy(uint8_table_, table.data(), sizeof(uint8_table_));
   }
 }
 
