@@ -34,7 +34,8 @@ Registry& registry() {
     reg->entries[cifar.name] = cifar;
     ModelInfo resnet;
     resnet.name = "resnet18";
-    resnet.description = "ResNet-18, CIFAR variant: 3x3 stem, no max-pool (3x32x32 input, 10 classes)";
+    resnet.description = "ResNet-18: CIFAR stem (3x3, no max-pool) for 3x32x32 input, torchvision's ImageNet stem from "
+                         "64 px (--image-size 224); 10 classes, or the data's";
     resnet.channels = 3, resnet.height = 32, resnet.width = 32;
     resnet.make = [](const ModelOptions& o) { return std::make_shared<ResNet18>(o); };
     reg->entries[resnet.name] = resnet;

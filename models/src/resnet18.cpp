@@ -3,10 +3,14 @@
 
 #include <ATen/ops/adaptive_avg_pool2d.h>
 #include <ATen/ops/flatten.h>
+#include <ATen/ops/max_pool2d.h>
 #include <ATen/ops/relu.h>
 
 namespace train::models {
 namespace {
+
+// Images from this size take torchvision's ImageNet stem (ModelOptions::image_size).
+constexpr int64_t kImageNetStemFrom = 64;
 
 torch::nn::Conv2d conv(int64_t in, int64_t out, int64_t kernel, int64_t stride) {
   return torch::nn::Conv2d(
@@ -33,8 +37,11 @@ torch::Tensor BasicBlock::forward(const torch::Tensor& x) {
   return at::relu(out + (shortcut_->is_empty() ? x : shortcut_->forward(x)));
 }
 
-ResNet18::ResNet18(const ModelOptions& /*options: no dropout in this net*/, int64_t num_classes) {
-  conv1_ = register_module("conv1", conv(3, 64, 3, 1));
+ResNet18::ResNet18(const ModelOptions& options, int64_t num_classes) {
+  // No dropout in this net. The stem's conv keeps its name in both variants.
+  imagenet_stem_ = options.image_size >= kImageNetStemFrom;
+  if (options.num_classes > 0) num_classes = options.num_classes;
+  conv1_ = register_module("conv1", imagenet_stem_ ? conv(3, 64, 7, 2) : conv(3, 64, 3, 1));
   bn1_ = register_module("bn1", torch::nn::BatchNorm2d(64));
   int64_t in = 64;
   const int64_t widths[] = {64, 128, 256, 512};
@@ -51,6 +58,7 @@ ResNet18::ResNet18(const ModelOptions& /*options: no dropout in this net*/, int6
 
 torch::Tensor ResNet18::forward(torch::Tensor x) {
   x = at::relu(bn1_->forward(conv1_->forward(x)));
+  if (imagenet_stem_) x = at::max_pool2d(x, /*kernel_size=*/{3, 3}, /*stride=*/{2, 2}, /*padding=*/{1, 1});
   for (const auto& block : blocks_) x = block->forward(x);
   x = at::flatten(at::adaptive_avg_pool2d(x, {1, 1}), /*start_dim=*/1);
   return fc_->forward(x);

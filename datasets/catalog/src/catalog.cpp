@@ -27,6 +27,9 @@ const Recipe kCifarRecipe{"sgd", 256, 0.1, 1.0, 1e-4, 0.9, 4, "cifar10"};
 // The usual CIFAR-10 ResNet-18 recipe: SGD 0.1, Nesterov momentum 0.9, weight decay 5e-4, batch 128, a linear
 // warm-up over the first 5% of the steps and then a cosine decay to 0, every step; 30 epochs.
 const Recipe kResNet18Recipe{"sgd", 128, 0.1, 1.0, 5e-4, 0.9, 30, "cifar10", "warmup_cosine", true, 0.05};
+// torchvision's ImageNet reference for ResNet-18 (references/classification/README.md): 32 per GPU
+// on 8 GPUs, SGD 0.1, momentum 0.9, weight decay 1e-4, 90 epochs, StepLR(30, 0.1).
+const Recipe kImageNetRecipe{"sgd", 32, 0.1, 0.1, 1e-4, 0.9, 90, "imagefolder", "step", false, 0, 30};
 
 const char* kMnistHowTo =
     "get the files on a machine with internet access (a login node): python -c \"from torchvision import "
@@ -107,6 +110,8 @@ const Recipe& recipe_for(const std::string& model) {
   if (model == "resnet18") return kResNet18Recipe;
   return model == "cifar10" ? kCifarRecipe : kMnistRecipe;
 }
+
+const Recipe& imagenet_recipe() { return kImageNetRecipe; }
 
 const std::vector<DatasetInfo>& datasets() {
   static const std::vector<DatasetInfo> kDatasets = make_datasets();

@@ -2,6 +2,7 @@
 // dataset and the model's recipe (optimizer, batch size, learning rate and schedule, epochs:
 // train/catalog/catalog.h), with the optional augmentation, then hands them to the Trainer.
 #include "train/builtin.h"
+#include "builtin_data.h"
 
 #include "train/trainer.h"
 
@@ -56,19 +57,6 @@ std::shared_ptr<InMemoryDataset> load(const std::string& dataset, const std::str
   return std::make_shared<InMemoryDataset>(d.images, d.labels, d.name);
 }
 
-// The first `limit` samples of `data` (--limit-train-samples with data read sample by sample).
-class FirstSamples : public SampleDataset {
- public:
-  FirstSamples(std::shared_ptr<SampleDataset> data, int64_t limit) : data_(std::move(data)), limit_(limit) {}
-  int64_t size() const override { return std::min(limit_, data_->size()); }
-  Sample get(int64_t index) override { return data_->get(index); }
-  std::string name() const override { return data_->name(); }
-
- private:
-  std::shared_ptr<SampleDataset> data_;
-  int64_t limit_;
-};
-
 // --dataset npy: DIR/{train,test}_x.npy and _y.npy, memory-mapped. The training split is read
 // sample by sample by the loader; the test split, small, is read whole into memory. uint8 images
 // are scaled and normalized as the recipe's dataset is ([N, H, W] read as one channel).
@@ -94,6 +82,35 @@ void load_npy(TrainSpec& spec, const std::string& dir, const Recipe& c, const mo
     targets.push_back(s.target);
   }
   spec.eval_data = std::make_shared<InMemoryDataset>(at::stack(inputs), at::stack(targets), "npy:" + dir + "/test");
+}
+
+// --stream: the training split of a built-in dataset read sample by sample by the loader from its
+// files, memory-mapped (.gz IDX files and CIFAR-10 pickles unpacked once, next to the checkpoints:
+// datasets::default_unpack_dir); the test split read whole into memory, as without --stream. The
+// samples are the in-memory reader's bit for bit, so the run's params_sha256 is too.
+void load_streamed(TrainSpec& spec, const std::string& dir, const Recipe& c, const std::string& checkpoint_dir,
+                   const models::ModelInfo& info) {
+  if (c.augment.crop || c.augment.flip) {
+    throw ConfigError("--augment with --stream: expected the training images held in memory (the augmentation crops "
+                          "and flips them on their device), found --stream (images read sample by sample).",
+                      "leave out --stream (" + spec.data_name + " fits in memory) or --augment.");
+  }
+  datasets::StreamOptions o;
+  o.limit = c.limit_train_samples.value_or(0);
+  o.unpack_dir = datasets::default_unpack_dir(checkpoint_dir);
+  std::shared_ptr<SampleDataset> train = datasets::open_stream(spec.data_name, dir, datasets::Split::train, o);
+  // load() checks the test images against the model; the training images must be of their size.
+  std::shared_ptr<InMemoryDataset> test =
+      load(spec.data_name, dir, datasets::Split::test, c.limit_test_samples.value_or(0), info, c.model);
+  const at::IntArrayRef image = test->inputs().sizes().slice(1);
+  const at::Tensor first = train->get(0).input;
+  if (first.sizes() != image) {
+    throw DataError(dir + ": expected the training images of " + spec.data_name + " to be of the test images' size " +
+                        c10::str(image) + ", found " + c10::str(first.sizes()) + ".",
+                    "the training and test files come from different datasets: re-extract the dataset.");
+  }
+  spec.train_samples = std::move(train);
+  spec.eval_data = std::move(test);
 }
 
 // The optimizer's settings after the recipe's defaults, as checkpoints record them.
@@ -195,7 +212,7 @@ LrSchedule schedule_for(const Recipe& c, const catalog::Recipe& r) {
       const int64_t warmup = c.warmup_steps.value_or(0);
       return linear ? linear_decay(warmup) : warmup_cosine(warmup);
     }
-    default: return step_lr(c.gamma.value_or(r.gamma));
+    default: return step_lr(c.gamma.value_or(r.gamma), r.step_size);
   }
 }
 
@@ -205,12 +222,17 @@ TrainResult run_training(const TrainConfig& config, const Recipe& c, const DistE
   validate(c);
   const models::ModelInfo& info = models::model_info(c.model);  // throws with the known names
   Trainer trainer(config, env);
-  const catalog::Recipe& recipe = catalog::recipe_for(c.model);
+  const bool images = is_image_dataset(c.dataset);
+  const catalog::Recipe& recipe = images ? image_recipe(c, info) : catalog::recipe_for(c.model);
   TrainSpec spec;
   spec.model_name = c.model;
   spec.data_name = c.dataset.empty() ? recipe.dataset : c.dataset;
+  models::ModelOptions mo;
+  mo.dropout = !c.no_dropout;
   // Data first: a bad file should fail before we wait for peers.
-  if (spec.data_name == "npy") {
+  if (images) {
+    load_images(spec, c, info, config.checkpoint.dir, mo);
+  } else if (spec.data_name == "npy") {
     if (c.data_dir.empty()) {
       throw ConfigError("--dataset npy: expected --data DIR holding train_x.npy, train_y.npy, test_x.npy and "
                             "test_y.npy, found no --data.",
@@ -221,6 +243,8 @@ TrainResult run_training(const TrainConfig& config, const Recipe& c, const DistE
                         "leave --augment out with --dataset npy.");
     }
     load_npy(spec, c.data_dir, c, info);
+  } else if (c.stream) {
+    load_streamed(spec, data_dir_for(c, spec.data_name), c, config.checkpoint.dir, info);
   } else {
     const std::string dir = data_dir_for(c, spec.data_name);
     spec.train_data = load(spec.data_name, dir, datasets::Split::train, c.limit_train_samples.value_or(0), info, c.model);
@@ -234,8 +258,6 @@ TrainResult run_training(const TrainConfig& config, const Recipe& c, const DistE
     spec.callbacks.push_back(augment_checkpoint_callback(augmented));
     spec.train_data = augmented;
   }
-  models::ModelOptions mo;
-  mo.dropout = !c.no_dropout;
   const std::string name = c.model;
   // The model says whether it outputs log-probabilities or logits; the loss asks the one built.
   auto built = std::make_shared<std::shared_ptr<models::Model>>();

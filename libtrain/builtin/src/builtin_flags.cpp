@@ -71,13 +71,27 @@ void add_flags(CLI::App& app, Recipe& r) {
   app.add_option("--model", r.model, "model to train (see --list-models)")->capture_default_str();
   app.add_option("--dataset", r.dataset,
                  "mnist | fashion-mnist | cifar10 (read whole into memory), or npy: --data DIR's train_x.npy, "
-                 "train_y.npy (memory-mapped, read sample by sample by the loader), test_x.npy, test_y.npy "
+                 "train_y.npy (memory-mapped, read sample by sample by the loader), test_x.npy, test_y.npy; "
+                 "imagefolder: --data DIR's train/ and val/ (or test/), one folder of JPEG/PNG files per class; "
+                 "webdataset: --data 'DIR/train-{000000..000127}.tar' (or a folder of shards), read in place "
                  "(default: the model's)");
+  app.add_option("--image-size", r.image_size,
+                 "imagefolder, webdataset: the images' height and width for the model (default: the model's; "
+                 "resnet18 224, with ImageNet's random-resized crop and flip from 64 px)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--eval-data", r.eval_data,
+                 "webdataset: the evaluation shards (pattern or folder; default: none); imagefolder: the "
+                 "evaluation folder (default: --data's val/ or test/)");
   cli::add_recipe_flags(app, r, {RecipeFlag::data, RecipeFlag::lr, RecipeFlag::gamma, RecipeFlag::momentum,
                                  RecipeFlag::weight_decay, RecipeFlag::limit_train_samples,
                                  RecipeFlag::limit_test_samples, RecipeFlag::no_dropout});
   cli::add_choice_flag(app, "--optimizer", r.optimizer, "auto | adadelta | sgd | adam | adamw", "auto takes the model's recipe");
   app.add_flag("--nesterov", r.nesterov, "SGD: Nesterov momentum");
+  app.add_flag("--stream", r.stream,
+               "mnist, fashion-mnist, cifar10: read the training split's records from their files on the "
+               "loader's threads (memory-mapped; .gz IDX files and CIFAR-10 pickles unpacked once into "
+               "--checkpoint-dir/unpacked, else $SLURM_TMPDIR, $TMPDIR or /tmp), not whole into memory at "
+               "start; the test split stays in memory; the same params_sha256. npy is always read so");
   cli::add_choice_flag(app, "--lr-schedule", r.lr_schedule,
                        "auto (the recipe's) | step (StepLR by --gamma each epoch) | constant | warmup-cosine | linear | "
                        "one-cycle (per step, over the whole run; the graph follows them)",

@@ -119,7 +119,7 @@ struct EpochInfo {
 /// `min_delta` for `patience` epochs in a row (rank 0 decides; every rank stops there).
 struct EarlyStopping {
   /// "" (off), "test_loss" (lower is better) or "test_NAME" for a TrainSpec metric NAME, e.g.
-  /// "test_accuracy" (higher is better). Needs TrainSpec::eval_data.
+  /// "test_accuracy" (higher is better). Needs TrainSpec::eval_data or eval_samples.
   std::string metric;
   int patience = 3;      ///< epochs without improvement before the run stops
   double min_delta = 0;  ///< an improvement must exceed this
@@ -139,6 +139,9 @@ struct TrainSpec {
   /// device on a side stream; --data-workers, --prefetch, --bad-samples). Set this or train_data.
   std::shared_ptr<SampleDataset> train_samples;
   std::shared_ptr<Dataset> eval_data;  ///< may be null: no evaluation
+  /// Evaluation data read sample by sample (e.g. an image folder's val/), on --data-workers threads,
+  /// a batch ahead. Set this or eval_data (or neither: no evaluation).
+  std::shared_ptr<SampleDataset> eval_samples;
   std::string data_name = "data";      ///< for the checkpoint's shape (resume refuses another)
   LossFn loss = cross_entropy_loss();
   OptimizerBuilder optimizer;

@@ -26,10 +26,10 @@ EarlyStopping resolve_early_stopping(const TrainSpec& spec, const RunConfig& run
                           "evaluates), found '" + e.metric + "'.",
                       "e.g. --early-stop-metric test_loss --early-stop-patience 3");
   }
-  if (!spec.eval_data) {
+  if (!spec.eval_data && !spec.eval_samples) {
     throw ConfigError("--early-stop-metric " + e.metric + ": expected evaluation data to measure it on, found "
-                          "TrainSpec::eval_data unset.",
-                      "set TrainSpec::eval_data, or leave --early-stop-metric out.");
+                          "TrainSpec::eval_data and eval_samples unset.",
+                      "set TrainSpec::eval_data (or eval_samples), or leave --early-stop-metric out.");
   }
   if (e.patience < 1) {
     throw ConfigError("--early-stop-patience: expected at least 1 epoch, found " + std::to_string(e.patience) + ".",
@@ -73,7 +73,13 @@ void resolve_plan(RunPlan& p, const TrainSpec& s) {
                           "', in memory) and train_samples ('" + s.train_samples->name() + "', read sample by sample).",
                       "set train_data for data held in memory, or train_samples for data the loader reads.");
   }
+  if (s.eval_data && s.eval_samples) {
+    throw ConfigError("TrainSpec: expected one kind of evaluation data, found both eval_data ('" + s.eval_data->name() +
+                          "', in memory) and eval_samples ('" + s.eval_samples->name() + "', read sample by sample).",
+                      "set eval_data for data held in memory, or eval_samples for data read sample by sample.");
+  }
   p.loader = s.train_samples != nullptr;
+  p.evaluates = s.eval_data || s.eval_samples;
   p.train_size = p.loader ? s.train_samples->size() : s.train_data->size();
   p.train_name = p.loader ? s.train_samples->name() : s.train_data->name();
   if (p.train_size < 1) {
@@ -93,8 +99,8 @@ void resolve_plan(RunPlan& p, const TrainSpec& s) {
     throw ConfigError("--batch-size: expected a positive per-rank batch size, found " + std::to_string(p.batch) + ".",
                       "e.g. --batch-size 64");
   }
-  if (c.run.eval_only && !s.eval_data) {
-    throw ConfigError("--eval-only: expected evaluation data (TrainSpec::eval_data), found none.",
+  if (c.run.eval_only && !s.eval_data && !s.eval_samples) {
+    throw ConfigError("--eval-only: expected evaluation data (TrainSpec::eval_data or eval_samples), found none.",
                       "set TrainSpec::eval_data in your program, or leave --eval-only out.");
   }
   if (p.epochs < 1) {

@@ -31,6 +31,7 @@ struct RunPlan {
   int64_t train_size = 0;       ///< the training data's samples (TrainSpec::train_data's or train_samples')
   std::string train_name;       ///< its name, for logs
   bool loader = false;          ///< the data is read sample by sample (TrainSpec::train_samples)
+  bool evaluates = false;       ///< TrainSpec::eval_data or eval_samples is set
   int64_t samples_per_rank = 0; ///< each epoch's samples on this rank (DistributedSampler's share)
   int64_t steps_per_epoch = 0;  ///< optimizer steps an epoch: samples_per_rank / step_samples(), rounded up
   int data_workers = 1;         ///< the loader's threads: --data-workers, or from the intra-op threads

@@ -14,7 +14,7 @@ void Trainer::Run::setup_controls() {
   result.early_stopping = controls.early_stop.enabled();
   if (plan.ema_decay) {
     controls.ema = std::make_unique<detail::WeightAverage>(*learner.model.module, *plan.ema_decay);
-    result.ema = plan.spec->eval_data != nullptr;
+    result.ema = plan.evaluates;
     log::info("--ema-decay " + text::format("%g", *plan.ema_decay) + ": a moving average of the weights, updated after "
               "every optimizer step by one fused kernel (on a GPU after the CUDA graph's replay: the step stays "
               "captured), evaluated and checkpointed");

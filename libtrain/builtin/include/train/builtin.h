@@ -50,6 +50,13 @@ struct Recipe : cli::RecipeOptions {
   LrScheduleKind lr_schedule = LrScheduleKind::automatic;  ///< --lr-schedule
   std::optional<int64_t> warmup_steps;  ///< --warmup-steps (warmup-cosine, linear); unset = the recipe's (resnet18: 5% of the run, else 0)
   bool nesterov = false;         ///< --nesterov: SGD's Nesterov momentum
+  /// --stream: the built-in IDX and CIFAR-10 datasets' training split read sample by sample by the
+  /// loader from its files (memory-mapped), not whole into memory at start (npy always is)
+  bool stream = false;
+  /// --image-size: imagefolder and webdataset images' height and width (0: the model's; resnet18 224)
+  int64_t image_size = 0;
+  /// --eval-data: webdataset's evaluation shards, or imagefolder's evaluation folder ("" = DIR/val or DIR/test)
+  std::string eval_data;
 };
 
 /// Checks a Recipe built without the command line. Throws train::ConfigError naming the flag.
@@ -57,7 +64,7 @@ void validate(const Recipe& recipe);
 
 /// Adds the recipe's flags (--model, --dataset, --data, --lr, --gamma, --optimizer, --momentum,
 /// --nesterov, --lr-schedule, --warmup-steps, --weight-decay, --limit-train-samples,
-/// --limit-test-samples, --no-dropout, --augment), bound to
+/// --limit-test-samples, --no-dropout, --augment, --stream), bound to
 /// `recipe`, to an App that has the Trainer's flags (train::cli::add_trainer_flags), and names the
 /// recipes' defaults in the help of --epochs and --batch-size.
 void add_flags(CLI::App& app, Recipe& recipe);

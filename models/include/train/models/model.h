@@ -27,6 +27,12 @@ class Model : public torch::nn::Module {
 /// Options every registered model accepts.
 struct ModelOptions {
   bool dropout = true;  ///< false turns the model's dropout layers into identities (--no-dropout)
+  /// Outputs (classes); 0: the model's own (ModelInfo::num_classes). Models of a fixed head
+  /// (mnist, cifar10) take only their own count; resnet18 takes any.
+  int64_t num_classes = 0;
+  /// Input height and width; 0: the model's own (ModelInfo::height). resnet18 takes the ImageNet
+  /// stem (7x7 stride-2 conv and a 3x3 max-pool, as torchvision's) from 64 px, its CIFAR stem below.
+  int64_t image_size = 0;
 };
 
 /// What a registered model expects of its input.

@@ -1,6 +1,7 @@
-// ResNet-18, CIFAR variant (as in the usual CIFAR-10 training scripts, e.g. kuangliu/pytorch-cifar):
-// a 3x3 stem without max-pool, four stages of two BasicBlocks (64, 128, 256, 512 channels),
-// global average pooling and one linear layer. 11,173,962 parameters with 10 classes.
+// ResNet-18: four stages of two BasicBlocks (64, 128, 256, 512 channels), global average pooling and
+// one linear layer, after a stem: the CIFAR variant's 3x3 conv without max-pool (as the usual CIFAR-10
+// scripts, e.g. kuangliu/pytorch-cifar; 11,173,962 parameters with 10 classes) for small images, or
+// torchvision's ImageNet stem (7x7 stride-2 conv, 3x3 stride-2 max-pool) from 64 px.
 #pragma once
 
 #include "train/models/model.h"
@@ -25,9 +26,11 @@ class BasicBlock : public torch::nn::Module {
   torch::nn::Sequential shortcut_{nullptr};  ///< empty: identity
 };
 
-/// Input float32 [N, 3, 32, 32]; output logits [N, num_classes] (cross-entropy).
+/// Input float32 [N, 3, H, W] (32 x 32 for CIFAR; 224 x 224 for ImageNet); output logits
+/// [N, num_classes] (cross-entropy).
 class ResNet18 : public Model {
  public:
+  /// `num_classes` when options.num_classes is 0; the ImageNet stem when options.image_size >= 64.
   explicit ResNet18(const ModelOptions& options = {}, int64_t num_classes = 10);
   torch::Tensor forward(torch::Tensor x) override;
   OutputKind output_kind() const override { return OutputKind::logits; }
@@ -37,6 +40,7 @@ class ResNet18 : public Model {
   torch::nn::BatchNorm2d bn1_{nullptr};
   std::vector<std::shared_ptr<BasicBlock>> blocks_;
   torch::nn::Linear fc_{nullptr};
+  bool imagenet_stem_ = false;
 };
 
 }  // namespace train::models

@@ -56,7 +56,18 @@ struct Recipe {
   std::string schedule = "step";  ///< "step": StepLR by gamma each epoch; "warmup_cosine": per step (below)
   bool nesterov = false;          ///< SGD only
   double warmup_fraction = 0;     ///< warmup_cosine: the share of the run's steps that warm up linearly
+  int step_size = 1;              ///< "step": epochs between two multiplications by gamma
 };
+
+/// ResNet-18's recipe on ImageNet-sized images (an image folder or shards at 64 px or more), as
+/// torchvision's reference (references/classification): SGD 0.1 with momentum 0.9 for 32 images
+/// per rank (a global batch of 256 on 8 GPUs), weight decay 1e-4, 90 epochs, the rate divided by 10
+/// every 30.
+const Recipe& imagenet_recipe();
+
+/// ImageNet's per-channel normalization (torchvision's): mean and std of R, G and B.
+constexpr double kImageNetMean[3] = {0.485, 0.456, 0.406};
+constexpr double kImageNetStd[3] = {0.229, 0.224, 0.225};
 
 /// The recipe of a built-in model ("mnist", "cifar10", "resnet18"); a model the catalog doesn't know gets
 /// MNIST's (Adadelta), as `train` always did.
