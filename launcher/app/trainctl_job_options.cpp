@@ -87,9 +87,14 @@ void add_batch_options(CLI::App* cmd, train::SbatchOptions& o) {
       ->type_name("LINE");
   add_job_options(cmd, o, {
       {"--container", &O::container, "run the tasks in `apptainer exec --nv IMAGE`", "IMAGE"},
-      {"--stage-data", &O::stage_data, "tar archive extracted onto every node ($SLURM_TMPDIR) and given to train as --data",
-       "ARCHIVE"},
+      {"--stage-data", &O::stage_data,
+       "data put on every node's local disk ($SLURM_TMPDIR) and given to train as --data: a tar archive, extracted; "
+       "or shards copied as they are: a pattern 'DIR/train-{000000..000127}.tar', a '::' list, or a folder of *.tar",
+       "SOURCE"},
       {"--stage-subdir", &O::stage_subdir, "the folder inside the --stage-data archive that holds the data files", "DIR"},
+      {"--stage-mode", &O::stage_mode,
+       "auto (default: an archive is extracted, a pattern or folder copied), copy (also a single file, as it is) "
+       "or extract", "MODE"},
       {"--program", &O::program, "run PATH in the tasks instead of train (default: $TRAIN_BIN, else build/bin/train)", "PATH"},
       {"--tensorboard", &O::tensorboard,
        "train writes TensorBoard event files into a folder per job under ROOT (ROOT/NAME-JOBID), where a requeued "

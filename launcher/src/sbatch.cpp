@@ -93,16 +93,6 @@ std::vector<std::string> train_preempt_signals(const std::vector<std::string>& a
   return out;
 }
 
-bool is_tar_archive(const std::string& path) {
-  static const char* kSuffixes[] = {".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz",
-                                    ".tar.xz", ".txz", ".tar.zst", ".tzst", ".tar.lz4"};
-  for (const char* suffix : kSuffixes) {
-    const std::string s = suffix;
-    if (path.size() > s.size() && path.compare(path.size() - s.size(), s.size(), s) == 0) return true;
-  }
-  return false;
-}
-
 std::string duration_text(std::int64_t seconds) {
   if (seconds % 60 == 0) return std::to_string(seconds / 60) + " min";
   return std::to_string(seconds) + " s";
@@ -515,39 +505,6 @@ void check_tensorboard(const SbatchOptions& o) {
   }
 }
 
-/// --stage-data and --stage-subdir: a tar archive, a folder inside it, and no --data to contradict them.
-void check_staged_data(const SbatchOptions& o) {
-  if (!o.stage_subdir.empty() && o.stage_data.empty()) {
-    throw ConfigError("--stage-subdir '" + o.stage_subdir + "': expected it with --stage-data, found no archive.",
-                      "add --stage-data ARCHIVE, or drop --stage-subdir.");
-  }
-  if (o.stage_data.empty()) return;
-  check_single_line("--stage-data", o.stage_data);
-  if (!is_tar_archive(o.stage_data)) {
-    throw ConfigError("--stage-data '" + o.stage_data + "': expected a tar archive (.tar, .tar.gz, .tgz, "
-                          ".tar.bz2, .tar.xz, .tar.zst), found another name.",
-                      "repack the data folder: tar -cf data.tar -C PARENT FOLDER (uncompressed extracts "
-                      "fastest), then --stage-data data.tar --stage-subdir FOLDER.");
-  }
-  if (!o.stage_subdir.empty()) {
-    check_single_line("--stage-subdir", o.stage_subdir);
-    bool dotdot = false;
-    for (const std::string& part : split(o.stage_subdir, '/')) dotdot = dotdot || part == "..";
-    if (o.stage_subdir[0] == '/' || dotdot) {
-      throw ConfigError("--stage-subdir '" + o.stage_subdir + "': expected a folder inside the archive "
-                            "(relative, without '..'), found '" + o.stage_subdir + "'.",
-                        "name the folder as `tar -tf ARCHIVE` lists it, e.g. cifar-10-batches-bin.");
-    }
-  }
-  bool data_given = false;
-  const std::string data = train_flag_value(o.train_args, {"--data"}, &data_given);
-  if (data_given) {
-    throw ConfigError("--stage-data '" + o.stage_data + "' with train's --data " + data +
-                          ": expected one source for the data, found both.",
-                      "drop --data from the train arguments: the script passes train the staged folder.");
-  }
-}
-
 }  // namespace
 
 SbatchPlan plan_sbatch(const SbatchOptions& o) {
@@ -562,7 +519,7 @@ SbatchPlan plan_sbatch(const SbatchOptions& o) {
   plan_logs(o, plan);
   plan_signal(o, plan);  // after --time: the signal's lead must fit in the time limit
   check_setup_and_container(o);
-  check_staged_data(o);
+  plan.stage = plan_staging(o);
   check_tensorboard(o);
   for (std::string& w : check_health_options(o)) plan.warnings.push_back(std::move(w));
   return plan;

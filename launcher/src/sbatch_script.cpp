@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "train/base/text.h"
 #include "train/launcher/sbatch.h"
 
 namespace train {
@@ -16,7 +17,7 @@ namespace {
 // Writes the batch script section by section; every section reads the options and the plan.
 struct ScriptWriter {
   ScriptWriter(const SbatchOptions& options, const SbatchPlan& job_plan)
-      : o(options), plan(job_plan), name(job_plan.job_name), log_folder(output_folder(job_plan.output)),
+      : o(options), plan(job_plan), stage(job_plan.stage), name(job_plan.job_name), log_folder(output_folder(job_plan.output)),
         chain(job_plan.array_chain > 0), sweep(job_plan.array_tasks > 0),
         container(options.container.empty() ? "" : "apptainer exec --nv " + shell_quote(options.container) + " ") {}
 
@@ -170,19 +171,7 @@ struct ScriptWriter {
     line("TRAIN_BIN=/path/to/train in the environment.\"");
     line("  exit 1");
     line("fi");
-    if (!o.stage_data.empty()) {
-      line("");
-      line("# Data staging (--stage-data): the archive is extracted on every node into $SLURM_TMPDIR (node-local,");
-      line("# removed by SLURM), or where the site doesn't set it into a per-job folder under /tmp that this");
-      line("# script removes when training ends.");
-      line("STAGE_ARCHIVE=" + shell_quote(o.stage_data));
-      line("if [[ -n \"${SLURM_TMPDIR:-}\" ]]; then");
-      line("  STAGE_ROOT=\"$SLURM_TMPDIR\"; STAGE_OWNED=0");
-      line("else");
-      line("  STAGE_ROOT=\"/tmp/train-$(id -un)-$SLURM_JOB_ID\"; STAGE_OWNED=1");
-      line("fi");
-      line("STAGE_DIR=\"$STAGE_ROOT/data" + (o.stage_subdir.empty() ? "" : "/" + o.stage_subdir) + "\"");
-    }
+    write_stage_variables();
     line("");
     if (sweep) {
       const ArrayTasks& a = *o.array_tasks;
@@ -237,7 +226,8 @@ struct ScriptWriter {
     for (const std::string& arg : o.train_args) fixed += " " + shell_quote(arg);
     if (chain) fixed += " --no-requeue";  // the next chunk continues, rather than a requeue of this one
     if (!fixed.empty()) line("TRAIN_ARGS+=(" + fixed.substr(1) + ")");
-    if (!o.stage_data.empty()) line("TRAIN_ARGS+=(--data \"$STAGE_DIR\")");
+    if (stage.mode == StageMode::extract) line("TRAIN_ARGS+=(--data \"$STAGE_DIR\")");
+    if (stage.mode == StageMode::copy) line("TRAIN_ARGS+=(--data \"$STAGE_DATA\")");
     if (sweep) line("TRAIN_ARGS+=(\"${SWEEP_ARGS[@]}\")");
     line("TRAIN_ARGS+=(\"$@\")");
     line("");
@@ -269,23 +259,139 @@ struct ScriptWriter {
     line("TRAIN_ARGS+=(" + args + ")");
   }
 
-  // Extracting the staged data on every node, then the preflight checks.
-  void write_staging_and_preflight() {
-    if (!o.stage_data.empty()) {
-      line("");
-      line("if [[ ! -r \"$STAGE_ARCHIVE\" ]]; then");
-      line("  say \"--stage-data: expected a readable archive at '$STAGE_ARCHIVE' (relative to $SLURM_SUBMIT_DIR), \\");
-      line("found none.\"");
-      line("  say \"Hint: regenerate the script with the archive's path, or submit from the folder it is relative to.\"");
-      line("  exit 1");
-      line("fi");
-      line("srun --ntasks=\"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 mkdir -p \"$STAGE_ROOT/data\"");
-      line("srun --ntasks=\"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 tar -xf \"$STAGE_ARCHIVE\" -C \"$STAGE_ROOT/data\" || {");
-      line("  say \"--stage-data: extracting '$STAGE_ARCHIVE' into $STAGE_ROOT/data failed on a node (see above).\"");
-      line("  say \"Hint: check the archive (tar -tf) and the free space of $STAGE_ROOT on the nodes.\"");
-      line("  exit 1");
-      line("}");
+  // Where the staged data goes on each node, and what train's --data becomes (--stage-data).
+  void write_stage_variables() {
+    if (stage.mode == StageMode::none) return;
+    line("");
+    if (stage.mode == StageMode::extract) {
+      line("# Data staging (--stage-data): the archive is extracted on every node into $SLURM_TMPDIR (node-local,");
+      line("# removed by SLURM), or where the site doesn't set it into a per-job folder under /tmp that this");
+      line("# script removes when training ends.");
+      line("STAGE_ARCHIVE=" + shell_quote(stage.archive));
+    } else {
+      line("# Data staging (--stage-data " + o.stage_data + "): " + std::to_string(stage.files.size()) + " file(s), " +
+           std::to_string(stage.bytes) + " bytes (" + text::format("%.1f", static_cast<double>(stage.bytes) / 1e6) +
+           " MB) when the script was");
+      line("# generated, copied as they are (no extraction) onto every node into $SLURM_TMPDIR (node-local, removed");
+      line("# by SLURM), or where the site doesn't set it into a per-job folder under /tmp that this script removes");
+      line("# when training ends. Relative paths are relative to the submit dir.");
+      line("STAGE_FILES=(");
+      for (const std::string& file : stage.files) line("  " + shell_quote(file));
+      line(")");
+      line("STAGE_GENERATED_BYTES=" + std::to_string(stage.bytes));
     }
+    line("if [[ -n \"${SLURM_TMPDIR:-}\" ]]; then");
+    line("  STAGE_ROOT=\"$SLURM_TMPDIR\"; STAGE_OWNED=0");
+    line("else");
+    line("  STAGE_ROOT=\"/tmp/train-$(id -un)-$SLURM_JOB_ID\"; STAGE_OWNED=1");
+    line("fi");
+    line("STAGE_DIR=\"$STAGE_ROOT/data" + (o.stage_subdir.empty() ? "" : "/" + o.stage_subdir) + "\"");
+    if (stage.mode == StageMode::copy) {
+      std::string data = "\"$STAGE_DIR\"";
+      if (!stage.from_folder) {
+        data.clear();
+        for (const std::string& name : stage.data_names) {
+          data += (data.empty() ? "\"$STAGE_DIR/\"" : "\"::$STAGE_DIR/\"") + shell_quote(name);
+        }
+      }
+      line(stage.from_folder ? "# train reads the staged folder of shards."
+                             : "# train reads the copies by the same names, under the staged folder.");
+      line("STAGE_DATA=" + data);
+    }
+  }
+
+  // Extracting the archive on every node (--stage-data ARCHIVE).
+  void write_stage_extract() {
+    line("");
+    line("if [[ ! -r \"$STAGE_ARCHIVE\" ]]; then");
+    line("  say \"--stage-data: expected a readable archive at '$STAGE_ARCHIVE' (relative to $SLURM_SUBMIT_DIR), \\");
+    line("found none.\"");
+    line("  say \"Hint: regenerate the script with the archive's path, or submit from the folder it is relative to.\"");
+    line("  exit 1");
+    line("fi");
+    line("srun --ntasks=\"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 mkdir -p \"$STAGE_ROOT/data\"");
+    line("srun --ntasks=\"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 tar -xf \"$STAGE_ARCHIVE\" -C \"$STAGE_ROOT/data\" || {");
+    line("  say \"--stage-data: extracting '$STAGE_ARCHIVE' into $STAGE_ROOT/data failed on a node (see above).\"");
+    line("  say \"Hint: check the archive (tar -tf) and the free space of $STAGE_ROOT on the nodes.\"");
+    line("  exit 1");
+    line("}");
+  }
+
+  // Copying shards as they are on every node (--stage-data PATTERN or FOLDER): their size again, then
+  // one task per node checks its free space, copies and reports.
+  void write_stage_copy() {
+    line("");
+    line("# The files as they are now (they may have changed since the script was generated): each must be");
+    line("# readable, and their total is what every node needs free.");
+    line("for f in \"${STAGE_FILES[@]}\"; do");
+    line("  if [[ ! -f \"$f\" || ! -r \"$f\" ]]; then");
+    line("    say \"--stage-data: expected a readable file at '$f' (relative to $SLURM_SUBMIT_DIR), found none.\"");
+    line("    say \"Hint: the files moved since the script was generated: regenerate it (trainctl sbatch --stage-data ...), \\");
+    line("or submit from the folder their paths are relative to.\"");
+    line("    exit 1");
+    line("  fi");
+    line("done");
+    line("STAGE_BYTES=0");
+    line("while read -r size; do STAGE_BYTES=$((STAGE_BYTES + size)); done < <(stat -L -c %s -- \"${STAGE_FILES[@]}\")");
+    line("if (( STAGE_BYTES != STAGE_GENERATED_BYTES )); then");
+    line("  say \"note: the ${#STAGE_FILES[@]} file(s) to stage hold $STAGE_BYTES bytes now, \\");
+    line("$STAGE_GENERATED_BYTES when the script was generated.\"");
+    line("fi");
+    write_stage_copy_program();
+    line("srun --ntasks=\"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 bash -c \"$STAGE_COPY\" stage \"$STAGE_DIR\" \"$STAGE_BYTES\" \\");
+    line("    \"${STAGE_FILES[@]}\" || {");
+    line("  say \"--stage-data: staging into $STAGE_DIR failed on a node (its FAILED line above says why): training not started.\"");
+    line("  say \"Hint: for free space, stage fewer files or ask for nodes with more local disk; for a copy error, check \\");
+    line("the files and $STAGE_ROOT on that node.\"");
+    line("  if [[ \"$STAGE_OWNED\" == 1 ]]; then");
+    line("    srun --quiet --ntasks=\"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 rm -rf \"$STAGE_ROOT\" || true");
+    line("  fi");
+    line("  exit 1");
+    line("}");
+  }
+
+  // The program each node's staging task runs: bash -c "$STAGE_COPY" stage DEST BYTES FILES...
+  void write_stage_copy_program() {
+    line("# One task per node runs STAGE_COPY (single-quoted: it expands there). It checks the free space of the");
+    line("# node-local folder against the files' total, copies them into a folder of its own and moves them into");
+    line("# place (a half-copied file never has its final name), checks the bytes, and prints one line: bytes,");
+    line("# seconds and MB/s. TRAIN_STAGE_FREE_BYTES is for tests only: it replaces the free space measured.");
+    line("# shellcheck disable=SC2016");
+    line("STAGE_COPY='set -euo pipefail");
+    line("node=\"${SLURMD_NODENAME:-$(hostname)}\" dest=\"$1\" need=\"$2\"");
+    line("shift 2");
+    line("mkdir -p \"$dest\"");
+    line("read -r blocks block_size < <(stat -f -c \"%a %S\" \"$dest\")");
+    line("free=\"${TRAIN_STAGE_FREE_BYTES:-$((blocks * block_size))}\"");
+    line("if (( free < need )); then");
+    line("  echo \"stage $node: FAILED: --stage-data: expected $need bytes free in $dest for $# file(s), found $free bytes free.\" >&2");
+    line("  echo \"stage $node: Hint: stage fewer files (a narrower --stage-data pattern), or ask for nodes with more \\");
+    line("node-local disk (sbatch --tmp=SIZE where the site sets TmpDisk, or a partition with a larger \\$SLURM_TMPDIR).\" >&2");
+    line("  exit 1");
+    line("fi");
+    line("incoming=\"$dest/.incoming-$node-$$\"");
+    line("mkdir -p \"$incoming\"");
+    line("start=$(date +%s%N)");
+    line("cp -- \"$@\" \"$incoming/\"");
+    line("copied=0");
+    line("while read -r size; do copied=$((copied + size)); done < <(cd \"$incoming\" && stat -c %s -- \"${@##*/}\")");
+    line("if (( copied != need )); then");
+    line("  echo \"stage $node: FAILED: --stage-data: expected $need bytes copied into $dest, found $copied.\" >&2");
+    line("  echo \"stage $node: Hint: the files changed while they were copied; stage files nothing writes to.\" >&2");
+    line("  exit 1");
+    line("fi");
+    line("find \"$incoming\" -mindepth 1 -maxdepth 1 -exec mv -f -t \"$dest\" -- {} +");
+    line("rmdir \"$incoming\"");
+    line("ns=$(( $(date +%s%N) - start )); (( ns > 0 )) || ns=1");
+    line("printf \"stage %s: copied %d file(s), %d bytes (%d.%d MB) in %d.%02d s, %d.%d MB/s, into %s\\n\" \"$node\" \"$#\" \\");
+    line("  \"$copied\" $((copied / 1000000)) $((copied / 100000 % 10)) $((ns / 1000000000)) $((ns / 10000000 % 100)) \\");
+    line("  $((copied * 10000 / ns / 10)) $((copied * 10000 / ns % 10)) \"$dest\"'");
+  }
+
+  // Staging the data on every node (extracted or copied), then the preflight checks.
+  void write_staging_and_preflight() {
+    if (stage.mode == StageMode::extract) write_stage_extract();
+    if (stage.mode == StageMode::copy) write_stage_copy();
     if (o.preflight) {
       line("");
       line("# Preflight, one task per node: the data is readable there, CUDA sees the GPUs the job asked for, and");
@@ -336,7 +442,7 @@ struct ScriptWriter {
     line("  say \"warning: no trainctl at '$TRAINCTL_BIN' (TRAINCTL_BIN): a lost rank is not restarted.\"");
     line("  srun --kill-on-bad-exit=1 " + srun_words + program);
     line("fi");
-    if (!o.stage_data.empty()) {
+    if (stage.mode != StageMode::none) {
       line("if [[ \"$STAGE_OWNED\" == 1 ]]; then");
       line("  # --quiet: srun's notes (\"step creation temporarily disabled\" while the training step ends) would");
       line("  # follow train's done line, the log's last line.");
@@ -379,6 +485,7 @@ struct ScriptWriter {
 
   const SbatchOptions& o;
   const SbatchPlan& plan;
+  const StagePlan& stage;
   const std::string& name;
   const std::string log_folder;
   const bool chain;

@@ -1,7 +1,8 @@
 // Tests for launcher/src/sbatch.cpp and sbatch_cluster.cpp, and for `trainctl sbatch` as a program:
 // option parsing and validation, the generated scripts, sinfo and sbatch --test-only parsing. The
-// scripts run under a fake srun in sbatch_script_run_test.cpp, preflight in preflight_test.cpp. No
-// cluster needed: tests/slurm runs the same scripts on the real local one.
+// scripts run under a fake srun in sbatch_script_run_test.cpp, preflight in preflight_test.cpp,
+// --stage-data's shards in sbatch_stage_test.cpp. No cluster needed: tests/slurm runs the same
+// scripts on the real local one.
 #include "train/launcher/sbatch.h"
 
 #include <gtest/gtest.h>

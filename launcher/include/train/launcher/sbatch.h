@@ -49,8 +49,12 @@ struct SbatchOptions {
   std::string signal;            ///< --signal [R:]SIG[@SECONDS]; "" = kDefaultSignal; "none" = no line
   std::vector<std::string> setup;       ///< --setup LINE, run in the batch shell before srun
   std::string container;         ///< --container IMAGE: tasks run in `apptainer exec --nv IMAGE`
-  std::string stage_data;        ///< --stage-data ARCHIVE: a tar archive extracted on every node
+  /// --stage-data SOURCE: what the script puts on every node's local disk for train's --data: a tar
+  /// archive, extracted there; or shards copied as they are: a brace pattern
+  /// (DIR/train-{000000..000127}.tar), a "::" list of patterns, or a folder of *.tar files (plan_staging)
+  std::string stage_data;
   std::string stage_subdir;      ///< --stage-subdir DIR: the folder inside the archive train reads
+  std::string stage_mode;        ///< --stage-mode auto|copy|extract ("" = auto; see plan_staging)
   /// --tensorboard ROOT: train writes TensorBoard event files into a folder per job under ROOT
   /// (ROOT/<job name>-<job id>; a sweep's task: ROOT/<job name>-<array id>/task-N), where a
   /// requeued run or the next chunk goes on; relative to the submit dir, so on the shared file system
@@ -125,6 +129,38 @@ std::vector<std::string> check_health_options(const SbatchOptions& options);
 /// {"--health-check", "--health-min-fraction", "0.7"}; empty when none was given.
 std::vector<std::string> health_train_args(const SbatchOptions& options);
 
+/// How --stage-data puts the data on the nodes.
+enum class StageMode {
+  none,     ///< no --stage-data
+  extract,  ///< one tar archive, extracted on every node (tar -xf)
+  copy,     ///< files (WebDataset shards) copied as they are, names kept, into one folder per node
+};
+
+/// What --stage-data stages, as plan_staging() works it out.
+struct StagePlan {
+  StageMode mode = StageMode::none;
+  std::string archive;              ///< extract: the archive, as given (checked on the nodes, not here)
+  std::vector<std::string> files;   ///< copy: the files, in the pattern's order (a folder's sorted), as given
+  std::int64_t bytes = 0;           ///< copy: their total size when the script was generated
+  bool from_folder = false;         ///< copy: --stage-data named a folder (train gets the staged folder)
+  /// copy: train's --data under the staged folder, one per "::" item: the pattern's file part as typed
+  /// ("train-{000000..000127}.tar"), so train expands it as the user wrote it; empty for a folder
+  std::vector<std::string> data_names;
+};
+
+/// Works out --stage-data, --stage-subdir and --stage-mode, reading the file system for shards:
+/// - auto (the default): a folder copies its *.tar files (sorted by name); a brace pattern or a "::"
+///   list (what expand_braces() expands to more than the text itself) copies the files it names;
+///   anything else is one tar archive, extracted on every node as before (it may exist only there);
+/// - copy: also a single file is copied as it is (a lone shard);
+/// - extract: one tar archive, never a folder or a pattern.
+/// Copied files must exist, be regular and readable, have distinct names, and a pattern's braces must
+/// be in its file name (the copies share one folder); their total size is measured here and again
+/// in the script. --stage-subdir is for an archive only; train's --data must not be given as well.
+/// @throws train::ConfigError naming the option and the file (for a pattern, the first one missing),
+///   with what was expected and found, and a hint.
+StagePlan plan_staging(const SbatchOptions& options);
+
 /// A request after validation: the numbers plan_sbatch() derived.
 struct SbatchPlan {
   int nodes = 1;
@@ -144,6 +180,7 @@ struct SbatchPlan {
   std::string error;                  ///< --error pattern, "" when stderr goes with stdout
   std::string rank_output;            ///< srun's --output per rank with --per-rank-logs, else ""
   std::string rank_error;             ///< srun's --error per rank with --per-rank-logs and --error
+  StagePlan stage;                    ///< --stage-data: what each node gets, and how
   std::vector<std::string> warnings;  ///< things worth saying that don't stop the generation
 };
 
@@ -151,8 +188,8 @@ struct SbatchPlan {
 /// --signal and --gres parse; --gpus-per-node, --gres gpu:N and --ntasks-per-node agree (one task
 /// per GPU); shards come with one task per node; the signal's lead time is shorter than the time
 /// limit and the signal is one train checkpoints on (not B:, which reaches only the batch shell);
-/// values on #SBATCH lines have no spaces or quotes; --setup lines are single lines; --stage-data is
-/// a tar archive and doesn't fight a --data in the train arguments; the health-check and
+/// values on #SBATCH lines have no spaces or quotes; --setup lines are single lines; --stage-data
+/// passes plan_staging() (which reads the file system for shards); the health-check and
 /// --interface options pass check_health_options().
 /// @throws train::ConfigError naming the option, with what was expected and found, and a hint.
 SbatchPlan plan_sbatch(const SbatchOptions& options);
