@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <optional>
 
@@ -127,17 +128,32 @@ struct TarWalk {
   std::optional<std::string> long_name;  // 'L'
   PaxFields pax;                          // 'x'
   PaxFields global;                       // 'g'
+  std::string window;                     // the bytes last read ahead, from window_at
+  uint64_t window_at = 0;
 };
 
+// Headers, pax records and long names are read through a window of kWindow bytes: one pread
+// brings a small member's headers together (webdataset's members each have a pax header for their
+// float mtime), and a page is what the file system reads anyway.
+constexpr uint64_t kWindow = 4096;
+
 std::string read_data(TarWalk& w, uint64_t offset, uint64_t size) {
-  std::string data(size, '\0');
-  const int64_t got = detail::pread_full(w.fd, offset, size, reinterpret_cast<uint8_t*>(data.data()));
-  if (got != static_cast<int64_t>(size)) {
+  if (offset >= w.window_at && offset + size <= w.window_at + w.window.size()) {
+    return w.window.substr(offset - w.window_at, size);
+  }
+  const uint64_t want = size <= kWindow ? std::min(kWindow, w.at.file_size - offset) : size;
+  std::string data(std::max(want, size), '\0');
+  const int64_t got = detail::pread_full(w.fd, offset, data.size(), reinterpret_cast<uint8_t*>(data.data()));
+  if (got < static_cast<int64_t>(size)) {
     throw DataError(w.at.path + ": expected " + std::to_string(size) + " bytes at offset " + std::to_string(offset) +
                         ", found " + (got < 0 ? std::string(std::strerror(errno)) : std::to_string(got)) + ".",
                     "check that the file is readable and was not changed while it was read.");
   }
-  return data;
+  if (size > kWindow) return data;
+  data.resize(static_cast<size_t>(got));
+  w.window = std::move(data);
+  w.window_at = offset;
+  return w.window.substr(0, size);
 }
 
 // One header at w.at.header: returns the offset of the next header, adds a regular file to `out`;
@@ -197,7 +213,7 @@ uint64_t read_member(TarWalk& w, std::vector<TarMember>& out) {
 }  // namespace
 
 std::vector<TarMember> list_tar_members(const std::string& path) {
-  TarWalk w{-1, TarPlace{path, 0, 0, ""}, std::nullopt, {}, {}};
+  TarWalk w{-1, TarPlace{path, 0, 0, ""}, std::nullopt, {}, {}, "", 0};
   w.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (w.fd < 0) {
     const int err = errno;
