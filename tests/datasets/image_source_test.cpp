@@ -210,6 +210,25 @@ TEST(ImageFolder, CacheIsReusedAndRebuiltWhenAFolderChanges) {
   EXPECT_TRUE(train::datasets::open_image_folder(d.file("train"), cache)->from_cache());
 }
 
+TEST(ImageFolder, RanksRacingToWriteTheCacheAllGetTheList) {
+  TempDir d("imagefolder-race");
+  std::mt19937 rng(6);
+  write_tree(d.file("train"), d.file("outside"), rng);
+  backdate(d.path());
+  const auto reference = listing(*train::datasets::open_image_folder(d.file("train")));
+  std::vector<std::vector<std::string>> seen(4);
+  std::vector<std::thread> ranks;
+  for (size_t r = 0; r < seen.size(); ++r) {
+    ranks.emplace_back([&, r] { seen[r] = listing(*train::datasets::open_image_folder(d.file("train"), d.file("ckpt"))); });
+  }
+  for (auto& t : ranks) t.join();
+  for (const auto& s : seen) EXPECT_EQ(s, reference);
+  EXPECT_EQ(files::list_dir(d.file("ckpt")).size(), 1u);  // one list, no temporary file left
+  auto after = train::datasets::open_image_folder(d.file("train"), d.file("ckpt"));
+  EXPECT_TRUE(after->from_cache()) << after->cache_note();
+  EXPECT_EQ(listing(*after), reference);
+}
+
 // The DataError `fn` throws, as text ("" when it throws none).
 template <typename Fn>
 std::string error_of(Fn fn) {
@@ -352,6 +371,20 @@ TEST(TarShards, WebdatasetShardsReadBackAsWritten) {
       EXPECT_EQ(s->member(i), both[i][0].get<std::string>() + ".jpg") << i;
     }
   }
+  // Reads from several threads at once (one descriptor per shard, opened by whichever comes first).
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int64_t i = 0; i < braces->size(); ++i) {
+        const int64_t j = (i + 7 * t) % braces->size();
+        mismatches[t] += braces->read(j).bytes != from_hex(both[j][1]);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
+
   const std::string err = error_of([&] { train::datasets::open_tar_shards(d.file("{train,val}-{000000..000004}.tar")); });
   EXPECT_TRUE(has(err, d.file("{train,val}-{000000..000004}.tar") + ": expected the 10 shard files the pattern names, "
                        "found no file " + d.file("val-000002.tar") + " (the first one missing; 7 of 10 exist)")) << err;
