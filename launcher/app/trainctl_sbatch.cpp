@@ -32,6 +32,7 @@ Command add_sbatch(CLI::App& app, const std::vector<std::string>& before_dashes,
       "  trainctl sbatch --nodes 2 --ntasks-per-node 1 --time 1:00:00 -- --epochs 1\n"
       "  trainctl sbatch --partition gpu --gres gpu:4 --cpus-per-task 8 --setup 'module load cuda' --submit\n"
       "  trainctl sbatch --array-chain 3 --time 1-00:00:00 --stage-data data.tar --stage-subdir fm --test-only\n"
+      "  trainctl sbatch --nodes 4 --stage-data 'shards/train-{000000..000127}.tar' --submit -- --dataset webdataset\n"
       "  trainctl sbatch --ntasks 4 --output logs/out%j.log --error logs/err%j.log --per-rank-logs --submit\n"
       "With --per-rank-logs srun writes one file per rank (logs/out%j-%t.log); trainctl logs JOBID --rank R\n"
       "shows one. See docs/slurm.md, and docs/workflow.md for status, logs, cancel and sweeps.\n");

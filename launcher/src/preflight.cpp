@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -16,6 +17,8 @@
 #include <vector>
 
 #include "train/catalog/catalog.h"
+#include "train/base/braces.h"
+#include "train/base/files.h"
 #include "train/base/text.h"
 #include "train/base/error.h"
 #include "train/base/log.h"
@@ -101,6 +104,54 @@ namespace {
 // run_preflight()'s checks, in the order it runs them. Each records what passed, what is worth a
 // warning and what failed in the report, so one failing check doesn't hide the others.
 
+/// Whether train's --data names WebDataset shards by a pattern: a "::" list, or braces that expand to
+/// more than the text itself (a bad pattern counts, so that check_shard_files names its error).
+bool is_shard_pattern(const std::string& data) {
+  try {
+    return split_pattern_list(data).size() > 1 || expand_braces(data) != std::vector<std::string>{data};
+  } catch (const ConfigError&) {
+    return true;
+  }
+}
+
+/// WebDataset shards (a folder's *.tar files, or what a pattern names): each one here, a regular file
+/// and readable. They are not read whole: train indexes them when it opens them.
+std::string check_shard_files(const std::string& data) {
+  std::vector<std::string> paths;
+  struct stat st {};
+  if (::stat(data.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    std::vector<std::string> names = files::list_dir(data);
+    std::sort(names.begin(), names.end());
+    for (const std::string& name : names) {
+      if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tar") == 0) paths.push_back(files::join(data, name));
+    }
+  } else {
+    paths = expand_braces(data);
+  }
+  std::int64_t bytes = 0;
+  for (const std::string& path : paths) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      const int err = fd < 0 ? errno : 0;
+      if (fd >= 0) ::close(fd);
+      const std::string found = err == ENOENT ? "no file " + path + " (the first one missing)"
+                                              : path + " unusable (" +
+                                                    (err != 0 ? std::string(std::strerror(err)) : "not a regular file") + ")";
+      throw DataError("--data '" + data + "': expected the " + std::to_string(paths.size()) +
+                          " WebDataset shard file(s) it names on this node, found " + found + ".",
+                      "the shards must be on a file system every node mounts, or staged onto the nodes with "
+                      "trainctl sbatch --stage-data 'DIR/train-{000000..000127}.tar'.");
+    }
+    bytes += static_cast<std::int64_t>(st.st_size);
+    ::close(fd);
+  }
+  if (paths.empty()) {
+    throw DataError("--data '" + data + "': expected WebDataset shards (*.tar files) in the folder, found none.",
+                    "name the shards with a pattern, 'DIR/train-{000000..000127}.tar', or their folder.");
+  }
+  return std::to_string(paths.size()) + " WebDataset shard files (" + std::to_string(bytes) + " bytes)";
+}
+
 /// Data: the same folder train will read, by train's rules.
 void check_data(const PreflightOptions& o, const EnvMap& env, PreflightReport& report) {
   std::string model = train_flag_value(o.train_args, {"--model"});
@@ -116,6 +167,10 @@ void check_data(const PreflightOptions& o, const EnvMap& env, PreflightReport& r
     if (data.empty()) {
       throw ConfigError("--data: expected the folder holding the " + dataset + " files, found none given.",
                         "pass train --data DIR after '--' (or stage it with trainctl sbatch --stage-data).");
+    }
+    if (dataset == "webdataset" || is_shard_pattern(data)) {
+      report.passed.push_back("data: " + check_shard_files(data) + " present and readable: " + data);
+      return;
     }
     report.passed.push_back("data: " + check_dataset_folder(data, dataset, &report.warnings) + " checked whole in " + data);
   } catch (const Error& e) {

@@ -207,6 +207,35 @@ TEST(SbatchPreflight, FindsTheDataTrainWillRead) {
   EXPECT_TRUE(contains(r.passed.front(), "IDX")) << r.passed.front();
 }
 
+TEST(SbatchPreflight, ShardsTrainWillReadArePresentAndReadable) {
+  test::TempDir tmp("preflight-shards");
+  write_text(tmp.file("train-000000.tar"), std::string(1000, 'a'));
+  write_text(tmp.file("train-000001.tar"), std::string(1500, 'b'));
+  write_text(tmp.file("notes.txt"), "not a shard");
+  PreflightOptions o;
+  // A pattern (what trainctl sbatch --stage-data gives train), and a folder with --dataset webdataset.
+  o.train_args = {"--dataset", "webdataset", "--data", tmp.path() + "/train-{000000..000001}.tar"};
+  PreflightReport r = run_preflight(o, {});
+  ASSERT_TRUE(r.errors.empty()) << r.errors[0];
+  ASSERT_FALSE(r.passed.empty());
+  EXPECT_EQ(r.passed[0], "data: 2 WebDataset shard files (2500 bytes) present and readable: " + tmp.path() +
+                             "/train-{000000..000001}.tar");
+  o.train_args = {"--dataset", "webdataset", "--data", tmp.path()};
+  r = run_preflight(o, {});
+  ASSERT_FALSE(r.passed.empty());
+  EXPECT_EQ(r.passed[0], "data: 2 WebDataset shard files (2500 bytes) present and readable: " + tmp.path());
+  // A pattern is shards whatever the dataset: the first missing one is named.
+  o.train_args = {"--data", tmp.path() + "/train-{000000..000003}.tar"};
+  r = run_preflight(o, {});
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_TRUE(contains(r.errors[0], "expected the 4 WebDataset shard file(s) it names on this node, found no file " +
+                                        tmp.file("train-000002.tar") + " (the first one missing). Hint: ")) << r.errors[0];
+  o.train_args = {"--data", tmp.path() + "/train-{000000..000001.tar"};
+  r = run_preflight(o, {});
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_TRUE(contains(r.errors[0], "expected balanced braces")) << r.errors[0];
+}
+
 TEST(SbatchPreflight, GpusMustBeVisibleWhereTheJobAskedForThem) {
   test::TempDir tmp("preflight-gpus");
   make_idx(tmp.file("fm"), true);
