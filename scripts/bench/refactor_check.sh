@@ -16,6 +16,7 @@
 set -u
 OUT=${OUT:-$PWD/logs/gpu}
 BASE=${BASE:-$PWD/.base}
+NEW=${NEW:-.}   # this tree, or a `git archive` of a commit (a working tree others are editing may not build)
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TRAIN_FASHION_MNIST_DIR=$PWD/.deps/fashion-mnist
 nvidia-smi -L | tee $OUT/machine.txt
@@ -28,7 +29,7 @@ build() {  # src dir, build dir, targets...
   cmake --build $dir -j $jobs $(for t in "$@"; do printf -- '--target %s ' $t; done) > $OUT/build-$(basename $dir).log 2>&1
 }
 t0=$(date +%s)
-build . build-gpu train_program trainctl gru_bench transformer_bench gpu_train_test & new=$!
+build $NEW build-gpu train_program trainctl gru_bench transformer_bench gpu_train_test & new=$!
 build $BASE build-base train_program trainctl gru_bench & base=$!
 wait $new; rc_new=$?; wait $base; rc_base=$?
 echo "built in $(( $(date +%s) - t0 )) s (this tree rc=$rc_new, base rc=$rc_base)"
