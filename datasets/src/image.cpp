@@ -189,12 +189,13 @@ void cmyk_to_rgb(std::vector<uint8_t>* pixels, size_t count) {
   pixels->resize(count * 3);
 }
 
-Image decode_jpeg(const uint8_t* bytes, size_t n, const std::string& where, int channels, int scale_denom) {
+void decode_jpeg(const uint8_t* bytes, size_t n, const std::string& where, int channels, int scale_denom,
+                 Image* out) {
   tjhandle h = jpeg_handle();
   const JpegInfo info = jpeg_info(h, bytes, n, where);
   const bool cmyk = info.colorspace == TJCS_CMYK || info.colorspace == TJCS_YCCK;
   if (channels == 0) channels = info.colorspace == TJCS_GRAY ? 1 : 3;
-  Image image;
+  Image& image = *out;
   image.width = jpeg_scaled_size(info.width, scale_denom);
   image.height = jpeg_scaled_size(info.height, scale_denom);
   image.channels = channels;
@@ -210,7 +211,6 @@ Image decode_jpeg(const uint8_t* bytes, size_t n, const std::string& where, int 
     image.channels = 3;
     convert_image(&image, channels);
   }
-  return image;
 }
 
 // ---- PNG ----
@@ -292,11 +292,10 @@ bool png_run(png_structp png, png_infop info, PngRead* r) {
   return true;
 }
 
-Image decode_png(const uint8_t* bytes, size_t n, const std::string& where, int channels) {
+void decode_png(const uint8_t* bytes, size_t n, const std::string& where, int channels, Image* out) {
   const ImageHeader header = png_header(bytes, n, where);  // checks the size before libpng allocates
-  Image image;
   PngRead r;
-  r.data = bytes, r.size = n, r.image = &image;
+  r.data = bytes, r.size = n, r.image = out;
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &r, png_on_error, png_on_warning);
   png_infop info = png != nullptr ? png_create_info_struct(png) : nullptr;
   if (info == nullptr) {
@@ -316,8 +315,7 @@ Image decode_png(const uint8_t* bytes, size_t n, const std::string& where, int c
     throw DataError(where + ": expected " + image_desc + ", found corrupt data in it (libpng: " + r.error + ").",
                     std::string("the file is damaged: re-copy it from its source,") + kSkipHint);
   }
-  convert_image(&image, channels == 0 ? header.channels : channels);
-  return image;
+  convert_image(out, channels == 0 ? header.channels : channels);
 }
 
 void check_arguments(int channels, int scale_denom, const std::string& where) {
@@ -363,10 +361,17 @@ ImageHeader read_image_header(const uint8_t* bytes, size_t n, const std::string&
 int jpeg_scaled_size(int size, int scale_denom) { return (size + scale_denom - 1) / scale_denom; }
 
 Image decode_image(const uint8_t* bytes, size_t n, const std::string& where, int channels, int scale_denom) {
+  Image image;
+  decode_image_into(bytes, n, where, &image, channels, scale_denom);
+  return image;
+}
+
+void decode_image_into(const uint8_t* bytes, size_t n, const std::string& where, Image* out, int channels,
+                       int scale_denom) {
   check_arguments(channels, scale_denom, where);
   switch (sniff_image(bytes, n)) {
-    case ImageFormat::jpeg: return decode_jpeg(bytes, n, where, channels, scale_denom);
-    case ImageFormat::png: return decode_png(bytes, n, where, channels);
+    case ImageFormat::jpeg: return decode_jpeg(bytes, n, where, channels, scale_denom, out);
+    case ImageFormat::png: return decode_png(bytes, n, where, channels, out);
     default: throw_not_an_image(bytes, n, where);
   }
 }

@@ -143,7 +143,8 @@ int64_t ImageDataset::draw_into(int64_t index, const SampleDraw& draw, float* ou
   const size_t n = encoded.bytes.size();
   const ImageHeader header = read_image_header(bytes, n, encoded.where);
   const Plan plan = plan_image(options_, header, encoded, index, draw);
-  const Image image = decode_image(bytes, n, encoded.where, options_.channels, plan.scale_denom);
+  thread_local Image image;  // its buffer is reused from one draw to the next on this thread
+  decode_image_into(bytes, n, encoded.where, &image, options_.channels, plan.scale_denom);
   if (header.channels != options_.channels) converted_.fetch_add(1, std::memory_order_relaxed);
   if (plan.scale_denom > 1) reduced_.fetch_add(1, std::memory_order_relaxed);
   const int size = options_.size, c = options_.channels;

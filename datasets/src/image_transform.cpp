@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 namespace train::datasets {
 namespace {
@@ -61,32 +63,57 @@ AxisTaps axis_taps(int lo_bound, int hi_bound, double in0, double in1, int out_s
   return a;
 }
 
-// Rows [row0, row0 + rows) of `src`, each resampled along x to out_w pixels: rows x out_w x C.
-template <int C>
-void resample_rows(const Image& src, const AxisTaps& ax, int row0, int rows, int out_w, float* tmp) {
-  const int in_row = src.width * C;
+// Along x: `rows` rows of `in` (row r at in + r * in_stride; pixel x at (x - col0) * C) to out_w
+// pixels each, into `out` (rows x out_w x C).
+template <int C, typename T>
+void horizontal(const T* in, size_t in_stride, int col0, int rows, const AxisTaps& ax, int out_w, float* out) {
   for (int y = 0; y < rows; ++y) {
-    const uint8_t* row = src.pixels.data() + size_t(row0 + y) * in_row;
-    float* out = tmp + size_t(y) * out_w * C;
+    const T* row = in + size_t(y) * in_stride;
+    float* dst = out + size_t(y) * out_w * C;
     for (int x = 0; x < out_w; ++x) {
       const float* w = ax.weight.data() + size_t(x) * ax.taps;
-      const uint8_t* p = row + ax.first[x] * C;
+      const T* p = row + size_t(ax.first[x] - col0) * C;
       float acc[C] = {};
       for (int k = 0; k < ax.count[x]; ++k, p += C) {
         for (int c = 0; c < C; ++c) acc[c] += w[k] * static_cast<float>(p[c]);
       }
-      for (int c = 0; c < C; ++c) out[x * C + c] = acc[c];
+      for (int c = 0; c < C; ++c) dst[x * C + c] = acc[c];
     }
   }
 }
 
-void resample_rows_any(const Image& src, const AxisTaps& ax, int row0, int rows, int out_w, float* tmp) {
-  switch (src.channels) {
-    case 1: return resample_rows<1>(src, ax, row0, rows, out_w, tmp);
-    case 2: return resample_rows<2>(src, ax, row0, rows, out_w, tmp);
-    case 3: return resample_rows<3>(src, ax, row0, rows, out_w, tmp);
-    default: return resample_rows<4>(src, ax, row0, rows, out_w, tmp);
+template <typename T>
+void horizontal_any(int channels, const T* in, size_t in_stride, int col0, int rows, const AxisTaps& ax, int out_w,
+                    float* out) {
+  switch (channels) {
+    case 1: return horizontal<1>(in, in_stride, col0, rows, ax, out_w, out);
+    case 2: return horizontal<2>(in, in_stride, col0, rows, ax, out_w, out);
+    case 3: return horizontal<3>(in, in_stride, col0, rows, ax, out_w, out);
+    default: return horizontal<4>(in, in_stride, col0, rows, ax, out_w, out);
   }
+}
+
+// Along y: out_h rows of row_len values, row y the taps' sum of rows first[y] - row0 ... of `in`
+// (row r at in + r * in_stride). The inner loop runs along the row, so it vectorizes.
+template <typename T>
+void vertical(const T* in, size_t in_stride, int row0, const AxisTaps& ay, int out_h, size_t row_len, float* out) {
+  for (int y = 0; y < out_h; ++y) {
+    float* dst = out + size_t(y) * row_len;
+    std::fill(dst, dst + row_len, 0.0f);
+    const float* w = ay.weight.data() + size_t(y) * ay.taps;
+    for (int k = 0; k < ay.count[y]; ++k) {
+      const T* t = in + size_t(ay.first[y] + k - row0) * in_stride;
+      const float wk = w[k];
+      for (size_t i = 0; i < row_len; ++i) dst[i] += wk * static_cast<float>(t[i]);
+    }
+  }
+}
+
+// The first and one-past-the-last input pixel any output pixel's taps read.
+std::pair<int, int> tap_span(const AxisTaps& a) {
+  int end = a.first.front();
+  for (size_t i = 0; i < a.first.size(); ++i) end = std::max(end, a.first[i] + a.count[i]);
+  return {a.first.front(), end};
 }
 
 }  // namespace
@@ -163,23 +190,24 @@ void resample_bilinear(const Image& src, const CropBox& box, int out_h, int out_
   const double right = box.left + box.width, bottom = box.top + box.height;
   const AxisTaps ax = axis_taps(lo(box.left), hi(right, src.width), box.left, right, out_w);
   const AxisTaps ay = axis_taps(lo(box.top), hi(bottom, src.height), box.top, bottom, out_h);
-  // Only the rows the columns' taps read are resampled along x.
-  const int row0 = ay.first.front();
-  int row_end = row0;
-  for (int y = 0; y < out_h; ++y) row_end = std::max(row_end, ay.first[y] + ay.count[y]);
+  const auto [row0, row_end] = tap_span(ay);
+  const auto [col0, col_end] = tap_span(ax);
   const int c = src.channels;
-  const size_t row_len = size_t(out_w) * c;
-  std::vector<float> tmp(size_t(row_end - row0) * row_len);
-  resample_rows_any(src, ax, row0, row_end - row0, out_w, tmp.data());
-  for (int y = 0; y < out_h; ++y) {
-    float* dst = out + size_t(y) * row_len;
-    std::fill(dst, dst + row_len, 0.0f);
-    const float* w = ay.weight.data() + size_t(y) * ay.taps;
-    for (int k = 0; k < ay.count[y]; ++k) {
-      const float* t = tmp.data() + size_t(ay.first[y] + k - row0) * row_len;
-      const float wk = w[k];
-      for (size_t i = 0; i < row_len; ++i) dst[i] += wk * t[i];
-    }
+  const size_t in_stride = size_t(src.width) * c;
+  thread_local std::vector<float> tmp;  // grown, never shrunk: no allocation per image
+  // The pass that shrinks more goes first on the 8-bit pixels: rows (vectorized) when the box is
+  // taller than the output, else columns. Either order is the same filter; the choice depends on
+  // the sizes alone, so a draw's bits are the same on every run.
+  if (row_end - row0 > out_h) {
+    const size_t span = size_t(col_end - col0) * c;
+    if (tmp.size() < out_h * span) tmp.resize(out_h * span);
+    vertical(src.pixels.data() + size_t(col0) * c, in_stride, 0, ay, out_h, span, tmp.data());
+    horizontal_any(c, tmp.data(), span, col0, out_h, ax, out_w, out);
+  } else {
+    const size_t row_len = size_t(out_w) * c;
+    if (tmp.size() < (row_end - row0) * row_len) tmp.resize((row_end - row0) * row_len);
+    horizontal_any(c, src.pixels.data() + row0 * in_stride, in_stride, 0, row_end - row0, ax, out_w, tmp.data());
+    vertical(tmp.data(), row_len, row0, ay, out_h, row_len, out);
   }
 }
 

@@ -68,4 +68,9 @@ int jpeg_scaled_size(int size, int scale_denom);
 ///   1, 2, 4 or 8.
 Image decode_image(const uint8_t* bytes, size_t n, const std::string& where, int channels = 0, int scale_denom = 1);
 
+/// decode_image() into `out`, reusing its pixel buffer: no allocation when a thread decodes images
+/// of the same size one after another. `out` is unspecified after a throw.
+void decode_image_into(const uint8_t* bytes, size_t n, const std::string& where, Image* out, int channels = 0,
+                       int scale_denom = 1);
+
 }  // namespace train::datasets

@@ -77,7 +77,8 @@ enum class TapBounds {
 /// (out_h * out_w * src.channels values, in 0..255): a separable triangle filter whose support
 /// widens with the downscale factor (antialiasing), with Pillow's and torchvision's coefficients
 /// (antialias=True): a sample's center at box.left + (x + 0.5) * scale, taps clamped to `bounds`
-/// and renormalized. Rows first, then columns, in float32; the same bits on every run and thread.
+/// and renormalized. In float32, one axis after the other (along y first when the box is taller
+/// than the output, else along x); the same bits on every run and thread.
 void resample_bilinear(const Image& src, const CropBox& box, int out_h, int out_w, float* out,
                        TapBounds bounds = TapBounds::box);
 
