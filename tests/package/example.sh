@@ -90,6 +90,14 @@ setup)
     fi
   done
   echo "find_package(libtrain $minor) and ($version) find $version; $older and $newer are refused"
+  # train::datasets is a static library: its private TurboJPEG and libpng are on a consumer's link
+  # line, so the package defines their targets (cmake/libtrainConfig.cmake.in finds them).
+  mkdir -p "$work/find-images"
+  printf 'cmake_minimum_required(VERSION 3.22)\nproject(find_images CXX)\nfind_package(libtrain %s REQUIRED)\nif(TARGET TurboJPEG::TurboJPEG AND TARGET PNG::PNG)\n  message(STATUS "image libraries: TurboJPEG::TurboJPEG PNG::PNG")\nendif()\n' \
+    "$minor" >"$work/find-images/CMakeLists.txt"
+  cmake -S "$work/find-images" -B "$work/find-images/build" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >"$work/find-images.log" 2>&1 &&
+    grep -q -- "-- image libraries: TurboJPEG::TurboJPEG PNG::PNG" "$work/find-images.log" ||
+    { tail -30 "$work/find-images.log"; fail "find_package(libtrain): expected the targets TurboJPEG::TurboJPEG and PNG::PNG, which train::datasets links"; }
 
   # A consumer whose CLI11 can't be found is told which package is missing and where to get it.
   rc=0
