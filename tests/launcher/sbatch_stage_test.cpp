@@ -53,7 +53,7 @@ SbatchOptions staging(const std::string& source, const std::string& mode = "") {
 
 // ---- the plan -----------------------------------------------------------------------------------
 
-TEST(StagePlan, AnArchiveIsExtractedAsBeforeEvenWhenItIsNotHere) {
+TEST(SbatchStagePlan, AnArchiveIsExtractedAsBeforeEvenWhenItIsNotHere) {
   for (const std::string& archive : {"data/fm.tar.gz", "/scratch/only-on-nodes.tar"}) {
     const StagePlan p = plan_staging(staging(archive));
     EXPECT_EQ(p.mode, StageMode::extract) << archive;
@@ -71,7 +71,7 @@ TEST(StagePlan, AnArchiveIsExtractedAsBeforeEvenWhenItIsNotHere) {
   EXPECT_EQ(copied.bytes, 1000);
 }
 
-TEST(StagePlan, APatternIsCopiedFileByFileInItsOrder) {
+TEST(SbatchStagePlan, APatternIsCopiedFileByFileInItsOrder) {
   Shards shards(4);
   const StagePlan p = plan_staging(staging(shards.path() + "/train-{000000..000003}.tar"));
   EXPECT_EQ(p.mode, StageMode::copy);
@@ -90,7 +90,7 @@ TEST(StagePlan, APatternIsCopiedFileByFileInItsOrder) {
   EXPECT_EQ(list.bytes, 1300 + 1100 + 1000 + 1100);
 }
 
-TEST(StagePlan, AFolderIsCopiedAsItsTarFilesSortedByName) {
+TEST(SbatchStagePlan, AFolderIsCopiedAsItsTarFilesSortedByName) {
   Shards shards(3);
   write_text(shards.file("README"), "not a shard");
   write_text(shards.file("train.idx"), "an index");
@@ -104,7 +104,7 @@ TEST(StagePlan, AFolderIsCopiedAsItsTarFilesSortedByName) {
   EXPECT_TRUE(p.data_names.empty());
 }
 
-TEST(StagePlan, ErrorsNameTheSourceTheFileAndAHint) {
+TEST(SbatchStagePlan, ErrorsNameTheSourceTheFileAndAHint) {
   Shards shards(4);
   Shards other(1);
   const std::string dir = shards.path();
@@ -145,7 +145,7 @@ TEST(StagePlan, ErrorsNameTheSourceTheFileAndAHint) {
   expect_error([&] { plan_sbatch(both); }, {"with train's --data /x", "found both"}, "--data given as well");
 }
 
-TEST(StagePlan, AnUnreadableShardIsNamed) {
+TEST(SbatchStagePlan, AnUnreadableShardIsNamed) {
   // Root reads any file, so as root the check runs as nobody (setpriv), in a folder nobody can enter.
   Shards shards(2);
   chmod(shards.path().c_str(), 0755);
@@ -166,7 +166,7 @@ TEST(StagePlan, AnUnreadableShardIsNamed) {
 
 // ---- the script's text --------------------------------------------------------------------------
 
-TEST(StageScript, CopiesShardsAfterCheckingTheSpaceAndReportsPerNode) {
+TEST(SbatchStageScript, CopiesShardsAfterCheckingTheSpaceAndReportsPerNode) {
   Shards shards(4);
   SbatchOptions o = staging(shards.path() + "/train-{000000..000003}.tar");
   o.nodes = "2";
@@ -204,7 +204,7 @@ TEST(StageScript, CopiesShardsAfterCheckingTheSpaceAndReportsPerNode) {
   EXPECT_LT(s.find("bash -c \"$STAGE_COPY\""), s.find("preflight --tasks-per-node"));
 }
 
-TEST(StageScript, TrainReadsAFolderOrEveryPatternOfAList) {
+TEST(SbatchStageScript, TrainReadsAFolderOrEveryPatternOfAList) {
   Shards shards(2);
   Shards val(1, "val-");
   const std::string folder = generate_sbatch_script(staging(shards.path()));
@@ -216,7 +216,7 @@ TEST(StageScript, TrainReadsAFolderOrEveryPatternOfAList) {
       << list;
 }
 
-TEST(StageScript, ShellcheckFindsNothing) {
+TEST(SbatchStageScript, ShellcheckFindsNothing) {
   const std::string shellcheck = test::find_on_path("shellcheck");
   if (shellcheck.empty()) GTEST_SKIP() << "shellcheck is not installed (apt-get install shellcheck)";
   Shards shards(2);
@@ -269,7 +269,7 @@ class FakeNode {
   test::TempDir dir_;
 };
 
-TEST(StageRun, CopiesTheShardsByteForByteAndSaysHowFast) {
+TEST(SbatchStageRun, CopiesTheShardsByteForByteAndSaysHowFast) {
   Shards shards(4);
   FakeNode node(shards.path());
   SbatchOptions o = staging(shards.path() + "/train-{000000..000003}.tar");
@@ -287,7 +287,7 @@ TEST(StageRun, CopiesTheShardsByteForByteAndSaysHowFast) {
   EXPECT_EQ(test::read_text(staged + "/train-000003.tar"), test::read_text(shards.file("train-000003.tar")));
 }
 
-TEST(StageRun, ANodeWithoutTheSpaceStopsTheJobBeforeTraining) {
+TEST(SbatchStageRun, ANodeWithoutTheSpaceStopsTheJobBeforeTraining) {
   Shards shards(3);
   FakeNode node(shards.path());
   SbatchOptions o = staging(shards.path());
@@ -300,10 +300,10 @@ TEST(StageRun, ANodeWithoutTheSpaceStopsTheJobBeforeTraining) {
   EXPECT_TRUE(contains(p->err(), "stage node7: Hint: stage fewer files")) << p->err();
   EXPECT_TRUE(contains(p->err(), "train: --stage-data: staging into " + node.file("tmp/data") + " failed on a node")) << p->err();
   EXPECT_FALSE(contains(p->out(), "check:")) << "the program ran: " << p->out();
-  EXPECT_FALSE(test::read_text(node.file("tmp/data/train-000000.tar")).size() > 0) << "copied without the space";
+  EXPECT_TRUE(test::read_text(node.file("tmp/data/train-000000.tar")).empty()) << "copied without the space";
 }
 
-TEST(StageRun, ShardsThatChangedSinceGenerationAreNamedOrRemeasured) {
+TEST(SbatchStageRun, ShardsThatChangedSinceGenerationAreNamedOrRemeasured) {
   Shards shards(2);
   FakeNode node(shards.path());
   SbatchOptions o = staging(shards.path() + "/train-{000000..000001}.tar");
@@ -325,7 +325,7 @@ TEST(StageRun, ShardsThatChangedSinceGenerationAreNamedOrRemeasured) {
   EXPECT_TRUE(contains(gone->err(), "Hint: the files moved since the script was generated")) << gone->err();
 }
 
-TEST(StageCli, TrainctlSbatchTakesStageMode) {
+TEST(SbatchStageCli, TrainctlSbatchTakesStageMode) {
   Shards shards(2);
   const auto copy = run_trainctl({"sbatch", "--no-cluster-checks", "--stage-mode", "copy", "--stage-data",
                                   shards.file("train-000000.tar")});
