@@ -77,7 +77,9 @@ class ImageDataset : public SampleDataset {
   /// The source's name.
   std::string name() const override;
 
+  /// The options it was made with.
   const ImageOptions& options() const { return options_; }
+  /// The source it reads.
   const ImageSource& source() const { return *source_; }
 
   /// What happens to an image of another channel count, for the log: e.g. "grey images are

@@ -15,6 +15,7 @@ namespace train::datasets {
 /// on the thread that draws it, the prefetch, the world size or a resume.
 class SampleRng {
  public:
+  /// The stream of sample `index` in `epoch` of a run seeded `seed`.
   SampleRng(uint64_t seed, int64_t epoch, int64_t index);
   /// The next 64 random bits.
   uint64_t next();
