@@ -332,14 +332,16 @@ struct ScriptWriter {
     line("  fi");
     line("done");
     line("STAGE_BYTES=0");
-    line("while read -r size; do STAGE_BYTES=$((STAGE_BYTES + size)); done < <(stat -L -c %s -- \"${STAGE_FILES[@]}\")");
+    line("while read -r size; do STAGE_BYTES=$((STAGE_BYTES + size)); done < \\");
+    line("  <(printf '%s\\0' \"${STAGE_FILES[@]}\" | xargs -0 stat -L -c %s --)");
     line("if (( STAGE_BYTES != STAGE_GENERATED_BYTES )); then");
     line("  say \"note: the ${#STAGE_FILES[@]} file(s) to stage hold $STAGE_BYTES bytes now, \\");
     line("$STAGE_GENERATED_BYTES when the script was generated.\"");
     line("fi");
     write_stage_copy_program();
-    line("srun --ntasks=\"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 bash -c \"$STAGE_COPY\" stage \"$STAGE_DIR\" \"$STAGE_BYTES\" \\");
-    line("    \"${STAGE_FILES[@]}\" || {");
+    line("# The file names go on stdin, which srun gives every task: a list of any length (not argv's limit).");
+    line("printf '%s\\0' \"${STAGE_FILES[@]}\" | srun --ntasks=\"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 \\");
+    line("    bash -c \"$STAGE_COPY\" stage \"$STAGE_DIR\" \"$STAGE_BYTES\" \"${#STAGE_FILES[@]}\" || {");
     line("  say \"--stage-data: staging into $STAGE_DIR failed on a node (its FAILED line above says why): training not started.\"");
     line("  say \"Hint: for free space, stage fewer files or ask for nodes with more local disk; for a copy error, check \\");
     line("the files and $STAGE_ROOT on that node.\"");
@@ -350,7 +352,8 @@ struct ScriptWriter {
     line("}");
   }
 
-  // The program each node's staging task runs: bash -c "$STAGE_COPY" stage DEST BYTES FILES...
+  // The program each node's staging task runs: bash -c "$STAGE_COPY" stage DEST BYTES COUNT, the
+  // files' names NUL-separated on stdin.
   void write_stage_copy_program() {
     line("# One task per node runs STAGE_COPY (single-quoted: it expands there). It checks the free space of the");
     line("# node-local folder against the files' total, copies them into a folder of its own and moves them into");
@@ -358,13 +361,18 @@ struct ScriptWriter {
     line("# seconds and MB/s. TRAIN_STAGE_FREE_BYTES is for tests only: it replaces the free space measured.");
     line("# shellcheck disable=SC2016");
     line("STAGE_COPY='set -euo pipefail");
-    line("node=\"${SLURMD_NODENAME:-$(hostname)}\" dest=\"$1\" need=\"$2\"");
-    line("shift 2");
+    line("node=\"${SLURMD_NODENAME:-$(hostname)}\" dest=\"$1\" need=\"$2\" count=\"$3\"");
+    line("mapfile -d \"\" files");
+    line("if (( ${#files[@]} != count )); then");
+    line("  echo \"stage $node: FAILED: --stage-data: expected $count file names on stdin, found ${#files[@]}.\" >&2");
+    line("  echo \"stage $node: Hint: srun must pass stdin to every task (its default, --input=all).\" >&2");
+    line("  exit 1");
+    line("fi");
     line("mkdir -p \"$dest\"");
     line("read -r blocks block_size < <(stat -f -c \"%a %S\" \"$dest\")");
     line("free=\"${TRAIN_STAGE_FREE_BYTES:-$((blocks * block_size))}\"");
     line("if (( free < need )); then");
-    line("  echo \"stage $node: FAILED: --stage-data: expected $need bytes free in $dest for $# file(s), found $free bytes free.\" >&2");
+    line("  echo \"stage $node: FAILED: --stage-data: expected $need bytes free in $dest for $count file(s), found $free bytes free.\" >&2");
     line("  echo \"stage $node: Hint: stage fewer files (a narrower --stage-data pattern), or ask for nodes with more \\");
     line("node-local disk (sbatch --tmp=SIZE where the site sets TmpDisk, or a partition with a larger \\$SLURM_TMPDIR).\" >&2");
     line("  exit 1");
@@ -372,9 +380,10 @@ struct ScriptWriter {
     line("incoming=\"$dest/.incoming-$node-$$\"");
     line("mkdir -p \"$incoming\"");
     line("start=$(date +%s%N)");
-    line("cp -- \"$@\" \"$incoming/\"");
+    line("printf \"%s\\0\" \"${files[@]}\" | xargs -0 cp -t \"$incoming\" --");
     line("copied=0");
-    line("while read -r size; do copied=$((copied + size)); done < <(cd \"$incoming\" && stat -c %s -- \"${@##*/}\")");
+    line("while read -r size; do copied=$((copied + size)); done < \\");
+    line("  <(cd \"$incoming\" && printf \"%s\\0\" \"${files[@]##*/}\" | xargs -0 stat -c %s --)");
     line("if (( copied != need )); then");
     line("  echo \"stage $node: FAILED: --stage-data: expected $need bytes copied into $dest, found $copied.\" >&2");
     line("  echo \"stage $node: Hint: the files changed while they were copied; stage files nothing writes to.\" >&2");
@@ -383,7 +392,7 @@ struct ScriptWriter {
     line("find \"$incoming\" -mindepth 1 -maxdepth 1 -exec mv -f -t \"$dest\" -- {} +");
     line("rmdir \"$incoming\"");
     line("ns=$(( $(date +%s%N) - start )); (( ns > 0 )) || ns=1");
-    line("printf \"stage %s: copied %d file(s), %d bytes (%d.%d MB) in %d.%02d s, %d.%d MB/s, into %s\\n\" \"$node\" \"$#\" \\");
+    line("printf \"stage %s: copied %d file(s), %d bytes (%d.%d MB) in %d.%02d s, %d.%d MB/s, into %s\\n\" \"$node\" \"$count\" \\");
     line("  \"$copied\" $((copied / 1000000)) $((copied / 100000 % 10)) $((ns / 1000000000)) $((ns / 10000000 % 100)) \\");
     line("  $((copied * 10000 / ns / 10)) $((copied * 10000 / ns % 10)) \"$dest\"'");
   }

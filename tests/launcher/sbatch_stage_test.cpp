@@ -14,6 +14,7 @@
 #include "test_process.h"
 #include "test_util.h"
 #include "train/base/error.h"
+#include "train/base/files.h"
 #include "train/launcher/sbatch.h"
 
 namespace train {
@@ -181,16 +182,18 @@ TEST(SbatchStageScript, CopiesShardsAfterCheckingTheSpaceAndReportsPerNode) {
   EXPECT_TRUE(contains(s, "STAGE_DIR=\"$STAGE_ROOT/data\"\n")) << s;
   EXPECT_TRUE(contains(s, "STAGE_DATA=\"$STAGE_DIR/\"'train-{000000..000003}.tar'\n")) << s;
   // The size again in the batch shell, then per node: free space, the copy, the check, the report.
-  EXPECT_TRUE(contains(s, "< <(stat -L -c %s -- \"${STAGE_FILES[@]}\")")) << s;
+  EXPECT_TRUE(contains(s, "<(printf '%s\\0' \"${STAGE_FILES[@]}\" | xargs -0 stat -L -c %s --)")) << s;
   EXPECT_TRUE(contains(s, "read -r blocks block_size < <(stat -f -c \"%a %S\" \"$dest\")")) << s;
   EXPECT_TRUE(contains(s, "free=\"${TRAIN_STAGE_FREE_BYTES:-$((blocks * block_size))}\"")) << s;
   EXPECT_TRUE(contains(s, "stage $node: FAILED: --stage-data: expected $need bytes free in $dest")) << s;
-  EXPECT_TRUE(contains(s, "cp -- \"$@\" \"$incoming/\"")) << s;
+  EXPECT_TRUE(contains(s, "mapfile -d \"\" files\n")) << s;
+  EXPECT_TRUE(contains(s, "printf \"%s\\0\" \"${files[@]}\" | xargs -0 cp -t \"$incoming\" --\n")) << s;
   EXPECT_TRUE(contains(s, "-exec mv -f -t \"$dest\" -- {} +")) << s;
   EXPECT_TRUE(contains(s, "printf \"stage %s: copied %d file(s), %d bytes (%d.%d MB) in %d.%02d s, %d.%d MB/s, into %s\\n\""))
       << s;
-  EXPECT_TRUE(contains(s, "srun --ntasks=\"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 bash -c \"$STAGE_COPY\" stage "
-                          "\"$STAGE_DIR\" \"$STAGE_BYTES\" \\\n    \"${STAGE_FILES[@]}\" || {")) << s;
+  // The names go to every node's task on stdin (no argv limit on the list's length).
+  EXPECT_TRUE(contains(s, "printf '%s\\0' \"${STAGE_FILES[@]}\" | srun --ntasks=\"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 "
+                          "\\\n    bash -c \"$STAGE_COPY\" stage \"$STAGE_DIR\" \"$STAGE_BYTES\" \"${#STAGE_FILES[@]}\" || {")) << s;
   EXPECT_FALSE(contains(s, "tar -xf")) << s;
   // train's --data: after the fixed arguments, before the submitter's own; staging between the
   // summary and the preflight.
@@ -323,6 +326,34 @@ TEST(SbatchStageRun, ShardsThatChangedSinceGenerationAreNamedOrRemeasured) {
                                         "' (relative to " + node.path() + "), found none."))
       << gone->err();
   EXPECT_TRUE(contains(gone->err(), "Hint: the files moved since the script was generated")) << gone->err();
+}
+
+TEST(SbatchStageRun, AListLongerThanAnArgumentListIsStaged) {
+  // Names longer in all than ARG_MAX (2 MiB here): they reach the node's task on stdin, not argv.
+  const long arg_max = sysconf(_SC_ARG_MAX);
+  if (arg_max <= 0 || arg_max > (8L << 20)) GTEST_SKIP() << "ARG_MAX is " << arg_max << ": too large to exceed here";
+  test::TempDir shards("stage-many");
+  const std::string folder = shards.file(std::string(240, 'd'));  // long names: fewer files to exceed it
+  mkdir(folder.c_str(), 0755);
+  const long path_size = static_cast<long>(folder.size() + std::string("/train-000000.tar").size()) + 1;
+  const int count = static_cast<int>(arg_max / path_size) + 500;
+  char name[32];
+  for (int i = 0; i < count; ++i) {
+    std::snprintf(name, sizeof(name), "/train-%06d.tar", i);
+    write_text(folder + name, std::to_string(i));
+  }
+  FakeNode node(folder);
+  SbatchOptions o = staging(folder + "/train-{000000.." + std::string(name + 7, 6) + "}.tar");
+  o.program = "/bin/true";
+  o.preflight = false;
+  const StagePlan plan = plan_staging(o);
+  ASSERT_EQ(plan.files.size(), static_cast<std::size_t>(count));
+  const auto p = node.run(generate_sbatch_script(o));
+  EXPECT_EQ(p->exit_code(), 0) << p->err().substr(0, 2000);
+  EXPECT_TRUE(contains(p->out(), "stage node7: copied " + std::to_string(count) + " file(s), " +
+                                     std::to_string(plan.bytes) + " bytes")) << p->out().substr(0, 2000);
+  EXPECT_EQ(files::list_dir(node.file("tmp/data")).size(), static_cast<std::size_t>(count));
+  EXPECT_EQ(test::read_text(node.file("tmp/data") + name), std::to_string(count - 1));
 }
 
 TEST(SbatchStageCli, TrainctlSbatchTakesStageMode) {
