@@ -4,7 +4,8 @@
 // SIGKILL under `trainctl local --max-restarts` resumes with other --data-workers / --prefetch and
 // ends on the uninterrupted run's bits; on another world size it resumes as docs/checkpoints.md
 // promises; bad files (truncated, wrong dtype, rows that disagree, a label out of range) stop the
-// run with the file, what was expected and found, and a hint, and never cost a checkpoint.
+// run with the file, what was expected and found, and a hint, and never cost a checkpoint; skipped
+// samples are counted across a resume.
 #include "run_helpers.h"
 #include "test_util.h"
 #include "train/base/files.h"
@@ -234,7 +235,9 @@ TEST_F(LoaderRun, NpyGivesTheIdxRunsBits) {
   const RunResult idx = run_program(plus({bin("train"), "--data", train::test::fashion_mnist_dir(),
                                           "--limit-train-samples", std::to_string(kTrain)}, common), {}, 300);
   ASSERT_EQ(idx.exit_code, 0) << idx.err;
-  const RunResult npy = run_program(plus({bin("train"), "--dataset", "npy", "--data", data()}, common), {}, 300);
+  // --stream is accepted with npy, which always streams.
+  const RunResult npy =
+      run_program(plus({bin("train"), "--dataset", "npy", "--data", data(), "--stream"}, common), {}, 300);
   ASSERT_EQ(npy.exit_code, 0) << npy.err;
   const nlohmann::json a = event_of(idx), b = event_of(npy);
   EXPECT_EQ(b.value("event", ""), "done") << npy.out;
@@ -477,6 +480,36 @@ TEST_F(LoaderBadData, ALabelOutOfRangeFailsNamingTheSampleOrIsSkipped) {
     EXPECT_EQ(j.value("skipped_samples", -1), kEpochs) << s.out;
     if (skipped_sha.empty()) skipped_sha = sha_of(s);
     EXPECT_EQ(sha_of(s), skipped_sha) << "--data-workers " << workers << " --prefetch " << prefetch << "\n" << s.err;
+  }
+}
+
+// --bad-samples skip, stopped in epoch 2 (--max-steps 40, the checkpoint of step 35) and resumed:
+// the samples replaced before the stop are counted too, so the done line's skipped_samples is the
+// uninterrupted run's (sample 1000 once an epoch), as are its bits. On 2 ranks the count is the
+// ranks' sum, the same.
+TEST_F(LoaderBadData, SkippedSamplesAreCountedAcrossAResume) {
+  std::vector<int64_t> labels = train_.labels;
+  labels.at(1000) = 12;
+  write_labels(bad_ + "/train_y.npy", labels);
+  for (int world : {1, 2}) {
+    const auto command = [world](std::vector<std::string> argv) {
+      return world == 1 ? argv : train::test::local_command(world, std::move(argv));
+    };
+    const std::vector<std::string> skip = {"--bad-samples", "skip", "--batch-size", std::to_string(kBatch / world)};
+    const RunResult whole = run_program(command(npy_train(bad_, skip)), {}, 300);
+    ASSERT_EQ(whole.exit_code, 0) << whole.err;
+    EXPECT_EQ(event_of(whole).value("skipped_samples", -1), kEpochs) << whole.out;
+    const std::string dir = work_->file("skip-" + std::to_string(world));
+    const std::vector<std::string> ck = plus(skip, {"--checkpoint-dir", dir, "--checkpoint-every", "35"});
+    const RunResult first = run_program(command(npy_train(bad_, plus(ck, {"--max-steps", "40"}))), {}, 300);
+    ASSERT_EQ(first.exit_code, 0) << first.err;
+    EXPECT_GE(event_of(first).value("skipped_samples", -1), 1) << "epoch 1's\n" << first.out;
+    const RunResult rest = run_program(command(npy_train(bad_, ck)), {}, 300);
+    ASSERT_EQ(rest.exit_code, 0) << rest.err;
+    EXPECT_EQ(resumed_step(rest.err), 35) << rest.err;
+    EXPECT_EQ(event_of(rest).value("steps", -1), kSteps) << rest.out;
+    EXPECT_EQ(event_of(rest).value("skipped_samples", -1), kEpochs) << "world " << world << "\n" << rest.out;
+    EXPECT_EQ(sha_of(rest), sha_of(whole)) << "world " << world << "\n" << rest.err;
   }
 }
 

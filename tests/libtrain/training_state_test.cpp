@@ -1,6 +1,7 @@
 // The checkpoint schema (libtrain/src/checkpoint/training_state.cpp) and the LR schedule's record
 // in it: the schedule's own state, written and given back through the state's hooks, and an older
-// checkpoint's rate (progress/lr) given back the same way. Runs on any CPU, no files.
+// checkpoint's rate (progress/lr) given back the same way; the loader's skipped samples kept. Runs on
+// any CPU, no files.
 #include "train/training_state.h"
 
 #include "archive.h"
@@ -77,6 +78,21 @@ TEST(TrainingState, AnOlderCheckpointGivesTheScheduleItsRate) {
   a.state.save(older, at::kCPU);  // no save_schedule: no record
   older.write("progress/lr", torch::tensor({0.0125}, torch::kDouble));
   EXPECT_DOUBLE_EQ(rate_given_to_schedule(older), 0.0125);
+}
+
+// The count of samples --bad-samples skip replaced goes into the checkpoint with the progress, so a
+// resumed run goes on counting from it.
+TEST(TrainingState, KeepsTheSkippedSamples) {
+  Trained a;
+  a.state.progress.skipped_samples = 7;
+  a.state.progress.images_total = 640;
+  torch::serialize::OutputArchive written;
+  a.state.save(written, at::kCPU);
+  torch::serialize::InputArchive read = read_back(written);
+  Trained b;
+  b.state.load(read, at::kCPU);
+  EXPECT_EQ(b.state.progress.skipped_samples, 7);
+  EXPECT_EQ(b.state.progress.images_total, 640);
 }
 
 TEST(TrainingState, ACheckpointWithoutTheSchedulesRecordIsACheckpointErrorForOneThatHasASchedule) {

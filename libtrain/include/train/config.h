@@ -242,7 +242,8 @@ struct TrainResult {
   bool nonfinite = false;        ///< stopped by a non-finite loss or gradient (exit kExitNonFinite)
   std::string nonfinite_reason;  ///< where: the step, epoch, rank(s), the loss or which parameter's gradient
   int64_t skipped_steps = 0;     ///< --nonfinite skip: steps whose update was dropped
-  /// A loader's run (TrainSpec::train_samples): samples --bad-samples skip replaced; -1 without a loader.
+  /// A loader's run (TrainSpec::train_samples): samples --bad-samples skip replaced, summed over the
+  /// ranks, over the whole run (a resumed run's count includes those before it stopped); -1 without a loader.
   int64_t skipped_samples = -1;
   /// A loader's run: seconds the training loop waited for batches (the data was the bottleneck
   /// for that long); -1 without a loader.

@@ -23,6 +23,7 @@ struct Progress {
   int64_t step = 0;            ///< optimizer steps so far
   int64_t epoch_steps = 0;     ///< steps of `epoch` so far
   int64_t images_total = 0;    ///< images trained on by all ranks, over the whole run
+  int64_t skipped_samples = 0; ///< samples the loader replaced (--bad-samples skip), all ranks, whole run
   double train_seconds = 0;    ///< time spent in training steps
   double last_test_loss = 0, last_test_accuracy = 0, last_train_loss = 0;
 };
@@ -30,7 +31,8 @@ struct Progress {
 /// One run's resumable state. The model and optimizer are referenced, not owned.
 ///
 /// Archive keys: "model/<name>" (parameters and buffers), "optimizer" (the optimizer's own
-/// archive), "progress/*", "schedule/*" (the LR schedule's own record), "world_size", "shape"
+/// archive), "progress/*" (a checkpoint without "progress/skipped_samples", from before it was
+/// kept, loads as 0), "schedule/*" (the LR schedule's own record), "world_size", "shape"
 /// (JSON of the flags that shaped the run), "rng/cpu" and, on CUDA, "rng/cuda", "user/*" for the
 /// save_user/load_user callbacks and "controls/*" for save_controls/load_controls.
 struct TrainingState {

@@ -53,6 +53,7 @@ void TrainingState::save(torch::serialize::OutputArchive& a, const at::Device& d
   a.write("progress/loss_sum", loss_sum.detach().to(at::kCPU).reshape({1}));
   a.write("progress/epoch_steps", i64(p.epoch_steps));
   a.write("progress/images_total", i64(p.images_total));
+  a.write("progress/skipped_samples", i64(p.skipped_samples));
   a.write("progress/train_seconds", f64(p.train_seconds));
   a.write("progress/last_eval",
           at::tensor({p.last_test_loss, p.last_test_accuracy, p.last_train_loss}, at::TensorOptions().dtype(at::kDouble)));
@@ -163,6 +164,8 @@ int TrainingState::load(torch::serialize::InputArchive& a, const at::Device& dev
   p.step = read_i64(a, "progress/step");
   p.epoch_steps = read_i64(a, "progress/epoch_steps");
   p.images_total = read_i64(a, "progress/images_total");
+  at::Tensor skipped;
+  p.skipped_samples = a.try_read("progress/skipped_samples", skipped) ? skipped.cpu().item<int64_t>() : 0;
   p.train_seconds = read_f64(a, "progress/train_seconds");
   at::Tensor ev = read_tensor(a, "progress/last_eval").cpu();
   p.last_test_loss = ev[0].item<double>();

@@ -6,6 +6,8 @@
 #include "train/base/files.h"
 #include "train/base/sha256.h"
 
+#include <ATen/ops/full.h>
+
 #include <cerrno>  // program_invocation_short_name (glibc): argv[0]'s last part
 
 #include <unistd.h>
@@ -35,9 +37,22 @@ void save_model_atomically(torch::nn::Module& model, const std::string& path) {
 
 }  // namespace
 
+// The samples the loader replaced (--bad-samples skip) over the whole run, all ranks: the count the
+// run resumed with, plus this run's, summed over the ranks. Every rank calls it (an all-reduce under
+// skip; under fail nothing is replaced), so that a checkpoint, a snapshot and the done line carry the
+// uninterrupted run's count after a resume.
+int64_t Trainer::Run::skipped_samples() {
+  detail::LoaderFeed* l = loader();
+  if (l == nullptr || config().data.bad_samples != BadSamples::skip) return skipped_before;
+  at::Tensor t = at::full({1}, l->skipped(), at::TensorOptions().dtype(at::kLong).device(device()));
+  if (comm.pg) comm.pg->allreduce_sum(t);
+  return skipped_before + t.cpu().item<int64_t>();
+}
+
 // Every rank (a sharded optimizer's state is gathered); rank 0 writes a checkpoint at `p` (the
 // schedule's state with it).
 void Trainer::Run::write_checkpoint(Progress p, const at::Tensor& loss_sum) {
+  p.skipped_samples = skipped_samples();
   learner.sharding.with_whole_state([&] {
     if (env().rank != 0) return;
     checkpoints->write(state, p, loss_sum);
@@ -46,7 +61,8 @@ void Trainer::Run::write_checkpoint(Progress p, const at::Tensor& loss_sum) {
 
 // Every rank: a snapshot in the node's memory at the current step.
 void Trainer::Run::take_snapshot() {
-  const Progress p = prog();
+  Progress p = prog();
+  p.skipped_samples = skipped_samples();
   learner.sharding.with_whole_state([&] { checkpoints->snapshot(state, p, state.loss_sum); });
   run_log->record().progress(p.step, /*force=*/true);  // a restart resumes from here: its step is known
 }
@@ -141,7 +157,7 @@ TrainResult Trainer::Run::finish() {
   note_memory();
   result.params_sha256 = params_sha256(*learner.model.module);
   if (detail::LoaderFeed* l = loader()) {
-    result.skipped_samples = l->skipped();
+    result.skipped_samples = skipped_samples();
     // A run stopped mid-epoch: the wait since the last epoch's line.
     result.data_wait_seconds += l->take_wait_seconds();
   }

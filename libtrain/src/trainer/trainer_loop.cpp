@@ -79,7 +79,8 @@ void Trainer::Run::make_feed() {
             (c.data.workers ? "" : " (--data-workers 0: half the rank's " + std::to_string(plan.threads) + " threads)"));
   feed = std::move(l);
   result.data_wait_seconds = 0;  // -1 (no loader) until here
-  result.skipped_samples = 0;
+  skipped_before = prog().skipped_samples;  // a resumed run's, from its checkpoint
+  result.skipped_samples = skipped_before;
 }
 
 // The loader that feeds the steps, or null for data in memory.

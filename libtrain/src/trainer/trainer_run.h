@@ -110,6 +110,7 @@ struct Trainer::Run {
   detail::Controls controls;                               // early stopping, EMA, optimizer-step hooks
   TrainingState state;  // what a checkpoint holds
   TrainResult result;
+  int64_t skipped_before = 0;  // --bad-samples skip: samples replaced before this process's loader (a resumed run's)
 
   Progress& prog() { return state.progress; }
   const TrainConfig& config() const { return plan.config; }
@@ -143,6 +144,7 @@ struct Trainer::Run {
   void note_memory();
   EvalResult evaluate(bool one_batch);
   // Checkpoints, stops and the end (trainer_end.cpp).
+  int64_t skipped_samples();
   void write_checkpoint(Progress p, const at::Tensor& loss_sum);
   void take_snapshot();
   void checkpoint_saved(const std::string& path, const Progress& p);
