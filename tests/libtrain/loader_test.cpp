@@ -516,6 +516,17 @@ TEST(Loader, CountsTheTimeSpentWaiting) {
   EXPECT_EQ(loader->wait_seconds(), 0.0);
 }
 
+// The threshold docs/api.md and docs/reference.md name (2^24 = 16,777,216 samples) is the loader's
+// default: a dataset of that size keeps DistributedSampler's order, one more sample takes the
+// scalable one (EpochSampleOrder never draws either here: select() is not called).
+TEST(EpochSampleOrder, TheDefaultThresholdIsTheDocumented2To24) {
+  EXPECT_EQ(train::detail::kExactOrderMaxSamples, 16777216);
+  EXPECT_EQ(LoaderOptions{}.order_threshold, train::detail::kExactOrderMaxSamples);
+  const int64_t n = train::detail::kExactOrderMaxSamples;
+  EXPECT_TRUE(train::detail::EpochSampleOrder(n, 2, 1, kSeed, LoaderOptions{}.order_threshold).exact());
+  EXPECT_FALSE(train::detail::EpochSampleOrder(n + 1, 2, 1, kSeed, LoaderOptions{}.order_threshold).exact());
+}
+
 TEST(Loader, SaysWhatItHolds) {
   ToyData data(kSamples);
   EXPECT_EQ(make_loader_feed(data, 1, 0, kSeed, options(1, 2))->summary(8),
