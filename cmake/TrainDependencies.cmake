@@ -39,15 +39,14 @@ train_find_dependency(ZLIB "reading gzipped datasets"
 train_find_dependency(OpenSSL "SHA-256 checksums of checkpoints (libcrypto)"
   "conda install -c conda-forge openssl; spack install openssl; or module load openssl; set OPENSSL_ROOT_DIR=<prefix> if it is elsewhere"
   "libssl-dev" COMPONENTS Crypto)
-if(TRAIN_WITH_TORCH)
-  # train::datasets' image decoders (datasets/src/image.cpp); cmake/FindTurboJPEG.cmake finds the first.
-  train_find_dependency(TurboJPEG "decoding JPEG images (train::datasets; libjpeg-turbo's TurboJPEG API)"
-    "conda install -c conda-forge libjpeg-turbo; spack install libjpeg-turbo; or cmake --install of github.com/libjpeg-turbo/libjpeg-turbo"
-    "libturbojpeg0-dev")
-  train_find_dependency(PNG "decoding PNG images (train::datasets)"
-    "conda install -c conda-forge libpng; spack install libpng; or cmake --install of github.com/pnggroup/libpng"
-    "libpng-dev")
-endif()
+# train::images' decoders (datasets/images/src/image.cpp; the launcher's preflight uses them too);
+# cmake/FindTurboJPEG.cmake finds the first.
+train_find_dependency(TurboJPEG "decoding JPEG images (train::images; libjpeg-turbo's TurboJPEG API)"
+  "conda install -c conda-forge libjpeg-turbo; spack install libjpeg-turbo; or cmake --install of github.com/libjpeg-turbo/libjpeg-turbo"
+  "libturbojpeg0-dev")
+train_find_dependency(PNG "decoding PNG images (train::images)"
+  "conda install -c conda-forge libpng; spack install libpng; or cmake --install of github.com/pnggroup/libpng"
+  "libpng-dev")
 
 if(TRAIN_WITH_TORCH)
   if(NOT Torch_DIR AND NOT DEFINED ENV{Torch_DIR})

@@ -3,7 +3,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(_train_targets train_base train_catalog train_launcher)
+set(_train_targets train_base train_catalog train_images train_launcher)
 if(TARGET trainctl)
   list(APPEND _train_targets trainctl)
 endif()
@@ -26,7 +26,7 @@ install(TARGETS ${_train_targets} EXPORT libtrainTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-foreach(_dir libtrain/base libtrain libtrain/builtin launcher datasets/catalog datasets models)
+foreach(_dir libtrain/base libtrain libtrain/builtin launcher datasets/catalog datasets/images datasets models)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${_dir}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endforeach()
 install(EXPORT libtrainTargets NAMESPACE train:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/libtrain)
@@ -36,7 +36,7 @@ install(EXPORT libtrainTargets NAMESPACE train:: DESTINATION ${CMAKE_INSTALL_LIB
 # BUILD_INTERFACE), so a consumer sees edits to them after a rebuild here.
 export(EXPORT libtrainTargets NAMESPACE train:: FILE ${PROJECT_BINARY_DIR}/libtrainTargets.cmake)
 # Hints for the package config: where this build found zlib, OpenSSL, TurboJPEG and libpng (find
-# modules, no _DIR). train::datasets is a static library: its private TurboJPEG and libpng are on
+# modules, no _DIR). train::images is a static library: its private TurboJPEG and libpng are on
 # its consumers' link line, so the package finds them too, with our FindTurboJPEG.cmake beside it.
 get_filename_component(_train_zlib_root "${ZLIB_INCLUDE_DIR}" DIRECTORY)
 get_filename_component(_train_openssl_root "${OPENSSL_INCLUDE_DIR}" DIRECTORY)

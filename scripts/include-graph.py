@@ -24,6 +24,7 @@ import sys
 LAYERS = [
     ("base", "libtrain/base", 0),
     ("catalog", "datasets/catalog", 1),
+    ("images", "datasets/images", 1),
     ("launcher", "launcher", 2),
     ("models", "models", 2),
     ("libtrain", "libtrain", 2),

@@ -194,7 +194,8 @@ Command add_preflight(CLI::App& app, const std::vector<std::string>& after_dashe
       "  srun --ntasks=$SLURM_JOB_NUM_NODES --ntasks-per-node=1 trainctl preflight \\\n"
       "       --tasks-per-node \"$SLURM_TASKS_PER_NODE\" -- TRAIN ARGS\n"
       "Checks that the data folder train will read (--data, else train's args) holds readable IDX or\n"
-      "CIFAR-10 files; that CUDA sees the GPUs the job asked for (--expect-gpus, else\n"
+      "CIFAR-10 files, or, for --dataset imagefolder and webdataset, that every image is whole (its\n"
+      "header and end; --decode-images decodes each) and the bad ones named; that CUDA sees the GPUs the job asked for (--expect-gpus, else\n"
       "SLURM_GPUS_ON_NODE); that there is one task per GPU. Prints one line per node; a failed check\n"
       "prints its error and a hint on stderr and exits 1.\n");
   auto o = std::make_shared<train::PreflightOptions>();
@@ -205,6 +206,9 @@ Command add_preflight(CLI::App& app, const std::vector<std::string>& after_dashe
   cmd->add_option("--tasks-per-node", o->tasks_per_node,
                   "the job's tasks per node, SLURM notation like 2(x2) (default: SLURM_TASKS_PER_NODE)")
       ->type_name("TPN");
+  cmd->add_flag("--decode-images", o->decode_images,
+               "imagefolder, webdataset: decode every image whole (slower; finds damage inside the compressed "
+               "data too), not just its header and end");
   cmd->add_option("TRAIN_ARGS", o->train_args, "train's arguments, after '--'");
   return {cmd, [o, &after_dashes]() {
     o->train_args.insert(o->train_args.end(), after_dashes.begin(), after_dashes.end());

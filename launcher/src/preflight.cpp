@@ -3,8 +3,10 @@
 // readable here, CUDA GPUs visible where the job asked for them, one task per GPU.
 #include "train/launcher/preflight.h"
 #include "train/launcher/sbatch.h"
+#include "preflight_images.h"
 
 #include <dirent.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "train/catalog/catalog.h"
@@ -104,6 +107,14 @@ namespace {
 // run_preflight()'s checks, in the order it runs them. Each records what passed, what is worth a
 // warning and what failed in the report, so one failing check doesn't hide the others.
 
+/// The CPUs this process may run on (its affinity: a SLURM step's cgroup), at least 1.
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
 /// Whether train's --data names WebDataset shards by a pattern: a "::" list, or braces that expand to
 /// more than the text itself (a bad pattern counts, so that check_shard_files names its error).
 bool is_shard_pattern(const std::string& data) {
@@ -170,6 +181,13 @@ void check_data(const PreflightOptions& o, const EnvMap& env, PreflightReport& r
     }
     if (dataset == "webdataset" || is_shard_pattern(data)) {
       report.passed.push_back("data: " + check_shard_files(data) + " present and readable: " + data);
+      if (dataset != "webdataset") return;
+    }
+    if (dataset == "imagefolder" || dataset == "webdataset") {
+      const detail::ImageCheck c = detail::check_images(dataset, data, train_flag_value(o.train_args, {"--eval-data"}),
+                                                        o.decode_images, usable_cpus());
+      if (c.errors.empty()) report.passed.push_back("data: " + c.summary + ": none bad, in " + data);
+      for (const std::string& e : c.errors) report.errors.push_back(e);
       return;
     }
     report.passed.push_back("data: " + check_dataset_folder(data, dataset, &report.warnings) + " checked whole in " + data);

@@ -3,7 +3,8 @@
 // to both nodes, one task per node, byte for byte (a program in the job compares them with cmp), with
 // a bytes-and-MB/s line per node, and the preflight step finds them there; a node without the space (TRAIN_STAGE_FREE_BYTES, the scripts'
 // knob for tests) stops the job before the program runs, naming the node. No LibTorch: the job runs
-// a small shell program. A cluster that doesn't answer is a failure, unless TRAIN_TEST_SLURM=0.
+// a small shell program. `trainctl preflight` on both nodes names a truncated JPEG of an image folder.
+// A cluster that doesn't answer is a failure, unless TRAIN_TEST_SLURM=0.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "image_files.h"
 #include "slurm_jobs.h"
 #include "slurm_util.h"
 #include "test_process.h"
@@ -119,6 +121,34 @@ TEST_F(SlurmTest, ANodeWithoutTheSpaceStopsTheJobNamingIt) {
   EXPECT_FALSE(contains(log, "check rank")) << "the program ran without its data:\n" << log;
   EXPECT_FALSE(contains(log, ": copied ")) << log;
   EXPECT_FALSE(exists("/tmp/train-" + user_name() + "-" + job.id)) << "the job's staging folder was left behind";
+}
+
+// `trainctl preflight` as the generated scripts run it, one task on each node of the cluster, on an
+// image folder with one truncated JPEG: each node names the file and says what it found; exit 1.
+TEST_F(SlurmTest, PreflightNamesACorruptJpegOnEveryNode) {
+  test::TempDir dir("slurm-preflight-images", test::job_root());
+  for (const std::string cls : {"cat", "dog"}) {
+    mkdir(dir.file("train").c_str(), 0755);
+    mkdir(dir.file("train/" + cls).c_str(), 0755);
+    for (int i = 0; i < 3; ++i) {
+      test::write_file(dir.file("train/" + cls + "/" + std::to_string(i) + ".jpg"),
+                       test::encode_jpeg(test::make_image(48, 64, 3, static_cast<uint32_t>(i + 1))));
+    }
+  }
+  std::vector<uint8_t> cut = test::read_bytes(dir.file("train/dog/1.jpg"));
+  cut.resize(cut.size() / 2);
+  test::write_file(dir.file("train/dog/1.jpg"), cut);
+  const auto p = run_in(dir.path(),
+                        {"srun", "--nodes", "2", "--ntasks-per-node", "1", "--time", "2", bin("trainctl"), "preflight",
+                         "--", "--dataset", "imagefolder", "--data", dir.path()},
+                        env_);
+  EXPECT_NE(p->exit_code(), 0) << p->out() << p->err();
+  for (const std::string node : {"node1", "node2"}) {
+    EXPECT_TRUE(contains(p->err(), "preflight " + node + ": FAILED: " + dir.file("train/dog/1.jpg") +
+                                       ": expected a complete JPEG image of 64x48, found one that doesn't end as a JPEG ends"))
+        << p->out() << p->err();
+  }
+  EXPECT_FALSE(contains(p->err(), "cat/")) << "only the bad file is named\n" << p->err();
 }
 
 }  // namespace

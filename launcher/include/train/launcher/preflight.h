@@ -29,6 +29,10 @@ struct PreflightOptions {
   /// train's arguments: --data, --dataset, --model, --device and --backend are read from them (the
   /// last copy wins, as in train).
   std::vector<std::string> train_args;
+  /// --dataset imagefolder and webdataset: decode every image whole (libjpeg-turbo, libpng) on the
+  /// node's CPUs; false reads each image's header and checks its end (a truncated file, a non-image,
+  /// a damaged header are found; damage inside the compressed data is not).
+  bool decode_images = false;
   /// The NVIDIA driver's GPU folder; tests pass a fake one.
   std::string proc_gpus_dir = kNvidiaProcGpus;
 };
