@@ -97,6 +97,14 @@ Failure failure_of(const std::exception_ptr& e) {
 
 const char* const kSkipHint = "--bad-samples skip replaces unreadable samples (and counts them) instead.";
 
+// The hint of a failed read: the dataset's own, then kSkipHint unless skipping already or the
+// dataset's hint names --bad-samples itself (the image decoders' do).
+std::string read_hint(const std::string& own, const std::string& fallback, bool skipping) {
+  const std::string hint = own.empty() ? fallback : own;
+  if (skipping || hint.find("--bad-samples") != std::string::npos) return hint;
+  return hint + " " + kSkipHint;
+}
+
 class Loader : public LoaderFeed {
  public:
   Loader(SampleDataset& data, int world_size, int rank, uint64_t seed, const LoaderOptions& o)
@@ -247,8 +255,7 @@ class Loader : public LoaderFeed {
         throw DataError(data_.name() + ": sample " + std::to_string(i) +
                             " (the loader's first read, for the batches' shapes): expected a readable sample, "
                             "found an error: " + f.message,
-                        (f.hint.empty() ? std::string("check the dataset's files.") : f.hint) +
-                            (options_.bad_samples == BadSamples::skip ? "" : std::string(" ") + kSkipHint));
+                        read_hint(f.hint, "check the dataset's files.", options_.bad_samples == BadSamples::skip));
       }
     }
   }
@@ -286,8 +293,7 @@ class Loader : public LoaderFeed {
         bad = DataError(data_.name() + ": sample " + std::to_string(index) + " (position " + std::to_string(position) +
                             " of rank " + std::to_string(rank_) + "'s order in epoch " + std::to_string(epoch_) +
                             "): expected a readable sample, found an error: " + f.message,
-                        (f.hint.empty() ? std::string("check the dataset's files, or the get() of your dataset.") : f.hint) +
-                            (skip ? "" : std::string(" ") + kSkipHint));
+                        read_hint(f.hint, "check the dataset's files, or the get() of your dataset.", skip));
       }
       if (!bad) bad = shape_error(s, index);
       if (!bad) {
