@@ -41,6 +41,11 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
                       "address space is limited (ulimit -v): copy the file to local storage.");
     }
     data_ = static_cast<const uint8_t*>(p);
+    // Samples are read in a shuffled order: without this advice a page fault reads read_ahead_kb
+    // around it (8 MiB on a virtual disk here), megabytes for a sample of a few hundred bytes,
+    // which under a memory limit are read and evicted again (34 GiB read for 300 steps of a token
+    // file, docs/benchmarks.md). A hint only: a file system that ignores it reads as before.
+    (void)::madvise(p, size_, MADV_RANDOM);
   }
   ::close(fd);  // the mapping keeps the file open
 }

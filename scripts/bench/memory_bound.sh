@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The loader's memory, proven: `train --dataset npy` on GIB GiB of images (Fashion-MNIST's, tiled)
+# The loader's memory, proven: `train --dataset npy --stream` on GIB GiB of images (Fashion-MNIST's, tiled)
 # under a memory cgroup that allows LIMIT_MB MB (cgroup v1's memory controller; a child group of
 # /sys/fs/cgroup/memory), for STEPS steps in DistributedSampler's order over the whole file. The
 # page cache is dropped first, so every image read is charged to the group. Prints the group's peak
@@ -37,7 +37,7 @@ trap 'rmdir "$group" 2>/dev/null || true' EXIT
 echo $((LIMIT_MB * 1024 * 1024)) > "$group/memory.limit_in_bytes"
 echo "cgroup $group: memory.limit_in_bytes $(cat "$group/memory.limit_in_bytes") (data: $(du -sh "$dir" | cut -f1))"
 set +e
-sh -c "echo \$\$ > $group/cgroup.procs && exec $train --dataset npy --data $dir --epochs 1 --max-steps $STEPS \
+sh -c "echo \$\$ > $group/cgroup.procs && exec $train --dataset npy --stream --data $dir --epochs 1 --max-steps $STEPS \
   --limit-test-samples 1000 --log-interval 100 --threads 2 --data-workers $WORKERS" > "$dir/run.out" 2> "$dir/run.err"
 rc=$?
 set -e

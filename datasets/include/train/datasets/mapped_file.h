@@ -10,6 +10,8 @@ namespace train::datasets {
 
 /// A read-only, shared memory map of a whole file, unmapped by the destructor. Reading it from
 /// several threads at once is safe. An empty file maps to data() == nullptr and size() == 0.
+/// The map is advised MADV_RANDOM (the loader reads samples in a shuffled order): a page fault
+/// reads its own page, not the kernel's read-around of read_ahead_kb around it.
 ///
 /// A file truncated by another process while mapped makes reads past its new end fault
 /// (SIGBUS): replace data files by renaming a new one into place, never by rewriting them.
