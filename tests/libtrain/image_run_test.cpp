@@ -1,9 +1,10 @@
 // `train --dataset imagefolder` and `--dataset webdataset` end to end (CPU), on files written here:
 // Fashion-MNIST as PNG folders trains to the IDX run's accuracy (3 seeds), and the same images as
 // WebDataset shards (written by the webdataset package, in the folder's order) give the folder run's
-// params_sha256; colour JPEGs under ResNet-18's ImageNet augmentation resume bit for bit after
+// params_sha256; CIFAR-10 written as PNG folders gives the binary files' bits (records in class order); colour JPEGs under ResNet-18's ImageNet augmentation resume bit for bit after
 // --max-steps, SIGUSR2 and SIGKILL at any --data-workers; bad images are named, with exit 1 and
 // no checkpoint lost, or skipped and counted.
+#include "cifar_files.h"
 #include "image_files.h"
 #include "run_helpers.h"
 #include "test_util.h"
@@ -14,6 +15,7 @@
 #include <signal.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -212,6 +214,63 @@ TEST_F(ImageRun, ShardsGiveTheFolderRunsBits) {
   EXPECT_TRUE(has(shards.err, "2048 images in 3 shards")) << shards.err;
   EXPECT_EQ(sha_of(shards), sha_of(folder)) << shards.err;
   EXPECT_EQ(event_of(shards).value("test_accuracy", -1.0), event_of(folder).value("test_accuracy", -2.0));
+}
+
+// CIFAR-10's binary batches with their records in class order, and the same images as PNG folders
+// (class folders, files named in that order): the same samples in the same order, so the seeds'
+// LeNet trains to the same bits and the same test accuracy from either.
+TEST_F(ImageRun, CifarPngFoldersGiveTheBinaryFilesBits) {
+  constexpr int kPerFile = 100, kTestImages = 100;
+  const auto sorted = [](const train::test::CifarSamples& s) {
+    std::vector<int> order(s.labels.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return s.labels[a] < s.labels[b]; });
+    train::test::CifarSamples out;
+    for (int i : order) {
+      out.labels.push_back(s.labels[i]);
+      out.pixels.insert(out.pixels.end(), s.pixels.begin() + i * 3072, s.pixels.begin() + (i + 1) * 3072);
+    }
+    return out;
+  };
+  train::test::CifarSamples all;
+  for (uint32_t f = 1; f <= 5; ++f) {
+    const auto s = train::test::learnable_cifar(kPerFile, f);
+    all.labels.insert(all.labels.end(), s.labels.begin(), s.labels.end());
+    all.pixels.insert(all.pixels.end(), s.pixels.begin(), s.pixels.end());
+  }
+  const train::test::CifarSamples train_set = sorted(all), test_set = sorted(train::test::learnable_cifar(kTestImages, 6));
+  const auto write_split = [&](const train::test::CifarSamples& s, const std::string& dir) {
+    for (size_t i = 0; i < s.labels.size(); ++i) {
+      train::datasets::Image im{32, 32, 3, std::vector<uint8_t>(3072)};
+      for (int p = 0; p < 1024; ++p) {
+        for (int c = 0; c < 3; ++c) im.pixels[p * 3 + c] = s.pixels[i * 3072 + c * 1024 + p];
+      }
+      const std::string folder = dir + "/" + std::to_string(s.labels[i]);
+      train::files::make_dirs(folder);
+      char name[32];
+      std::snprintf(name, sizeof(name), "/%05zu.png", i);
+      train::test::write_file(folder + name, train::test::encode_png(im));
+    }
+  };
+  train::files::make_dirs(file("cifar-bin"));
+  for (int f = 0; f < 5; ++f) {
+    train::test::CifarSamples part;
+    part.labels.assign(train_set.labels.begin() + f * kPerFile, train_set.labels.begin() + (f + 1) * kPerFile);
+    part.pixels.assign(train_set.pixels.begin() + f * kPerFile * 3072, train_set.pixels.begin() + (f + 1) * kPerFile * 3072);
+    train::test::write_file(file("cifar-bin/data_batch_" + std::to_string(f + 1) + ".bin"), train::test::cifar_binary_bytes(part));
+  }
+  train::test::write_file(file("cifar-bin/test_batch.bin"), train::test::cifar_binary_bytes(test_set));
+  write_split(train_set, file("cifar-png/train"));
+  write_split(test_set, file("cifar-png/test"));
+  const std::vector<std::string> common = {"--model", "cifar10", "--epochs", "2", "--batch-size", "50", "--device", "cpu",
+                                           "--threads", "1"};
+  const RunResult binary = run_program(plus({bin("train"), "--dataset", "cifar10", "--data", file("cifar-bin")}, common), {}, 600);
+  ASSERT_EQ(binary.exit_code, 0) << binary.err;
+  const RunResult png = run_program(plus({bin("train"), "--dataset", "imagefolder", "--data", file("cifar-png")}, common), {}, 600);
+  ASSERT_EQ(png.exit_code, 0) << png.err;
+  EXPECT_TRUE(has(png.err, "500 images in 10 classes")) << png.err;
+  EXPECT_EQ(sha_of(png), sha_of(binary)) << png.err;
+  EXPECT_EQ(event_of(png).value("test_accuracy", -1.0), event_of(binary).value("test_accuracy", -2.0));
 }
 
 // ---- 2. Augmented runs resume bit for bit -------------------------------------------------------------
