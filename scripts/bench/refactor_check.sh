@@ -29,9 +29,19 @@ build() {  # src dir, build dir, targets...
   cmake --build $dir -j $jobs $(for t in "$@"; do printf -- '--target %s ' $t; done) > $OUT/build-$(basename $dir).log 2>&1
 }
 t0=$(date +%s)
-build $NEW build-gpu train_program trainctl gru_bench transformer_bench gpu_train_test & new=$!
-build $BASE build-base train_program trainctl gru_bench & base=$!
-wait $new; rc_new=$?; wait $base; rc_base=$?
+# Only what the parts asked for (PARTS) is built: the base tree for ab and gru alone.
+parts=" ${PARTS:-tests loader ab gru} "
+targets="train_program"
+[[ $parts == *" tests "* ]] && targets+=" gpu_train_test"
+[[ $parts == *" tokens "* ]] && targets+=" transformer_bench"
+[[ $parts == *" gru "* ]] && targets+=" gru_bench"
+[[ $parts == *" ab "* || $parts == *" gru "* ]] || jobs=$(nproc)  # one tree: all the cores
+build $NEW build-gpu $targets & new=$!
+rc_base=0
+if [[ $parts == *" ab "* || $parts == *" gru "* ]]; then
+  build $BASE build-base train_program gru_bench & base=$!
+fi
+wait $new; rc_new=$?; [ -n "${base:-}" ] && { wait $base; rc_base=$?; }
 echo "built in $(( $(date +%s) - t0 )) s (this tree rc=$rc_new, base rc=$rc_base)"
 [ $rc_new = 0 ] || { grep -E "error" -A3 $OUT/build-build-gpu.log | head -40; exit 1; }
 [ $rc_base = 0 ] || { grep -E "error" -A3 $OUT/build-build-base.log | head -40; exit 1; }
