@@ -219,7 +219,7 @@ def run_rounds(a, sides):
                 print(f"loader_peers: {impl} failed (exit {rc}): expected one JSON line, found none.\n{err}\n"
                       f"Hint: run the command alone: {' '.join(side_command(a, impl))}", file=sys.stderr)
                 continue
-            row.update(peaks, round=rnd + 1)
+            row.update(peaks, impl=impl, round=rnd + 1)  # loader_bench says "libtrain" for every data kind
             if impl == "libtrain" or ref is None:
                 ref = ref or row
             if not H.checksums_match(row, ref):

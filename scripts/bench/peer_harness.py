@@ -158,14 +158,14 @@ def print_table(best, rate_key, rate_unit, ours="libtrain", per_core=None):
         return {}
     o, ratios = best[ours], {}
     for impl, r in best.items():
-        if impl == ours:
+        if impl.startswith(ours):  # ours and its variants (libtrain_shards) are not peers
             continue
         ratios[impl] = dict(rate=o[rate_key] / r[rate_key], pss=o["pss_peak_mb"] / r["pss_peak_mb"],
                             pss_anon=o["pss_anon_peak_mb"] / max(r["pss_anon_peak_mb"], 1e-9))
         print(f"{ours}/{impl}: {rate_unit} {ratios[impl]['rate']:.2f}x, PSS {ratios[impl]['pss']:.2f}x, "
               f"anonymous PSS {ratios[impl]['pss_anon']:.2f}x")
     if ratios:
-        strongest = max((i for i in best if i != ours), key=lambda i: best[i][rate_key])
+        strongest = max(ratios, key=lambda i: best[i][rate_key])
         print(f"against the strongest peer ({strongest}): {rate_unit} {ratios[strongest]['rate']:.2f}x, "
               f"PSS {ratios[strongest]['pss']:.2f}x")
     return ratios

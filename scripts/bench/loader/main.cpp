@@ -1,12 +1,15 @@
 // loader_bench: libtrain's loader (libtrain/src/data/loader.h) alone, with no model: it reads an
-// .npy pair or a token file for some epochs on W threads and prints one JSON line (samples/s, the
-// resident memory, a checksum of the batches), for scripts/bench/loader_peers.py to set against
-// PyTorch's DataLoader, torchdata's StatefulDataLoader and SPDL reading the same files.
+// .npy pair, a token file, an image folder or WebDataset shards for some epochs on W threads and
+// prints one JSON line (samples/s, the resident memory, a checksum of the batches), for
+// scripts/bench/loader_peers.py and image_peers.py to set against Python's loaders on the same files.
 #include "data/loader.h"
 
 #include <train/base/error.h>
 #include <train/base/host_memory.h>
+#include <train/datasets/image_dataset.h>
+#include <train/datasets/image_folder.h>
 #include <train/datasets/npy.h>
+#include <train/datasets/tar_shards.h>
 #include <train/datasets/token_file.h>
 #include <train/sample_dataset.h>
 
@@ -34,7 +37,11 @@ using Clock = std::chrono::steady_clock;
 struct Flags {
   std::string npy;          // --npy DIR: DIR/train_x.npy and DIR/train_y.npy
   std::string tokens;       // --tokens FILE: a token file, windows of --seq-len
+  std::string images;       // --images DIR: a split folder of class folders (DIR/train)
+  std::string shards;       // --shards SPEC: WebDataset shards (a brace pattern or a folder)
   int64_t seq_len = 0;
+  int image_size = 224;
+  bool full_decode = false;  // --full-decode: no reduced-DCT JPEG decode
   int workers = 0;          // 0: one thread per core
   int prefetch = 2;
   int64_t batch_size = 256;
@@ -49,13 +56,36 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// The dataset the flags name; exactly one of --npy and --tokens.
-std::unique_ptr<train::SampleDataset> open_dataset(const Flags& f) {
-  if (f.npy.empty() == f.tokens.empty()) {
-    throw train::ConfigError("loader_bench: expected exactly one of --npy DIR and --tokens FILE, found " +
-                                 std::string(f.npy.empty() ? "neither." : "both."),
-                             "--npy DIR reads DIR/train_x.npy and DIR/train_y.npy; --tokens FILE --seq-len N a token file.");
+const char* data_kind(const Flags& f) {
+  return !f.npy.empty() ? "npy" : !f.tokens.empty() ? "tokens" : !f.images.empty() ? "images" : "shards";
+}
+
+// Images in train mode (RandomResizedCrop(size) + flip + ImageNet's normalization, drawn per
+// sample from the seed, the epoch and the index), from a folder or from shards.
+std::unique_ptr<train::SampleDataset> open_images(const Flags& f) {
+  std::shared_ptr<const train::datasets::ImageSource> source;
+  if (!f.images.empty()) {
+    source = train::datasets::open_image_folder(f.images);
+  } else {
+    source = train::datasets::open_tar_shards(f.shards);
   }
+  train::datasets::ImageOptions o;
+  o.mode = train::datasets::ImageMode::train;
+  o.size = f.image_size;
+  o.reduced_dct = !f.full_decode;
+  return std::make_unique<train::datasets::ImageDataset>(std::move(source), o);
+}
+
+// The dataset the flags name; exactly one of --npy, --tokens, --images and --shards.
+std::unique_ptr<train::SampleDataset> open_dataset(const Flags& f) {
+  const int given = !f.npy.empty() + !f.tokens.empty() + !f.images.empty() + !f.shards.empty();
+  if (given != 1) {
+    throw train::ConfigError("loader_bench: expected exactly one of --npy DIR, --tokens FILE, --images DIR and "
+                                 "--shards SPEC, found " + std::to_string(given) + ".",
+                             "--npy DIR reads DIR/train_x.npy and DIR/train_y.npy; --tokens FILE --seq-len N a token "
+                             "file; --images DIR/train a folder of class folders; --shards 'DIR/train-{000000..000031}.tar'.");
+  }
+  if (!f.images.empty() || !f.shards.empty()) return open_images(f);
   if (!f.npy.empty()) {
     return std::make_unique<train::datasets::NpyDataset>(f.npy + "/train_x.npy", f.npy + "/train_y.npy");
   }
@@ -83,19 +113,23 @@ at::Device parse_device(const Flags& f) {
 }
 
 // What the batches held, in the run's order: the sum of every input (float64, one sum per batch,
-// added in batch order) and the sum of each batch's targets times its number in the run (counted
-// from 1), so that the peers' checksums match only for the same samples in the same batches.
-// Accumulated on the batches' device: no host sync per batch.
+// added in batch order), the sum of each batch's targets times its number in the run (counted
+// from 1), so that the peers' checksums match only for the same samples in the same batches, and
+// the targets' plain sum (the same in any order). Accumulated on the batches' device: no host sync
+// per batch.
 struct Checksum {
-  at::Tensor inputs, targets;
+  at::Tensor inputs, targets, target_sum;
 
   explicit Checksum(const at::Device& device)
       : inputs(at::scalar_tensor(0.0, at::TensorOptions().dtype(at::kDouble).device(device))),
-        targets(at::scalar_tensor(int64_t{0}, at::TensorOptions().dtype(at::kLong).device(device))) {}
+        targets(at::scalar_tensor(int64_t{0}, at::TensorOptions().dtype(at::kLong).device(device))),
+        target_sum(at::scalar_tensor(int64_t{0}, at::TensorOptions().dtype(at::kLong).device(device))) {}
 
   void add(const train::Batch& b, int64_t number) {
     inputs.add_(at::sum(b.inputs, at::kDouble));
-    targets.add_(at::sum(b.targets.to(at::kLong)).mul_(number));
+    const at::Tensor t = at::sum(b.targets.to(at::kLong));
+    target_sum.add_(t);
+    targets.add_(t.mul(number));
   }
 };
 
@@ -149,7 +183,7 @@ int run(const Flags& f) {
   const bool has_steady = f.epochs > 1 && steady > 0;
   const train::host_memory::Resident mem = train::host_memory::resident();
   out["impl"] = "libtrain";
-  out["data"] = f.npy.empty() ? "tokens" : "npy";
+  out["data"] = data_kind(f);
   out["dataset"] = data->name();
   out["dataset_samples"] = data->size();
   out["device"] = o.device.str();
@@ -171,6 +205,13 @@ int run(const Flags& f) {
   out["rss_file_mb"] = mem.file_mb;
   out["checksum_inputs"] = sum.inputs.item<double>();
   out["checksum_targets"] = sum.targets.item<int64_t>();
+  out["label_sum"] = sum.target_sum.item<int64_t>();
+  if (const auto* images = dynamic_cast<const train::datasets::ImageDataset*>(data.get())) {
+    out["image_size"] = f.image_size;
+    out["reduced_dct"] = !f.full_decode;
+    out["reduced_decodes"] = images->reduced_decodes();  // JPEGs decoded at 1/2, 1/4 or 1/8 scale
+    out["converted_images"] = images->converted_images();
+  }
   std::cout << out.dump() << std::endl;
   return 0;
 }
@@ -179,6 +220,11 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--npy", f.npy, "a folder with train_x.npy and train_y.npy (uint8 inputs are normalized as MNIST's)");
   app.add_option("--tokens", f.tokens, "a token file (raw uint16, uint32 or llm.c's .bin), read as windows of --seq-len");
   app.add_option("--seq-len", f.seq_len, "tokens per window (with --tokens)");
+  app.add_option("--images", f.images, "an image folder's split (DIR/train: one folder per class), JPEG/PNG");
+  app.add_option("--shards", f.shards, "WebDataset shards: 'DIR/train-{000000..000031}.tar' or a folder of .tar");
+  app.add_option("--image-size", f.image_size, "with --images/--shards: RandomResizedCrop's size")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_flag("--full-decode", f.full_decode, "with --images/--shards: decode JPEGs whole (no reduced-DCT decode)");
   app.add_option("--workers", f.workers, "loader threads; 0: one per core")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--prefetch", f.prefetch, "batches read ahead")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--batch-size", f.batch_size, "samples per batch")->capture_default_str()->check(CLI::PositiveNumber);
@@ -194,7 +240,8 @@ void add_flags(CLI::App& app, Flags& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"loader_bench: libtrain's loader reading an .npy pair or a token file, one JSON line (benchmark)"};
+  CLI::App app{"loader_bench: libtrain's loader reading an .npy pair, a token file, an image folder or shards, "
+               "one JSON line (benchmark)"};
   Flags f;
   add_flags(app, f);
   CLI11_PARSE(app, argc, argv);

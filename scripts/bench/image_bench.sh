@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The image loaders' CPU speed in one call (issue #49): writes ImageNet-sized JPEGs cut from
+# scikit-image's photographs and the same images as WebDataset shards (image_peers.py --make), builds
+# loader_bench, then runs libtrain's image dataset (folder and shards) and its Python peers
+# (DataLoader + ImageFolder, WebDataset, SPDL) in turn with `nproc` workers. A missing peer is
+# skipped with a message. Not a test. Examples:
+#   scripts/bench/image_bench.sh                                   # here: build-bench, .venv's python
+#   BUILD=build-gpu OUT=/tmp/out scripts/bench/image_bench.sh      # the GPU machine's 16 cores
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$repo"
+BUILD=${BUILD:-build-bench}
+WORKERS=${WORKERS:-$(nproc)}
+COUNT=${COUNT:-$(( WORKERS * 500 > 2000 ? WORKERS * 500 : 2000 ))}  # about 4 s of work per epoch a core
+SHARDS=${SHARDS:-$(( WORKERS * 2 > 32 ? WORKERS * 2 : 32 ))}       # WebDataset splits shards among workers
+DATA=${DATA:-/tmp/libtrain-image-bench/$COUNT}
+OUT=${OUT:-$DATA}
+BATCH=${BATCH:-32} EPOCHS=${EPOCHS:-2} ROUNDS=${ROUNDS:-2} DEVICE=${DEVICE:-cpu}
+RESULTS=${RESULTS-$repo/docs/benchmarks/results.jsonl}  # empty: no rows appended
+if [ -z "${PYTHON:-}" ]; then
+  PYTHON=python3
+  [ -x .venv/bin/python ] && .venv/bin/python -c 'import torch' 2>/dev/null && PYTHON=.venv/bin/python
+fi
+mkdir -p "$DATA" "$OUT"
+
+if [ ! -f "$BUILD/build.ninja" ]; then
+  tp=$("$PYTHON" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  prefix="$tp"; [ -d .deps/usr ] && prefix="$PWD/.deps/usr;$tp"
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAIN_BUILD_TESTS=OFF -DCMAKE_PREFIX_PATH="$prefix" \
+    > "$OUT/configure.log" 2>&1 || { tail -20 "$OUT/configure.log"; exit 1; }
+fi
+cmake --build "$BUILD" -j "$(nproc)" --target loader_bench > "$OUT/build.log" 2>&1 ||
+  { grep -E "error|Error" -A3 "$OUT/build.log" | head -30; echo "image_bench.sh: the build failed ($OUT/build.log)"; exit 1; }
+
+if ! "$PYTHON" -c 'import skimage, webdataset, PIL' 2>/dev/null; then
+  echo "image_bench.sh: $PYTHON: expected scikit-image, webdataset and Pillow (they write the images), found them missing." >&2
+  echo "Hint: scripts/bench/peers-setup.sh installs them (or PYTHON=/path/to/python with them)." >&2
+  exit 1
+fi
+"$PYTHON" scripts/bench/image_peers.py --make "$DATA" --count "$COUNT" --shards "$SHARDS" --only-make
+cat "$DATA"/train/*/* "$DATA"/shards/*.tar > /dev/null  # in the page cache for every side alike
+note="${NOTE:-$(nproc) cores, $(date -u +%F); scripts/bench/image_bench.sh}"
+"$PYTHON" scripts/bench/image_peers.py --data "$DATA" --workers "$WORKERS" --batch-size "$BATCH" --epochs "$EPOCHS" \
+  --rounds "$ROUNDS" --device "$DEVICE" --bench "$BUILD/bin/loader_bench" --results "$RESULTS" --note "$note" \
+  2>&1 | tee "$OUT/images.txt"
