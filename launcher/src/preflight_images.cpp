@@ -3,6 +3,7 @@
 #include "preflight_images.h"
 
 #include "train/base/error.h"
+#include "train/base/parallel.h"
 #include "train/base/text.h"
 #include "train/datasets/image.h"
 #include "train/datasets/image_folder.h"
@@ -13,12 +14,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <memory>
 #include <mutex>
-#include <thread>
 
 namespace train::detail {
 namespace {
@@ -98,25 +97,21 @@ void check_file(const std::string& path, bool decode) {
 }
 
 // Runs check(i) for i in [0, n) on `threads` threads; the failures' messages, in index order.
+// Every image is checked, however many fail: check's train::Error is caught and kept here, so
+// parallel_for (which stops at a failure) sees none; any other exception still ends the loop and
+// comes back from parallel_for.
 template <typename Check>
 std::vector<std::string> check_all(int64_t n, int threads, const Check& check) {
   std::mutex mu;
   std::vector<std::pair<int64_t, std::string>> bad;
-  std::atomic<int64_t> next{0};
-  const auto work = [&] {
-    for (int64_t i = next++; i < n; i = next++) {
-      try {
-        check(i);
-      } catch (const Error& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        bad.emplace_back(i, e.what());
-      }
+  train::parallel_for(n, threads, [&](int64_t i) {
+    try {
+      check(i);
+    } catch (const Error& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      bad.emplace_back(i, e.what());
     }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < std::max(1, threads); ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
+  });
   std::sort(bad.begin(), bad.end());
   std::vector<std::string> out;
   for (const auto& [i, message] : bad) {

@@ -7,6 +7,7 @@
 #include "train/base/absolute_path.h"
 #include "train/base/error.h"
 #include "train/base/files.h"
+#include "train/base/parallel.h"
 #include "train/base/text.h"
 
 #include <dirent.h>
@@ -16,11 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
-#include <exception>
-#include <mutex>
-#include <thread>
 #include <utility>
 
 namespace train::datasets {
@@ -185,30 +182,13 @@ ClassFiles list_class(const std::string& class_dir) {
   return out;
 }
 
-// The class folders on kWalkThreads threads; the first error is rethrown once all have stopped.
+// The class folders on kWalkThreads threads; the first class's error (in the classes' order) is
+// rethrown once all have stopped.
 std::vector<ClassFiles> list_classes(const std::string& root, const std::vector<std::string>& classes) {
   std::vector<ClassFiles> out(classes.size());
-  std::atomic<size_t> next{0};
-  std::atomic<bool> failed{false};
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  auto work = [&] {
-    for (size_t i = next++; i < classes.size() && !failed; i = next++) {
-      try {
-        out[i] = list_class(root + "/" + classes[i]);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!error) error = std::current_exception();
-        failed = true;
-      }
-    }
-  };
-  const size_t n = std::min<size_t>(kWalkThreads, classes.size());
-  std::vector<std::thread> threads;
-  for (size_t t = 1; t < n; ++t) threads.emplace_back(work);
-  work();
-  for (auto& t : threads) t.join();
-  if (error) std::rethrow_exception(error);
+  train::parallel_for(static_cast<int64_t>(classes.size()), kWalkThreads, [&](int64_t i) {
+    out[static_cast<size_t>(i)] = list_class(root + "/" + classes[static_cast<size_t>(i)]);
+  });
   return out;
 }
 

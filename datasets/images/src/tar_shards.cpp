@@ -8,6 +8,7 @@
 #include "train/base/braces.h"
 #include "train/base/error.h"
 #include "train/base/files.h"
+#include "train/base/parallel.h"
 #include "train/base/text.h"
 
 #include <fcntl.h>
@@ -15,10 +16,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
-#include <exception>
-#include <mutex>
-#include <thread>
 
 namespace train::datasets {
 
@@ -255,30 +254,13 @@ IndexResult load_or_index(const std::string& shard, const std::string& cache_dir
   return out;
 }
 
-// Every shard's index on kIndexThreads threads; the first error is rethrown once all have stopped.
+// Every shard's index on kIndexThreads threads; the first shard's error (in the shards' order) is
+// rethrown once all have stopped.
 std::vector<IndexResult> index_all(const std::vector<std::string>& shards, const std::string& cache_dir) {
   std::vector<IndexResult> out(shards.size());
-  std::atomic<size_t> next{0};
-  std::atomic<bool> failed{false};
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  auto work = [&] {
-    for (size_t i = next++; i < shards.size() && !failed; i = next++) {
-      try {
-        out[i] = load_or_index(shards[i], cache_dir);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!error) error = std::current_exception();
-        failed = true;
-      }
-    }
-  };
-  const size_t n = std::min<size_t>(kIndexThreads, shards.size());
-  std::vector<std::thread> threads;
-  for (size_t t = 1; t < n; ++t) threads.emplace_back(work);
-  work();
-  for (auto& t : threads) t.join();
-  if (error) std::rethrow_exception(error);
+  train::parallel_for(static_cast<int64_t>(shards.size()), kIndexThreads, [&](int64_t i) {
+    out[static_cast<size_t>(i)] = load_or_index(shards[static_cast<size_t>(i)], cache_dir);
+  });
   return out;
 }
 

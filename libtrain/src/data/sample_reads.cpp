@@ -2,14 +2,12 @@
 #include "data/sample_reads.h"
 
 #include "train/base/error.h"
+#include "train/base/parallel.h"
 
 #include <ATen/ops/stack.h>
 
-#include <algorithm>
-#include <atomic>
 #include <exception>
 #include <string>
-#include <thread>
 
 namespace train::detail {
 namespace {
@@ -34,25 +32,10 @@ Sample read_one(SampleDataset& data, int64_t index, const SampleDraw& draw) {
 Batch read_samples(SampleDataset& data, const std::vector<int64_t>& indices, int threads, const SampleDraw& draw) {
   const int64_t n = static_cast<int64_t>(indices.size());
   std::vector<Sample> samples(indices.size());
-  std::vector<std::exception_ptr> errors(indices.size());
-  std::atomic<int64_t> next{0};
-  const auto work = [&] {
-    for (int64_t i = next++; i < n; i = next++) {
-      try {
-        samples[static_cast<size_t>(i)] = read_one(data, indices[static_cast<size_t>(i)], draw);
-      } catch (...) {
-        errors[static_cast<size_t>(i)] = std::current_exception();
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  const int64_t extra = std::min<int64_t>(std::max(threads, 1), n) - 1;
-  for (int64_t t = 0; t < extra; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
-  for (const std::exception_ptr& e : errors) {
-    if (e) std::rethrow_exception(e);  // the first in the batch's order
-  }
+  // A sample that can't be read: the first in the batch's order is rethrown.
+  train::parallel_for(n, threads, [&](int64_t i) {
+    samples[static_cast<size_t>(i)] = read_one(data, indices[static_cast<size_t>(i)], draw);
+  });
   std::vector<at::Tensor> inputs, targets;
   for (int64_t i = 0; i < n; ++i) {
     const Sample& s = samples[static_cast<size_t>(i)];
