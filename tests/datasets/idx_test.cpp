@@ -1,4 +1,5 @@
 // Tests for the IDX and CIFAR-10 readers on files the tests write, and on Debian's Fashion-MNIST.
+#include "error_checks.h"
 #include "test_util.h"
 #include "train/datasets/cifar10.h"
 #include "train/datasets/dataset.h"
@@ -49,16 +50,9 @@ void write_gz(const std::string& path, const std::vector<uint8_t>& bytes) {
   gzclose(f);
 }
 
-// Expects load_idx to throw DataError whose message contains every needle.
+// Expects load_idx to throw DataError whose message contains every needle and a hint.
 void expect_data_error(const std::string& dir, const std::vector<std::string>& needles) {
-  try {
-    train::datasets::load_idx(dir, Split::train);
-    FAIL() << "expected train::DataError";
-  } catch (const train::DataError& e) {
-    std::string what = e.what();
-    for (const auto& n : needles) EXPECT_NE(what.find(n), std::string::npos) << "missing '" << n << "' in: " << what;
-    EXPECT_NE(what.find("Hint:"), std::string::npos) << what;
-  }
+  train::test::expect_hinted(train::test::error_of([&] { train::datasets::load_idx(dir, Split::train); }), needles);
 }
 
 }  // namespace

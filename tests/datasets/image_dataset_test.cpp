@@ -1,6 +1,7 @@
 // ImageDataset (datasets/src/image_dataset.cpp) over an ImageSource held in memory: shapes, labels and
 // channel conversions, draws that depend on (seed, epoch, index) alone, errors naming the file,
 // Fashion-MNIST as PNGs giving the IDX reader's bits, and the reduced-DCT decode on real photos.
+#include "error_checks.h"
 #include "image_files.h"
 #include "test_util.h"
 #include "train/base/error.h"
@@ -13,7 +14,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <iostream>
 #include <memory>
 #include <thread>
@@ -21,6 +21,7 @@
 using train::datasets::ImageDataset;
 using train::datasets::ImageMode;
 using train::datasets::ImageOptions;
+using train::test::error_of;
 using train::test::MemorySource;
 
 namespace {
@@ -29,17 +30,6 @@ std::vector<uint8_t> bytes_of(const at::Tensor& t) {
   const at::Tensor c = t.contiguous();
   const auto* p = static_cast<const uint8_t*>(c.data_ptr());
   return std::vector<uint8_t>(p, p + c.numel() * c.element_size());
-}
-
-template <typename E = train::DataError>
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
 }
 
 // JPEGs and PNGs of several sizes and channel counts, labels i % 3.

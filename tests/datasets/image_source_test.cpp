@@ -2,6 +2,7 @@
 // on folders and shards this test writes: the folder's order and labels against torchvision's
 // ImageFolder, shards written by webdataset read back byte for byte, Python tarfile's formats, the
 // caches, each error's message, and a folder against shards written from it in its order.
+#include "error_checks.h"
 #include "test_util.h"
 #include "train/base/error.h"
 #include "train/base/files.h"
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -229,16 +231,11 @@ TEST(ImageFolder, RanksRacingToWriteTheCacheAllGetTheList) {
   EXPECT_EQ(listing(*after), reference);
 }
 
-// The DataError `fn` throws, as text ("" when it throws none).
-template <typename Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const train::Error& e) {
-    EXPECT_FALSE(e.hint().empty()) << e.what();
-    return e.what();
-  }
-  return "";
+// The train::Error `fn` throws, as text (train::test::error_of), checked for a hint.
+std::string hinted_error(const std::function<void()>& fn) {
+  const std::string what = train::test::error_of<train::Error>(fn);
+  EXPECT_NE(what.find("Hint:"), std::string::npos) << what;
+  return what;
 }
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
@@ -249,7 +246,7 @@ TEST(ImageFolder, EmptyClassIsRefusedAsTorchvisionRefusesIt) {
   write_random(d.file("train/full/a.jpg"), rng);
   write_random(d.file("train/empty/notes.txt"), rng);
   write_random(d.file("train/empty2/sub/x.bmp"), rng);
-  const std::string err = error_of([&] { train::datasets::open_image_folder(d.file("train")); });
+  const std::string err = hinted_error([&] { train::datasets::open_image_folder(d.file("train")); });
   EXPECT_TRUE(has(err, "Found no valid file for the classes empty, empty2")) << err;
   EXPECT_TRUE(has(err, d.file("train"))) << err;
   std::string why;
@@ -262,17 +259,17 @@ TEST(ImageFolder, EmptyClassIsRefusedAsTorchvisionRefusesIt) {
 TEST(ImageFolder, ErrorsNameTheFolderOrFile) {
   TempDir d("imagefolder-errors");
   std::mt19937 rng(5);
-  std::string err = error_of([&] { train::datasets::open_image_folder(d.file("missing")); });
+  std::string err = hinted_error([&] { train::datasets::open_image_folder(d.file("missing")); });
   EXPECT_TRUE(has(err, d.file("missing") + ": expected a readable folder, found none")) << err;
   write_random(d.file("flat/a.jpg"), rng);
-  err = error_of([&] { train::datasets::open_image_folder(d.file("flat")); });
+  err = hinted_error([&] { train::datasets::open_image_folder(d.file("flat")); });
   EXPECT_TRUE(has(err, "expected one subfolder per class")) << err;
   EXPECT_TRUE(has(err, "found no folder (1 files)")) << err;
 
   write_random(d.file("train/cat/1.jpg"), rng);
   write_random(d.file("train/cat/2.jpg"), rng);
   ASSERT_EQ(::symlink("nowhere.jpg", d.file("train/cat/3.jpg").c_str()), 0);
-  err = error_of([&] { train::datasets::open_image_folder(d.file("train")); });
+  err = hinted_error([&] { train::datasets::open_image_folder(d.file("train")); });
   EXPECT_TRUE(has(err, d.file("train/cat/3.jpg") + ": expected an image file, found a broken link")) << err;
   files::remove_file(d.file("train/cat/3.jpg"));
 
@@ -281,11 +278,11 @@ TEST(ImageFolder, ErrorsNameTheFolderOrFile) {
   ASSERT_EQ(folder->size(), 2);
   const uint64_t size0 = folder->file_size(0);
   files::remove_file(d.file("train/cat/1.jpg"));
-  err = error_of([&] { folder->read(0); });
+  err = hinted_error([&] { folder->read(0); });
   EXPECT_TRUE(has(err, d.file("train/cat/1.jpg") + ": expected the image file listed (" + std::to_string(size0) +
                            " bytes), found none")) << err;
   train::test::write_file(d.file("train/cat/2.jpg"), std::vector<uint8_t>(folder->file_size(1) + 5, 1));
-  err = error_of([&] { folder->read(1); });
+  err = hinted_error([&] { folder->read(1); });
   EXPECT_TRUE(has(err, "expected " + std::to_string(folder->file_size(1)) + " bytes")) << err;
   EXPECT_TRUE(has(err, "found " + std::to_string(folder->file_size(1) + 5) + " bytes")) << err;
 }
@@ -303,10 +300,10 @@ TEST(ImageFolder, SplitFolders) {
   EXPECT_EQ(train::datasets::find_split_folder(d.file("b"), ImageSplit::eval).path, d.file("b/test"));
   files::make_dirs(d.file("c/training"));
   EXPECT_EQ(train::datasets::find_split_folder(d.file("c"), ImageSplit::eval, false).path, "");
-  std::string err = error_of([&] { train::datasets::find_split_folder(d.file("c"), ImageSplit::eval); });
+  std::string err = hinted_error([&] { train::datasets::find_split_folder(d.file("c"), ImageSplit::eval); });
   EXPECT_TRUE(has(err, "expected a folder " + d.file("c/val") + " or " + d.file("c/test"))) << err;
   EXPECT_TRUE(has(err, "holds training")) << err;
-  err = error_of([&] { train::datasets::find_split_folder(d.file("nope"), ImageSplit::train); });
+  err = hinted_error([&] { train::datasets::find_split_folder(d.file("nope"), ImageSplit::train); });
   EXPECT_TRUE(has(err, d.file("nope") + ": expected a dataset folder")) << err;
 }
 
@@ -385,11 +382,11 @@ TEST(TarShards, WebdatasetShardsReadBackAsWritten) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(mismatches, std::vector<int>(4, 0));
 
-  const std::string err = error_of([&] { train::datasets::open_tar_shards(d.file("{train,val}-{000000..000004}.tar")); });
+  const std::string err = hinted_error([&] { train::datasets::open_tar_shards(d.file("{train,val}-{000000..000004}.tar")); });
   EXPECT_TRUE(has(err, d.file("{train,val}-{000000..000004}.tar") + ": expected the 10 shard files the pattern names, "
                        "found no file " + d.file("val-000002.tar") + " (the first one missing; 7 of 10 exist)")) << err;
   files::make_dirs(d.file("empty"));
-  const std::string none = error_of([&] { train::datasets::open_tar_shards(d.file("empty")); });
+  const std::string none = hinted_error([&] { train::datasets::open_tar_shards(d.file("empty")); });
   EXPECT_TRUE(has(none, d.file("empty") + ": expected WebDataset shards (*.tar files) in the folder, found none")) << none;
 }
 
@@ -510,7 +507,7 @@ with tarfile.open(root + "/dup.tar", "w") as t:
 )";
 
 std::string shard_error(const std::string& path) {
-  return error_of([&] { train::datasets::open_tar_shards(path); });
+  return hinted_error([&] { train::datasets::open_tar_shards(path); });
 }
 
 TEST(TarShards, BadSamplesAreNamed) {

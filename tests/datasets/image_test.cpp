@@ -1,6 +1,7 @@
 // The JPEG and PNG decoders (datasets/src/image.cpp) on images this test writes: headers read
 // without decoding, every PNG colour type, reduced-DCT sizes, one handle per thread, each bad input's
 // message, and the conversions against Pillow's own where the venv has it.
+#include "error_checks.h"
 #include "image_files.h"
 #include "test_util.h"
 #include "train/base/error.h"
@@ -8,7 +9,6 @@
 
 #include <gtest/gtest.h>
 
-#include <functional>
 #include <sstream>
 #include <thread>
 
@@ -16,6 +16,8 @@ using train::datasets::decode_image;
 using train::datasets::Image;
 using train::datasets::ImageFormat;
 using train::datasets::read_image_header;
+using train::test::error_of;
+using train::test::expect_message;
 
 namespace {
 
@@ -28,26 +30,6 @@ double mean_abs_diff(const std::vector<uint8_t>& a, const std::vector<uint8_t>& 
   double sum = 0;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) sum += std::abs(int(a[i]) - int(b[i]));
   return a.empty() ? 0 : sum / a.size();
-}
-
-// The error `f` throws, as its what(); "" and a test failure if none.
-template <typename E = train::DataError>
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
-
-// The message names the file, says what was expected and what was found, and gives a hint.
-void expect_message(const std::string& what, const std::vector<std::string>& needles) {
-  for (const auto& n : needles) EXPECT_NE(what.find(n), std::string::npos) << "missing '" << n << "' in: " << what;
-  EXPECT_NE(what.find("expected"), std::string::npos) << what;
-  EXPECT_NE(what.find("found"), std::string::npos) << what;
-  EXPECT_NE(what.find("Hint:"), std::string::npos) << what;
 }
 
 TEST(ImageDecode, JpegHeaderAndPixels) {

@@ -1,6 +1,7 @@
 // The memory-mapped .npy reader and NpyDataset (datasets/src/npy.cpp) on files this test writes:
 // every dtype, the three format versions, the conversions, each bad input's message; numpy's own
 // files where the venv has numpy; and Fashion-MNIST as uint8 arrays against the IDX reader, bit for bit.
+#include "error_checks.h"
 #include "test_util.h"
 #include "train/base/error.h"
 #include "train/base/files.h"
@@ -13,13 +14,14 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <thread>
 
 using train::datasets::NpyArray;
 using train::datasets::NpyDataset;
 using train::datasets::NpyDtype;
 using train::datasets::NpyOptions;
+using train::test::error_of;
+using train::test::expect_message;
 
 namespace {
 
@@ -55,26 +57,6 @@ std::string write_npy(const std::string& path, const std::string& descr, const s
                       const std::vector<T>& values, int version = 1) {
   train::test::write_file(path, npy_bytes(descr, shape, values.data(), values.size() * sizeof(T), version));
   return path;
-}
-
-// The train::DataError (or ConfigError) `f` throws, as its what(); "" and a test failure if none.
-template <typename E = train::DataError>
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
-
-// The message names the file and says what was expected and what was found, with a hint.
-void expect_message(const std::string& what, const std::vector<std::string>& needles) {
-  for (const auto& n : needles) EXPECT_NE(what.find(n), std::string::npos) << "missing '" << n << "' in: " << what;
-  EXPECT_NE(what.find("expected"), std::string::npos) << what;
-  EXPECT_NE(what.find("found"), std::string::npos) << what;
-  EXPECT_NE(what.find("Hint:"), std::string::npos) << what;
 }
 
 std::vector<uint8_t> bytes_of(const at::Tensor& t) {

@@ -3,6 +3,7 @@
 // layouts written here); .gz files and pickles are unpacked once, atomically, and reused while the
 // source is unchanged; bad or missing files and an unwritable cache are said with the file and a hint.
 #include "cifar_files.h"
+#include "error_checks.h"
 #include "test_util.h"
 #include "train/base/error.h"
 #include "train/base/files.h"
@@ -16,11 +17,12 @@
 #include <utime.h>
 #include <zlib.h>
 
-#include <functional>
 #include <thread>
 
 using train::datasets::Split;
 using train::datasets::StreamOptions;
+using train::test::error_of;
+using train::test::expect_hinted;
 using train::test::TempDir;
 using train::test::write_file;
 
@@ -73,18 +75,6 @@ std::vector<std::string> copies_in(const std::string& dir) {
   }
   std::sort(out.begin(), out.end());
   return out;
-}
-
-// The DataError `make` throws, its message and hint checked for `needles` and a hint.
-void expect_data_error(const std::function<void()>& make, const std::vector<std::string>& needles) {
-  try {
-    make();
-    ADD_FAILURE() << "expected train::DataError";
-  } catch (const train::DataError& e) {
-    const std::string what = e.what();
-    for (const auto& n : needles) EXPECT_NE(what.find(n), std::string::npos) << "missing '" << n << "' in: " << what;
-    EXPECT_NE(what.find("Hint:"), std::string::npos) << what;
-  }
 }
 
 }  // namespace
@@ -192,8 +182,8 @@ TEST(Stream, Cifar10GivesTheInMemoryReadersTensorsInBothLayouts) {
 TEST(Stream, BadFilesAreNamedWithWhatWasExpectedAndFound) {
   TempDir d("streambad");
   // Missing: every place looked.
-  expect_data_error([&] { train::datasets::open_stream("fashion-mnist", d.path(), Split::train); },
-                    {d.path(), "train-images-idx3-ubyte"});
+  expect_hinted(error_of([&] { train::datasets::open_stream("fashion-mnist", d.path(), Split::train); }),
+                {d.path(), "train-images-idx3-ubyte"});
   // A truncated .gz: the file, and how far it unpacked.
   write_idx(d.file("gz"), 100, 28, 28, /*gz=*/true);
   const std::string gz = d.file("gz") + "/train-images-idx3-ubyte.gz";
@@ -201,26 +191,26 @@ TEST(Stream, BadFilesAreNamedWithWhatWasExpectedAndFound) {
   write_file(gz, std::vector<uint8_t>(bytes.begin(), bytes.begin() + static_cast<long>(bytes.size() / 2)));
   StreamOptions o;
   o.unpack_dir = d.file("unpacked");
-  expect_data_error([&] { train::datasets::IdxDataset(d.file("gz"), Split::train, o); }, {gz, "truncated"});
+  expect_hinted(error_of([&] { train::datasets::IdxDataset(d.file("gz"), Split::train, o); }), {gz, "truncated"});
   EXPECT_TRUE(copies_in(o.unpack_dir).empty()) << "no copy of a bad source, no temporary left";
   // The unpack folder can't be made (a file lies in its place): the folder, and the hint's way out.
   write_idx(d.file("ok"), 10, 28, 28, /*gz=*/true);
   write_file(d.file("blocked"), {1});
   o.unpack_dir = d.file("blocked") + "/unpacked";
-  expect_data_error([&] { train::datasets::IdxDataset(d.file("ok"), Split::train, o); },
-                    {o.unpack_dir, "--checkpoint-dir"});
+  expect_hinted(error_of([&] { train::datasets::IdxDataset(d.file("ok"), Split::train, o); }),
+                {o.unpack_dir, "--checkpoint-dir"});
   // A binary batch cut mid-record; a label of 12 in a whole one, found when its sample is read.
   train::test::write_cifar_layout(d.file("cifar"), /*binary=*/true, 20, 10);
   const std::string batch = d.file("cifar") + "/data_batch_3.bin";
   std::string records = train::files::read_text(batch);
   write_file(batch, std::vector<uint8_t>(records.begin(), records.end() - 100));
-  expect_data_error([&] { train::datasets::Cifar10Dataset(d.file("cifar"), Split::train); },
-                    {batch, "whole records of 3073 bytes", std::to_string(records.size() - 100) + " bytes"});
+  expect_hinted(error_of([&] { train::datasets::Cifar10Dataset(d.file("cifar"), Split::train); }),
+                {batch, "whole records of 3073 bytes", std::to_string(records.size() - 100) + " bytes"});
   records[3073 * 5] = 12;  // record 5's label
   write_file(batch, std::vector<uint8_t>(records.begin(), records.end()));
   train::datasets::Cifar10Dataset cifar(d.file("cifar"), Split::train);
   EXPECT_NO_THROW(cifar.get(44));
-  expect_data_error([&] { cifar.get(45); }, {batch, "found 12 in record 5 (sample 45)"});
+  expect_hinted(error_of([&] { cifar.get(45); }), {batch, "found 12 in record 5 (sample 45)"});
 }
 
 // The unpack folder: the checkpoint folder's, else the job's node-local storage.

@@ -1,6 +1,7 @@
 // The memory-mapped token files and their windows (datasets/src/token_file.cpp) on files this test
 // writes: raw uint16 and uint32 tokens, llm.c's .bin (both magics), strides, and each bad input's
 // message.
+#include "error_checks.h"
 #include "test_util.h"
 #include "train/base/error.h"
 #include "train/base/files.h"
@@ -10,7 +11,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <stdexcept>
 #include <thread>
 
@@ -18,6 +18,8 @@ using train::datasets::TokenFile;
 using train::datasets::TokenFileDataset;
 using train::datasets::TokenFileOptions;
 using train::datasets::TokenFormat;
+using train::test::error_of;
+using train::test::expect_message;
 
 namespace {
 
@@ -64,24 +66,6 @@ TokenFileOptions windows(int64_t seq_len, int64_t stride = 0, int64_t vocab = 0,
   o.vocab_size = vocab;
   o.format = f;
   return o;
-}
-
-template <typename E = train::DataError>
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
-
-void expect_message(const std::string& what, const std::vector<std::string>& needles) {
-  for (const auto& n : needles) EXPECT_NE(what.find(n), std::string::npos) << "missing '" << n << "' in: " << what;
-  EXPECT_NE(what.find("expected"), std::string::npos) << what;
-  EXPECT_NE(what.find("found"), std::string::npos) << what;
-  EXPECT_NE(what.find("Hint:"), std::string::npos) << what;
 }
 
 // Window `i`'s input and target are the file's tokens from s = i * stride, shifted by one.
