@@ -17,15 +17,18 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <map>
 #include <memory>
 #include <regex>
 #include <stdexcept>
 
 using train::test::bin;
+using train::test::contains;
+using train::test::event_of;
+using train::test::folder_bytes;
+using train::test::plus;
 using train::test::run_program;
 using train::test::RunResult;
+using train::test::sha_of;
 
 namespace {
 
@@ -74,31 +77,6 @@ void write_jpeg_split(const std::string& dir, int per_class, uint32_t seed) {
       train::test::write_file(folder + "/img" + std::to_string(10 + i) + ".jpg", train::test::encode_jpeg(im, 90));
     }
   }
-}
-
-std::vector<std::string> plus(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-nlohmann::json event_of(const RunResult& r) {
-  auto j = nlohmann::json::parse(train::test::event_line(r.out), nullptr, false);
-  EXPECT_FALSE(j.is_discarded()) << "no event line\n" << r.out << r.err;
-  return j.is_discarded() ? nlohmann::json::object() : j;
-}
-
-std::string sha_of(const RunResult& r) { return event_of(r).value("params_sha256", std::string("missing")); }
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-// A folder's files, names to bytes.
-std::map<std::string, std::string> folder_bytes(const std::string& dir) {
-  std::map<std::string, std::string> out;
-  for (const std::string& name : train::files::list_dir(dir)) {
-    std::ifstream f(dir + "/" + name, std::ios::binary);
-    out[name] = std::string(std::istreambuf_iterator<char>(f), {});
-  }
-  return out;
 }
 
 class ImageRun : public ::testing::Test {
@@ -168,8 +146,8 @@ TEST_F(ImageRun, PngFoldersTrainToTheIdxRunsAccuracy) {
     ASSERT_EQ(idx.exit_code, 0) << idx.err;
     const RunResult png = run_program(plus(plus({bin("train"), "--dataset", "imagefolder", "--data", file("png")}, common), s), {}, 600);
     ASSERT_EQ(png.exit_code, 0) << png.err;
-    EXPECT_TRUE(has(png.err, "2048 images in 10 classes")) << png.err;
-    EXPECT_TRUE(has(png.err, "1x28x28 (grey")) << "the channel count is said\n" << png.err;
+    EXPECT_TRUE(contains(png.err, "2048 images in 10 classes")) << png.err;
+    EXPECT_TRUE(contains(png.err, "1x28x28 (grey")) << "the channel count is said\n" << png.err;
     const double a[2] = {event_of(idx).value("test_accuracy", -1.0), event_of(png).value("test_accuracy", -1.0)};
     for (int k = 0; k < 2; ++k) {
       ASSERT_GT(a[k], 0.5) << "it trained\n" << (k ? png.out : idx.out);
@@ -211,7 +189,7 @@ TEST_F(ImageRun, ShardsGiveTheFolderRunsBits) {
       plus({bin("train"), "--dataset", "webdataset", "--data", file("shards/train-{000000..000002}.tar"), "--eval-data",
             file("shards/val-000000.tar")}, common), {}, 600);
   ASSERT_EQ(shards.exit_code, 0) << shards.err;
-  EXPECT_TRUE(has(shards.err, "2048 images in 3 shards")) << shards.err;
+  EXPECT_TRUE(contains(shards.err, "2048 images in 3 shards")) << shards.err;
   EXPECT_EQ(sha_of(shards), sha_of(folder)) << shards.err;
   EXPECT_EQ(event_of(shards).value("test_accuracy", -1.0), event_of(folder).value("test_accuracy", -2.0));
 }
@@ -268,7 +246,7 @@ TEST_F(ImageRun, CifarPngFoldersGiveTheBinaryFilesBits) {
   ASSERT_EQ(binary.exit_code, 0) << binary.err;
   const RunResult png = run_program(plus({bin("train"), "--dataset", "imagefolder", "--data", file("cifar-png")}, common), {}, 600);
   ASSERT_EQ(png.exit_code, 0) << png.err;
-  EXPECT_TRUE(has(png.err, "500 images in 10 classes")) << png.err;
+  EXPECT_TRUE(contains(png.err, "500 images in 10 classes")) << png.err;
   EXPECT_EQ(sha_of(png), sha_of(binary)) << png.err;
   EXPECT_EQ(event_of(png).value("test_accuracy", -1.0), event_of(binary).value("test_accuracy", -2.0));
 }
@@ -281,10 +259,10 @@ TEST_F(ImageRun, AugmentedRunResumesExactlyAtAnyWorkerCount) {
   const std::vector<std::string> ck = {"--checkpoint-dir", d.file("ck"), "--checkpoint-every", "3"};
   const RunResult first = run_program(jpeg_train(plus(ck, {"--max-steps", "5", "--data-workers", "1"})), {}, 600);
   ASSERT_EQ(first.exit_code, 0) << first.err;
-  EXPECT_TRUE(has(first.err, "mode train, 3x64x64")) << first.err;
+  EXPECT_TRUE(contains(first.err, "mode train, 3x64x64")) << first.err;
   const RunResult rest = run_program(jpeg_train(plus(ck, {"--data-workers", "4", "--prefetch", "3"})), {}, 600);
   ASSERT_EQ(rest.exit_code, 0) << rest.err;
-  EXPECT_TRUE(has(rest.err, "resumed from")) << rest.err;
+  EXPECT_TRUE(contains(rest.err, "resumed from")) << rest.err;
   EXPECT_EQ(event_of(rest).value("steps", -1), kJpegSteps) << rest.out;
   EXPECT_EQ(sha_of(rest), want) << rest.err;
 }
@@ -296,7 +274,7 @@ TEST_F(ImageRun, AugmentedRunResumesExactlyAfterAPreemptionSignal) {
   int lines = 0;
   const RunResult stopped = run_program(jpeg_train(plus(ck, {"--data-workers", "4"})), {}, 600,
                                         [&](pid_t pid, const std::string& line) {
-                                          if (has(line, "Train Epoch: 1 [") && ++lines == 3) kill(pid, SIGUSR2);
+                                          if (contains(line, "Train Epoch: 1 [") && ++lines == 3) kill(pid, SIGUSR2);
                                         });
   ASSERT_EQ(stopped.exit_code, 75) << stopped.err;
   const int at = event_of(stopped).value("steps", -1);
@@ -318,7 +296,7 @@ TEST_F(ImageRun, AKilledAugmentedRunIsRelaunchedBitExact) {
                               "--data-workers", "4"}));
   const RunResult r = run_program(cmd, {"TRAIN_FAULT_SIGNAL_AT_STEP=6:KILL", "TRAIN_FAULT_LAUNCH=0"}, 600);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_TRUE(has(r.err, "restart 1/1: lost rank (exit 137)")) << r.err;
+  EXPECT_TRUE(contains(r.err, "restart 1/1: lost rank (exit 137)")) << r.err;
   EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(resumed from the snapshot of step [246])"))) << r.err;
   EXPECT_EQ(event_of(r).value("steps", -1), kJpegSteps) << r.out;
   EXPECT_EQ(sha_of(r), want) << r.err;
@@ -345,10 +323,10 @@ class BadImages : public ImageRun {
               "--image-size", "64", "--batch-size", "8", "--epochs", "1", "--device", "cpu", "--threads", "1",
               "--checkpoint-dir", ck}, {}), {}, 600);
     EXPECT_EQ(r.exit_code, 1) << r.err;
-    EXPECT_TRUE(has(r.err, named)) << "names " << named << "\n" << r.err;
-    EXPECT_TRUE(has(r.err, says)) << r.err;
-    EXPECT_TRUE(has(r.err, "Hint: ")) << r.err;
-    EXPECT_FALSE(has(train::test::event_line(r.out), "\"done\"")) << r.out;
+    EXPECT_TRUE(contains(r.err, named)) << "names " << named << "\n" << r.err;
+    EXPECT_TRUE(contains(r.err, says)) << r.err;
+    EXPECT_TRUE(contains(r.err, "Hint: ")) << r.err;
+    EXPECT_FALSE(contains(train::test::event_line(r.out), "\"done\"")) << r.out;
     return r;
   }
   std::unique_ptr<train::test::TempDir> work_;
@@ -384,7 +362,7 @@ TEST_F(BadImages, SkipCountsTheBadImageAndTrains) {
        "64", "--batch-size", "8", "--epochs", "1", "--device", "cpu", "--threads", "1", "--bad-samples", "skip"},
       {}, 600);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_TRUE(has(r.err, "class0/img11.jpg")) << "the warning names it\n" << r.err;
+  EXPECT_TRUE(contains(r.err, "class0/img11.jpg")) << "the warning names it\n" << r.err;
   EXPECT_EQ(event_of(r).value("skipped_samples", -1), 1) << r.out;
 }
 
@@ -404,7 +382,7 @@ TEST_F(BadImages, NoCheckpointIsLostToABadImage) {
   train::test::write_file(f, bytes);
   const RunResult bad = run_program(plus(run, {"--epochs", "2"}), {}, 600);
   EXPECT_EQ(bad.exit_code, 1) << bad.err;
-  EXPECT_TRUE(has(bad.err, "class3/img15.jpg")) << bad.err;
+  EXPECT_TRUE(contains(bad.err, "class3/img15.jpg")) << bad.err;
   const auto after = folder_bytes(ck);
   for (const auto& [name, content] : before) {
     EXPECT_TRUE(after.count(name) == 1 && after.at(name) == content) << name << " was changed or removed\n" << bad.err;

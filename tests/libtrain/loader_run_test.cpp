@@ -21,7 +21,6 @@
 
 #include <chrono>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -29,8 +28,14 @@
 #include <stdexcept>
 
 using train::test::bin;
+using train::test::contains;
+using train::test::count;
+using train::test::event_of;
+using train::test::folder_bytes;
+using train::test::plus;
 using train::test::run_program;
 using train::test::RunResult;
+using train::test::sha_of;
 
 namespace {
 
@@ -129,39 +134,6 @@ std::vector<std::string> npy_train(const std::string& data, const std::vector<st
                                    "--log-interval",       "1"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;
-}
-
-std::vector<std::string> plus(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-// The stdout's last event line parsed (train's done or preempted line); an empty object, and a
-// test failure that shows the output, when there is none.
-nlohmann::json event_of(const RunResult& r) {
-  auto j = nlohmann::json::parse(train::test::event_line(r.out), nullptr, false);
-  EXPECT_FALSE(j.is_discarded()) << "no event line\n" << r.out << r.err;
-  return j.is_discarded() ? nlohmann::json::object() : j;
-}
-
-std::string sha_of(const RunResult& r) { return event_of(r).value("params_sha256", std::string("missing")); }
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-int count(const std::string& text, const std::string& part) {
-  int n = 0;
-  for (auto p = text.find(part); p != std::string::npos; p = text.find(part, p + 1)) ++n;
-  return n;
-}
-
-// A folder's files, names to bytes.
-std::map<std::string, std::string> files_of(const std::string& dir) {
-  std::map<std::string, std::string> out;
-  for (const std::string& name : train::files::list_dir(dir)) {
-    std::ifstream f(dir + "/" + name, std::ios::binary);
-    out[name] = std::string(std::istreambuf_iterator<char>(f), {});
-  }
-  return out;
 }
 
 // Whether the run's loader line says it ran `workers` threads, `prefetch` batches ahead (the flags
@@ -317,7 +289,7 @@ TEST_F(LoaderRun, ResumesOnAnotherWorldSizeAsTheDocsPromise) {
   const std::vector<std::string> ck = {"--checkpoint-dir", d.file("ck"), "--checkpoint-every", "7"};
   const RunResult first = run_program(npy_train(data(), plus(ck, {"--max-steps", "13", "--data-workers", "2"})), {}, 300);
   ASSERT_EQ(first.exit_code, 0) << first.err;
-  const auto stopped = files_of(d.file("ck"));
+  const auto stopped = folder_bytes(d.file("ck"));
   ASSERT_EQ(stopped.count("ckpt-7.pt"), 1u) << first.err;
   train::files::make_dirs(d.file("ck2"));
   for (const auto& [name, bytes] : stopped) {
@@ -380,7 +352,7 @@ class LoaderBadData : public LoaderRun {
     if (good_.empty()) {
       const RunResult good = run_program(npy_train(data(), {"--checkpoint-dir", file("good"), "--epochs", "1"}), {}, 300);
       ASSERT_EQ(good.exit_code, 0) << good.err;
-      good_ = files_of(file("good"));
+      good_ = folder_bytes(file("good"));
       ASSERT_EQ(good_.count("ckpt-" + std::to_string(kStepsPerEpoch) + ".pt"), 1u) << good.err;
     }
     work_ = std::make_unique<train::test::TempDir>("loaderbad");
@@ -399,7 +371,7 @@ class LoaderBadData : public LoaderRun {
     EXPECT_EQ(r.exit_code, 1) << r.err;
     EXPECT_FALSE(contains(train::test::event_line(r.out), "\"done\"")) << r.out;
     EXPECT_TRUE(contains(r.err, "Hint: ")) << r.err;
-    const auto after = files_of(ck());
+    const auto after = folder_bytes(ck());
     EXPECT_EQ(after.size(), good_.size()) << "a checkpoint was added or removed\n" << r.err;
     for (const auto& [name, bytes] : good_) {
       EXPECT_TRUE(after.count(name) == 1 && after.at(name) == bytes) << name << " was changed or removed\n" << r.err;

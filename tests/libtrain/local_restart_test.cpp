@@ -4,16 +4,18 @@
 // the uninterrupted run's params_sha256; a stalled rank (train's exit 79) is relaunched too; a bug
 // (the same exception every launch) is not, and the log says why; the snapshots' folder trainctl
 // made is gone at the end.
+#include "run_helpers.h"
 #include "test_util.h"
 #include "train/base/files.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <regex>
 
 using train::test::bin;
+using train::test::count;
 using train::test::run_program;
+using train::test::sha_of;
 
 namespace {
 
@@ -31,18 +33,6 @@ std::vector<std::string> local_train(const std::string& ckdir, int max_restarts,
   argv.insert(argv.end(), train.begin(), train.end());
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;
-}
-
-std::string sha_of(const train::test::RunResult& r) {
-  auto j = nlohmann::json::parse(train::test::event_line(r.out), nullptr, false);
-  EXPECT_FALSE(j.is_discarded()) << r.out << r.err;
-  return j.is_discarded() ? "" : j.value("params_sha256", std::string("missing"));
-}
-
-int count(const std::string& text, const std::string& part) {
-  int n = 0;
-  for (auto p = text.find(part); p != std::string::npos; p = text.find(part, p + 1)) ++n;
-  return n;
 }
 
 class LocalRestart : public ::testing::Test {

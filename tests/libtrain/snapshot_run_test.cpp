@@ -3,16 +3,18 @@
 // mid-epoch, before any checkpoint, resumes from its newest snapshot and ends with the
 // uninterrupted run's params_sha256; another run's snapshots are never read; a run that ends
 // removes its snapshots; a checkpoint longer than the job script's signal lead is named at start.
+#include "run_helpers.h"
 #include "test_util.h"
 #include "train/base/files.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <regex>
 
 using train::test::bin;
+using train::test::contains;
 using train::test::run_program;
+using train::test::sha_of;
 
 namespace {
 
@@ -22,14 +24,6 @@ std::string train_cmd(const std::string& ckdir, const std::string& extra = "") {
          " --epochs 2 --limit-train-samples 1200 --limit-test-samples 200 --device cpu --threads 1"
          " --log-interval 1 --checkpoint-dir " + ckdir + " " + extra;
 }
-
-std::string sha_of(const train::test::RunResult& r) {
-  auto j = nlohmann::json::parse(train::test::last_line(r.out), nullptr, false);
-  EXPECT_FALSE(j.is_discarded()) << r.out << r.err;
-  return j.is_discarded() ? "" : j.value("params_sha256", std::string("missing"));
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 TEST(SnapshotRun, AKilledRunResumesFromItsNewestSnapshotBitExact) {
   if (train::test::fashion_mnist_dir().empty()) GTEST_SKIP() << "Debian's dataset-fashion-mnist is not installed";

@@ -14,19 +14,18 @@
 #include <regex>
 
 using train::test::bin;
+using train::test::contains;
+using train::test::event_of;
+using train::test::plus;
 using train::test::run_program;
 using train::test::RunResult;
+using train::test::sha_of;
 
 namespace {
 
 // Fashion-MNIST's first 2048 training images, batch 64: one epoch of 32 steps.
 constexpr int kTrain = 2048;
 constexpr int kSteps = kTrain / 64;
-
-std::vector<std::string> plus(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
 
 // `train` on Fashion-MNIST's subset: one epoch, 1 thread.
 std::vector<std::string> fashion(const std::vector<std::string>& extra) {
@@ -35,17 +34,6 @@ std::vector<std::string> fashion(const std::vector<std::string>& extra) {
                "1"},
               extra);
 }
-
-// The done line (the last event line) parsed; an empty object, and a failure showing the output, without one.
-nlohmann::json event_of(const RunResult& r) {
-  auto j = nlohmann::json::parse(train::test::event_line(r.out), nullptr, false);
-  EXPECT_FALSE(j.is_discarded()) << "no event line\n" << r.out << r.err;
-  return j.is_discarded() ? nlohmann::json::object() : j;
-}
-
-std::string sha_of(const RunResult& r) { return event_of(r).value("params_sha256", std::string("missing")); }
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // A run that must end with its done line after `steps` steps.
 RunResult finished(const std::vector<std::string>& argv, int steps) {
