@@ -229,15 +229,16 @@ def run_peer(a):
             label_sum += y.to(torch.int64).sum()
             samples += x.shape[0]
         if e == 0:
-            t1, first = time.perf_counter(), samples
+            t1, first, cpu1 = time.perf_counter(), samples, H.tree_cpu_seconds(os.getpid())
     checksum_inputs = acc_in.item()
-    t2 = time.perf_counter()
+    t2, cpu2 = time.perf_counter(), H.tree_cpu_seconds(os.getpid())
     rate = (samples - first) / (t2 - t1) if a.epochs > 1 else samples / (t2 - t0)
     print(H.json.dumps(dict(
         impl=a.run_peer, data="images", device=str(dev), pinned=dev.type == "cuda", workers=a.workers,
         prefetch=a.prefetch, batch_size=a.batch_size, image_size=a.image_size, epochs=a.epochs, batches=batches,
         samples=samples, seconds=t2 - t0, seconds_first_epoch=t1 - t0, samples_per_sec=rate,
-        samples_per_sec_whole=samples / (t2 - t0), checksum_inputs=checksum_inputs, checksum_targets=int(acc_t.item()),
+        samples_per_sec_whole=samples / (t2 - t0), cpu_seconds_steady=cpu2 - cpu1,
+        samples_per_cpu_second=(samples - first) / max(cpu2 - cpu1, 1e-9), checksum_inputs=checksum_inputs, checksum_targets=int(acc_t.item()),
         label_sum=int(label_sum.item()), pixel_mean=checksum_inputs / (samples * 3 * a.image_size ** 2),
         torch=torch.__version__)), flush=True)
 
@@ -373,7 +374,7 @@ def main():
     goals = print_goals(best)
     run_id, commit = H.new_run_id(), H.git_commit()
     keep = ["impl", "device", "workers", "batch_size", "image_size", "epochs", "samples", "samples_per_sec",
-            "samples_per_sec_whole", "pss_peak_mb", "pss_anon_peak_mb", "pss_file_peak_mb", "rss_peak_mb", "procs",
+            "best_samples_per_cpu_second", "reduced_decodes", "samples_per_sec_whole", "pss_peak_mb", "pss_anon_peak_mb", "pss_file_peak_mb", "rss_peak_mb", "procs",
             "runs", "pixel_mean", "peak_rss_mb", "rss_anon_mb", "rss_file_mb"]
     H.append_results(a.results, [
         dict({k: r[k] for k in keep if k in r}, workload="loader-images", images_per_sec_per_core=r["samples_per_sec"] / a.workers,

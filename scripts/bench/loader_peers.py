@@ -162,16 +162,17 @@ def run_peer(a):
             acc_t += y.to(torch.int64).sum().mul_(batches)
             samples += x.shape[0]
         if e == 0:
-            t1, first_samples = time.perf_counter(), samples
+            t1, first_samples, cpu1 = time.perf_counter(), samples, H.tree_cpu_seconds(os.getpid())
     checksum_inputs = acc_in.item()
-    t2 = time.perf_counter()
+    t2, cpu2 = time.perf_counter(), H.tree_cpu_seconds(os.getpid())
     steady = a.epochs > 1 and t2 > t1
     print(H.json.dumps(dict(
         impl=a.run_peer, data="npy" if a.npy else "tokens", dataset_samples=len(ds), device=str(dev),
         pinned=dev.type == "cuda", workers=a.workers, prefetch=a.prefetch, batch_size=a.batch_size, epochs=a.epochs,
         seed=a.seed, batches=batches, samples=samples, seconds=t2 - t0, seconds_first_epoch=t1 - t0,
         samples_per_sec=(samples - first_samples) / (t2 - t1) if steady else samples / (t2 - t0),
-        samples_per_sec_whole=samples / (t2 - t0), checksum_inputs=checksum_inputs,
+        samples_per_sec_whole=samples / (t2 - t0), cpu_seconds_steady=cpu2 - cpu1,
+        samples_per_cpu_second=(samples - first_samples) / max(cpu2 - cpu1, 1e-9), checksum_inputs=checksum_inputs,
         checksum_targets=int(acc_t.item()), torch=torch.__version__)), flush=True)
 
 
@@ -257,8 +258,8 @@ def main():
     ratios = H.print_table(best, "samples_per_sec", "samples/s")
     run_id, commit = H.new_run_id(), H.git_commit()
     keep = ["impl", "data", "dataset_samples", "device", "pinned", "workers", "prefetch", "batch_size", "epochs",
-            "batches", "samples", "samples_per_sec", "samples_per_sec_whole", "seconds", "pss_peak_mb",
-            "pss_anon_peak_mb", "pss_file_peak_mb", "rss_peak_mb", "procs", "runs", "checksum_inputs",
+            "batches", "samples", "samples_per_sec", "samples_per_sec_whole", "best_samples_per_cpu_second", "seconds",
+            "pss_peak_mb", "pss_anon_peak_mb", "pss_file_peak_mb", "rss_peak_mb", "procs", "runs", "checksum_inputs",
             "checksum_targets", "peak_rss_mb", "rss_anon_mb", "rss_file_mb"]
     out = [dict({k: r[k] for k in keep if k in r}, workload=f"loader-{r['data']}", cpu=H.cpu_model(),
                 ratio_libtrain_over=ratios.get(impl), run_id=run_id, date=run_id[:4] + "-" + run_id[4:6] + "-" + run_id[6:8],

@@ -52,6 +52,22 @@ def _children(root):
     return tree
 
 
+def tree_cpu_seconds(root):
+    """User + system CPU seconds that root and its descendants (every thread) have used so far.
+    Taken at two moments by the process itself, it gives the rate per CPU-second, which other
+    programs on the same cores disturb much less than the wall-clock rate."""
+    tick, total = os.sysconf("SC_CLK_TCK"), 0
+    for pid in _children(root):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+            fields = stat[stat.rindex(")") + 2:].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / tick
+
+
 def tree_memory(root):
     """The process tree's memory now, in MB: sums of Rss, Pss, Pss_Anon, Pss_File, Pss_Shmem over root
     and its descendants, and how many processes there were. PSS shares each page among the processes
@@ -131,7 +147,7 @@ def checksums_match(row, ref, rel=1e-9):
 
 def best_rows(rows, rate_key):
     """For each impl, the row with its highest rate, with the highest memory peaks over all its runs
-    (the conservative figure) and its number of runs. Returns {impl: row} in the order impls first
+    (the conservative figure), its number of runs and its best rate per CPU-second. Returns {impl: row} in the order impls first
     appear."""
     best = {}
     for impl in dict.fromkeys(r["impl"] for r in rows):
@@ -140,6 +156,7 @@ def best_rows(rows, rate_key):
         for k in [k for k in top if k.endswith("_peak_mb")]:
             top[k] = max(r[k] for r in mine)
         top["runs"] = len(mine)
+        top["best_samples_per_cpu_second"] = max(r.get("samples_per_cpu_second", 0) for r in mine)
         best[impl] = top
     return best
 
@@ -147,11 +164,12 @@ def best_rows(rows, rate_key):
 def print_table(best, rate_key, rate_unit, ours="libtrain", per_core=None):
     """The table of each impl's best rate and memory peaks, then each ratio ours/peer (rate: higher
     is better for ours; memory: lower is) and the ratio against the strongest peer."""
-    cols = f"{'impl':<22} {rate_unit:>12}" + (f" {'/core':>8}" if per_core else "") + \
+    cols = f"{'impl':<22} {rate_unit:>12}" + (f" {'/core':>8}" if per_core else "") + f" {'/CPU-s':>9}" + \
         f" {'PSS MB':>9} {'anon':>8} {'file':>8} {'RSS sum':>9} {'procs':>5} {'runs':>4}"
     print(cols)
     for impl, r in best.items():
         print(f"{impl:<22} {r[rate_key]:>12,.0f}" + (f" {r[rate_key] / per_core:>8,.0f}" if per_core else "") +
+              f" {r.get('best_samples_per_cpu_second', 0):>9,.0f}"
               f" {r['pss_peak_mb']:>9.1f} {r['pss_anon_peak_mb']:>8.1f} {r['pss_file_peak_mb']:>8.1f}"
               f" {r['rss_peak_mb']:>9.1f} {r['procs']:>5} {r['runs']:>4}")
     if ours not in best:
@@ -161,8 +179,11 @@ def print_table(best, rate_key, rate_unit, ours="libtrain", per_core=None):
         if impl.startswith(ours):  # ours and its variants (libtrain_shards) are not peers
             continue
         ratios[impl] = dict(rate=o[rate_key] / r[rate_key], pss=o["pss_peak_mb"] / r["pss_peak_mb"],
-                            pss_anon=o["pss_anon_peak_mb"] / max(r["pss_anon_peak_mb"], 1e-9))
-        print(f"{ours}/{impl}: {rate_unit} {ratios[impl]['rate']:.2f}x, PSS {ratios[impl]['pss']:.2f}x, "
+                            pss_anon=o["pss_anon_peak_mb"] / max(r["pss_anon_peak_mb"], 1e-9),
+                            per_cpu_second=o.get("best_samples_per_cpu_second", 0) /
+                            max(r.get("best_samples_per_cpu_second", 0), 1e-9))
+        print(f"{ours}/{impl}: {rate_unit} {ratios[impl]['rate']:.2f}x (per CPU-second "
+              f"{ratios[impl]['per_cpu_second']:.2f}x), PSS {ratios[impl]['pss']:.2f}x, "
               f"anonymous PSS {ratios[impl]['pss_anon']:.2f}x")
     if ratios:
         strongest = max(ratios, key=lambda i: best[i][rate_key])

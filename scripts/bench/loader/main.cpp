@@ -13,6 +13,8 @@
 #include <train/datasets/token_file.h>
 #include <train/sample_dataset.h>
 
+#include <sys/resource.h>
+
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/scalar_tensor.h>
@@ -54,6 +56,14 @@ struct Flags {
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
+}
+
+// User + system CPU seconds of this process so far, every thread's: with the wall-clock rate, the
+// rate per CPU-second, which other programs on the same cores disturb much less.
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
 const char* data_kind(const Flags& f) {
@@ -135,6 +145,7 @@ struct Checksum {
 
 struct RunTimes {
   Clock::time_point start, first_epoch_end, end;
+  double cpu_first_epoch_end = 0, cpu_end = 0;
   int64_t samples = 0, samples_first_epoch = 0, batches = 0;
 };
 
@@ -157,11 +168,13 @@ RunTimes read_epochs(const Flags& f, train::SampleDataset& data, train::detail::
     }
     if (epoch == 1) {
       t.first_epoch_end = Clock::now();
+      t.cpu_first_epoch_end = cpu_seconds();
       t.samples_first_epoch = t.samples;
     }
   }
   (void)sum.inputs.item<double>();  // a GPU's queued work is done before the clock stops
   t.end = Clock::now();
+  t.cpu_end = cpu_seconds();
   out["wait_seconds"] = feed->wait_seconds();
   out["loader"] = feed->summary(f.batch_size);
   return t;
@@ -200,6 +213,11 @@ int run(const Flags& f) {
   out["samples_per_sec"] = has_steady ? static_cast<double>(t.samples - t.samples_first_epoch) / steady
                                       : static_cast<double>(t.samples) / whole;
   out["samples_per_sec_whole"] = static_cast<double>(t.samples) / whole;
+  if (has_steady) {  // the epochs after the first, as samples_per_sec
+    out["cpu_seconds_steady"] = t.cpu_end - t.cpu_first_epoch_end;
+    out["samples_per_cpu_second"] = static_cast<double>(t.samples - t.samples_first_epoch) /
+                                    std::max(1e-9, t.cpu_end - t.cpu_first_epoch_end);
+  }
   out["peak_rss_mb"] = mem.peak_mb;
   out["rss_anon_mb"] = mem.anon_mb;
   out["rss_file_mb"] = mem.file_mb;
