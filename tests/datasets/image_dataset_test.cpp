@@ -21,9 +21,8 @@
 using train::datasets::ImageDataset;
 using train::datasets::ImageMode;
 using train::datasets::ImageOptions;
-using train::test::error_of;
-using train::test::MemorySource;
 
+namespace train::test {
 namespace {
 
 std::vector<uint8_t> bytes_of(const at::Tensor& t) {
@@ -291,3 +290,4 @@ TEST(ImageDataset, ReducedDctStaysNearTheFullDecode) {
 }
 
 }  // namespace
+}  // namespace train::test

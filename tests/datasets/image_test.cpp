@@ -12,12 +12,12 @@
 #include <sstream>
 #include <thread>
 
+namespace train::test {
+
 using train::datasets::decode_image;
 using train::datasets::Image;
 using train::datasets::ImageFormat;
 using train::datasets::read_image_header;
-using train::test::error_of;
-using train::test::expect_message;
 
 namespace {
 
@@ -299,3 +299,4 @@ TEST(ImageDecode, ConversionsMatchPillow) {
 }
 
 }  // namespace
+}  // namespace train::test

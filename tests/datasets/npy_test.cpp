@@ -20,9 +20,8 @@ using train::datasets::NpyArray;
 using train::datasets::NpyDataset;
 using train::datasets::NpyDtype;
 using train::datasets::NpyOptions;
-using train::test::error_of;
-using train::test::expect_message;
 
+namespace train::test {
 namespace {
 
 
@@ -440,3 +439,5 @@ TEST(NpyDataset, FashionMnistAsUint8ArraysGivesTheIdxTensors) {
     EXPECT_EQ(differ, 0) << prefix;
   }
 }
+
+}  // namespace train::test

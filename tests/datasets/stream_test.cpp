@@ -21,11 +21,8 @@
 
 using train::datasets::Split;
 using train::datasets::StreamOptions;
-using train::test::error_of;
-using train::test::expect_hinted;
-using train::test::TempDir;
-using train::test::write_file;
 
+namespace train::test {
 namespace {
 
 void put_be32(std::vector<uint8_t>& b, uint32_t v) {
@@ -227,3 +224,5 @@ TEST(Stream, UnpacksNextToTheCheckpoints) {
     EXPECT_EQ(fallback.rfind("/tmp/libtrain-unpacked-", 0), 0u) << fallback;
   }
 }
+
+}  // namespace train::test

@@ -18,9 +18,8 @@ using train::datasets::TokenFile;
 using train::datasets::TokenFileDataset;
 using train::datasets::TokenFileOptions;
 using train::datasets::TokenFormat;
-using train::test::error_of;
-using train::test::expect_message;
 
+namespace train::test {
 namespace {
 
 
@@ -250,3 +249,5 @@ TEST(TokenFileDataset, ConcurrentGetsReadTheSameWindows) {
   for (auto& th : threads) th.join();
   for (int t = 0; t < 4; ++t) EXPECT_EQ(wrong[t], 0) << "thread " << t;
 }
+
+}  // namespace train::test

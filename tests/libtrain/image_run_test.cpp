@@ -5,6 +5,7 @@
 // --max-steps, SIGUSR2 and SIGKILL at any --data-workers; bad images are named, with exit 1 and
 // no checkpoint lost, or skipped and counted.
 #include "cifar_files.h"
+#include "gunzip.h"
 #include "image_files.h"
 #include "run_helpers.h"
 #include "test_util.h"
@@ -13,23 +14,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <signal.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cmath>
 #include <memory>
 #include <regex>
-#include <stdexcept>
 
-using train::test::bin;
-using train::test::contains;
-using train::test::event_of;
-using train::test::folder_bytes;
-using train::test::plus;
-using train::test::run_program;
-using train::test::RunResult;
-using train::test::sha_of;
-
+namespace train::test {
 namespace {
 
 // The Fashion-MNIST subset written as PNGs: the first 2048 training and 500 test images.
@@ -39,18 +30,6 @@ constexpr int kTest = 500;
 constexpr int kClasses = 4;
 constexpr int kPerClass = 16;
 constexpr int kJpegSteps = 2 * kClasses * kPerClass / 8;
-
-std::vector<uint8_t> gunzip(const std::string& path) {
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (f == nullptr) throw std::runtime_error("cannot open " + path);
-  std::vector<uint8_t> out;
-  uint8_t buf[1 << 16];
-  int got = 0;
-  while ((got = gzread(f, buf, sizeof(buf))) > 0) out.insert(out.end(), buf, buf + got);
-  gzclose(f);
-  if (got < 0) throw std::runtime_error("cannot decompress " + path);
-  return out;
-}
 
 // DIR/SPLIT/LABEL/NNNNN.png for the first `n` images of Fashion-MNIST's PREFIX files.
 void write_png_split(const std::string& dir, const std::string& prefix, int n) {
@@ -390,3 +369,4 @@ TEST_F(BadImages, NoCheckpointIsLostToABadImage) {
 }
 
 }  // namespace
+}  // namespace train::test

@@ -6,6 +6,7 @@
 // promises; bad files (truncated, wrong dtype, rows that disagree, a label out of range) stop the
 // run with the file, what was expected and found, and a hint, and never cost a checkpoint; skipped
 // samples are counted across a resume.
+#include "gunzip.h"
 #include "run_helpers.h"
 #include "test_util.h"
 #include "train/base/files.h"
@@ -17,7 +18,6 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <chrono>
 #include <cstring>
@@ -27,16 +27,7 @@
 #include <regex>
 #include <stdexcept>
 
-using train::test::bin;
-using train::test::contains;
-using train::test::count;
-using train::test::event_of;
-using train::test::folder_bytes;
-using train::test::plus;
-using train::test::run_program;
-using train::test::RunResult;
-using train::test::sha_of;
-
+namespace train::test {
 namespace {
 
 // The subset written as .npy: the first 2048 training and 500 test images.
@@ -49,19 +40,6 @@ constexpr int kEpochs = 2;
 constexpr int kSteps = kStepsPerEpoch * kEpochs;
 
 // ---- Fashion-MNIST's IDX files, and .npy files written from them -------------------------------
-
-std::vector<uint8_t> gunzip(const std::string& path) {
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (f == nullptr) throw std::runtime_error("cannot open " + path);
-  std::vector<uint8_t> out;
-  uint8_t buf[1 << 16];
-  int got = 0;
-  while ((got = gzread(f, buf, sizeof(buf))) > 0) out.insert(out.end(), buf, buf + got);
-  const bool failed = got < 0;
-  gzclose(f);
-  if (failed) throw std::runtime_error("cannot decompress " + path);
-  return out;
-}
 
 uint32_t big_endian32(const std::vector<uint8_t>& b, size_t at) {
   return (uint32_t{b.at(at)} << 24) | (uint32_t{b.at(at + 1)} << 16) | (uint32_t{b.at(at + 2)} << 8) | b.at(at + 3);
@@ -486,3 +464,4 @@ TEST_F(LoaderBadData, SkippedSamplesAreCountedAcrossAResume) {
 }
 
 }  // namespace
+}  // namespace train::test

@@ -13,14 +13,7 @@
 
 #include <regex>
 
-using train::test::bin;
-using train::test::contains;
-using train::test::event_of;
-using train::test::plus;
-using train::test::run_program;
-using train::test::RunResult;
-using train::test::sha_of;
-
+namespace train::test {
 namespace {
 
 // Fashion-MNIST's first 2048 training images, batch 64: one epoch of 32 steps.
@@ -144,3 +137,5 @@ TEST_F(StreamRun, AugmentIsRefusedAndMissingDataIsNamed) {
   EXPECT_TRUE(contains(missing.err, d.path() + ": IDX train-images-idx3-ubyte")) << missing.err;
   EXPECT_TRUE(contains(missing.err, "Hint:")) << missing.err;
 }
+
+}  // namespace train::test
