@@ -213,17 +213,22 @@ TEST(SbatchPreflight, ShardsTrainWillReadArePresentAndReadable) {
   write_text(tmp.file("train-000001.tar"), std::string(1500, 'b'));
   write_text(tmp.file("notes.txt"), "not a shard");
   PreflightOptions o;
-  // A pattern (what trainctl sbatch --stage-data gives train), and a folder with --dataset webdataset.
-  o.train_args = {"--dataset", "webdataset", "--data", tmp.path() + "/train-{000000..000001}.tar"};
+  // A pattern (what trainctl sbatch --stage-data gives train): the shards are there and readable.
+  o.train_args = {"--data", tmp.path() + "/train-{000000..000001}.tar"};
   PreflightReport r = run_preflight(o, {});
   ASSERT_TRUE(r.errors.empty()) << r.errors[0];
   ASSERT_FALSE(r.passed.empty());
   EXPECT_EQ(r.passed[0], "data: 2 WebDataset shard files (2500 bytes) present and readable: " + tmp.path() +
                              "/train-{000000..000001}.tar");
+  // A folder with --dataset webdataset: there and readable, and then read as train reads them: these
+  // are no tar files, and the first is named.
   o.train_args = {"--dataset", "webdataset", "--data", tmp.path()};
   r = run_preflight(o, {});
   ASSERT_FALSE(r.passed.empty());
   EXPECT_EQ(r.passed[0], "data: 2 WebDataset shard files (2500 bytes) present and readable: " + tmp.path());
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_TRUE(contains(r.errors[0], tmp.file("train-000000.tar"))) << r.errors[0];
+  EXPECT_TRUE(contains(r.errors[0], "Hint: ")) << r.errors[0];
   // A pattern is shards whatever the dataset: the first missing one is named.
   o.train_args = {"--data", tmp.path() + "/train-{000000..000003}.tar"};
   r = run_preflight(o, {});
