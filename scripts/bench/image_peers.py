@@ -42,6 +42,7 @@ def parse_args(argv=None):
     p.add_argument("--count", type=int, default=2000, help="with --make: how many images")
     p.add_argument("--classes", type=int, default=10, help="with --make: how many class folders")
     p.add_argument("--shards", type=int, default=32, help="with --make: tar shards (at least the workers of a side)")
+    p.add_argument("--photos", default="", help="with --make: the photographs' folder (default: scikit-image's data)")
     p.add_argument("--workers", type=int, default=os.cpu_count(), help="workers of every side (default: the cores)")
     p.add_argument("--prefetch", type=int, default=0, help="batches read ahead; 0: 2 per worker (DataLoader's default)")
     p.add_argument("--batch-size", type=int, default=32, help="the ImageNet recipe's 32 a GPU")
@@ -84,27 +85,67 @@ def cut_photo(photo, rng, size):
     return img.transpose(Image.FLIP_LEFT_RIGHT) if rng.random() < 0.5 else img
 
 
-def make_images(out, count, classes, shards, seed=0):
+def photo_folder(photos):
+    """Where the photographs are: `photos`, else scikit-image's data folder."""
+    if photos:
+        return photos
+    try:
+        import skimage
+    except ImportError:
+        sys.exit("image_peers --make: expected scikit-image (its data folder holds the photographs the images are "
+                 "cut from) or --photos DIR, found neither. Hint: scripts/bench/peers-setup.sh installs it; on a "
+                 "machine without a network, copy .venv/lib/python3.11/site-packages/skimage/data there and pass "
+                 "--photos (PHOTOS= for image_bench.sh).")
+    return os.path.join(os.path.dirname(skimage.__file__), "data")
+
+
+def write_shards(out, files, per_shard):
+    """out/shards/train-NNNNNN.tar: KEY.jpg and KEY.cls of `files` in their order, per_shard samples a
+    shard, by webdataset's ShardWriter, or where webdataset is missing by tarfile in ShardWriter's
+    layout (the same members, the label as its decimal text)."""
+    import io
+    import tarfile
+    os.makedirs(os.path.join(out, "shards"), exist_ok=True)
+    for old in glob.glob(os.path.join(out, "shards", "train-*.tar")):
+        os.remove(old)
+    samples = [(f"{cls}_{os.path.basename(path)[:-4]}", path, c) for cls, path, c in files]
+    try:
+        import webdataset as wds
+    except ImportError:
+        print("image_peers: webdataset is not installed: the shards are written by tarfile in ShardWriter's layout")
+        for n in range(0, len(samples), per_shard):
+            with tarfile.open(os.path.join(out, "shards", f"train-{n // per_shard:06d}.tar"), "w") as tar:
+                for key, path, c in samples[n:n + per_shard]:
+                    for name, data in [(key + ".jpg", open(path, "rb").read()), (key + ".cls", str(c).encode())]:
+                        info = tarfile.TarInfo(name)
+                        info.size = len(data)
+                        tar.addfile(info, io.BytesIO(data))
+        return
+    with wds.ShardWriter(os.path.join(out, "shards", "train-%06d.tar"), maxcount=per_shard, verbose=0) as w:
+        for key, path, c in samples:
+            w.write({"__key__": key, "jpg": open(path, "rb").read(), "cls": c})
+
+
+def make_images(out, count, classes, shards, seed=0, photos=""):
     """Writes out/train/class_NN/img_NNNNNN.jpg (count JPEGs at quality 90, about 500x375, landscape
     or portrait) and out/shards/train-NNNNNN.tar (the same bytes as WebDataset's ShardWriter writes
     them: KEY.jpg and KEY.cls, in the folder's order). Kept when out/done says the same sizes."""
     import io
     import numpy as np
-    import skimage
-    import webdataset as wds
     from PIL import Image
     stamp = f"{count} images, {classes} classes, {shards} shards, seed {seed}\n"
     done = os.path.join(out, "done")
     if os.path.exists(done) and open(done).read() == stamp:
         return
-    photos = [Image.open(os.path.join(os.path.dirname(skimage.__file__), "data", p)).convert("RGB") for p in PHOTOS]
+    folder = photo_folder(photos)
+    pictures = [Image.open(os.path.join(folder, p)).convert("RGB") for p in PHOTOS]
     rng = np.random.default_rng(seed)
     files = []
     for i in range(count):
         c = i % classes
         w = int(rng.integers(450, 521))
         size = (w, w * 3 // 4) if rng.random() < 0.75 else (w * 3 // 4, w)
-        img = cut_photo(photos[int(rng.integers(0, len(photos)))], rng, size)
+        img = cut_photo(pictures[int(rng.integers(0, len(pictures)))], rng, size)
         buf = io.BytesIO()
         img.save(buf, format="JPEG", quality=90)
         path = os.path.join(out, "train", f"class_{c:02d}", f"img_{i:06d}.jpg")
@@ -113,12 +154,7 @@ def make_images(out, count, classes, shards, seed=0):
             f.write(buf.getvalue())
         files.append((f"class_{c:02d}", path, c))
     files.sort()  # ImageFolder's order: classes sorted, then file names
-    os.makedirs(os.path.join(out, "shards"), exist_ok=True)
-    for old in glob.glob(os.path.join(out, "shards", "train-*.tar")):
-        os.remove(old)
-    with wds.ShardWriter(os.path.join(out, "shards", "train-%06d.tar"), maxcount=-(-count // shards), verbose=0) as w:
-        for cls, path, c in files:
-            w.write({"__key__": f"{cls}_{os.path.basename(path)[:-4]}", "jpg": open(path, "rb").read(), "cls": c})
+    write_shards(out, files, -(-count // shards))
     with open(done, "w") as f:
         f.write(stamp)
     total = sum(os.path.getsize(p) for _, p, _ in files)
@@ -358,7 +394,7 @@ def main():
     if a.run_peer:
         return run_peer(a)
     if a.make:
-        make_images(a.make, a.count, a.classes, a.shards, a.seed)
+        make_images(a.make, a.count, a.classes, a.shards, a.seed, a.photos)
         if a.only_make:
             return
     sides = available_sides(a)
