@@ -42,7 +42,7 @@ setup)
   # The installed headers are exactly the components' public include/ folders: nothing from src/,
   # no detail or private headers, and none that includes Gloo, c10d, spdlog, CLI11 or nlohmann.
   (cd "$prefix/include" && find . -type f | sort) >"$work/headers.installed"
-  for d in libtrain/base libtrain libtrain/builtin launcher datasets/catalog datasets models; do (cd "$src/$d/include" && find . -type f); done |
+  for d in libtrain/base libtrain libtrain/builtin launcher datasets/catalog datasets/images datasets models; do (cd "$src/$d/include" && find . -type f); done |
     sort >"$work/headers.public"
   diff "$work/headers.public" "$work/headers.installed" ||
     fail "installed headers (right) differ from the public include/ folders (left)"
