@@ -55,5 +55,11 @@ if ! .venv/bin/python -c 'import torchvision' 2>/dev/null; then
   .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps torchvision==0.26.0
   .venv/bin/python -m pip install -q --disable-pip-version-check pillow
 fi
+# scikit-image's photos (its data folder): the reduced-DCT test and the image benchmarks cut their
+# JPEGs from real photographs. Only the files are used, so --no-deps (no scipy).
+if ! ls .venv/lib/python3*/site-packages/skimage/data/chelsea.png >/dev/null 2>&1; then
+  echo "setup: pip install scikit-image==0.26.0 (--no-deps: its photos) into .venv"
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps scikit-image==0.26.0
+fi
 echo "setup: ok (torch $(.venv/bin/python -c 'import torch; print(torch.__version__)' 2>/dev/null), tensorboard \
 $(.venv/bin/python -c 'import tensorboard; print(tensorboard.__version__)' 2>/dev/null))"
