@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <regex>
 
@@ -329,6 +330,13 @@ TEST_F(BadImages, ATextFileNamedJpgIsNamed) {
 TEST_F(BadImages, AnEmptyClassFolderIsNamed) {
   train::files::make_dirs(data("train/class9"));
   fails("class9", "class9");
+}
+
+// val/ without one of train/'s class folders would number the classes after it differently.
+TEST_F(BadImages, AnEvaluationFolderWithoutAClassIsNamed) {
+  for (const std::string& name : train::files::list_dir(data("val/class3"))) std::remove(data("val/class3/" + name).c_str());
+  ::rmdir(data("val/class3").c_str());
+  fails("val: expected the 4 classes of", "(the same class folders), found 3 classes");
 }
 
 TEST_F(BadImages, SkipCountsTheBadImageAndTrains) {

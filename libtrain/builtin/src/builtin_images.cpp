@@ -45,8 +45,11 @@ datasets::ImageOptions image_options(const Recipe& c, const models::ModelInfo& i
                           std::to_string(info.height) + " (the model's input is " + std::to_string(info.channels) + "x" +
                           std::to_string(info.height) + "x" + std::to_string(info.width) + "), found " +
                           std::to_string(o.size) + ".",
-                      "leave --image-size out, or use --model resnet18 (any size; the ImageNet recipe from " +
-                          std::to_string(kImageNetFrom) + " px).");
+                      c.model == "resnet18"
+                          ? "use --image-size " + std::to_string(info.height) + " (the CIFAR stem, images as they are) or " +
+                                std::to_string(kImageNetFrom) + " and more (the ImageNet stem, crop and flip)."
+                          : "leave --image-size out, or use --model resnet18 (the ImageNet recipe from " +
+                                std::to_string(kImageNetFrom) + " px).");
   }
   o.mode = datasets::ImageMode::none;
   const catalog::DatasetInfo& d = catalog::dataset_info(catalog::recipe_for(c.model).dataset);
@@ -96,6 +99,22 @@ std::pair<std::shared_ptr<datasets::ImageSource>, std::shared_ptr<datasets::Imag
   return {train, eval};
 }
 
+// The evaluation split numbers its classes as the training split does: a folder's val/ has the same
+// class folders (a missing one would shift every label after it); shards' labels are numbers, so
+// the evaluation's may only be fewer.
+void check_eval_classes(const datasets::ImageSource& train, const datasets::ImageSource* eval, bool folders) {
+  if (eval == nullptr) return;
+  const std::vector<std::string>& t = train.classes();
+  const std::vector<std::string>& e = eval->classes();
+  if (folders ? e == t : e.size() <= t.size()) return;
+  throw DataError(eval->name() + ": expected the " + std::to_string(t.size()) + " classes of " + train.name() +
+                      (folders ? " (the same class folders)" : " or fewer") + ", found " + std::to_string(e.size()) +
+                      (folders ? " classes, from '" + e.front() + "' to '" + e.back() + "'" : " classes") + ".",
+                  folders ? "give the evaluation folder one folder per class of the training folder (an empty one "
+                            "is refused: leave the class out of both, or add its images)."
+                          : "check that the evaluation shards belong to this training set.");
+}
+
 }  // namespace
 
 bool is_image_dataset(const std::string& dataset) { return dataset == "imagefolder" || dataset == "webdataset"; }
@@ -118,6 +137,7 @@ void load_images(TrainSpec& spec, const Recipe& c, const models::ModelInfo& info
   }
   auto [train_source, eval_source] = open_sources(c, cache_dir);
   const int64_t classes = static_cast<int64_t>(train_source->classes().size());
+  check_eval_classes(*train_source, eval_source.get(), c.dataset == "imagefolder");
   if (c.model == "resnet18") {
     model.num_classes = classes;
   } else if (classes > info.num_classes) {
