@@ -353,6 +353,24 @@ TEST_F(BadImages, SkipCountsTheBadImageAndTrains) {
   EXPECT_EQ(event_of(r).value("skipped_samples", -1), 1) << r.out;
 }
 
+// A bad evaluation image: named (exit 1) at the first evaluation; under --bad-samples skip left out
+// of the evaluation with a warning naming it, and the run ends.
+TEST_F(BadImages, ABadEvaluationImageIsNamedOrLeftOut) {
+  const std::string f = data("val/class1/img11.jpg");
+  std::vector<uint8_t> bytes = read_bytes(f);
+  bytes.resize(bytes.size() / 2);
+  write_file(f, bytes);
+  fails("val/class1/img11.jpg", "(evaluation)");
+  const RunResult r = run_program(
+      {bin("train"), "--model", "resnet18", "--dataset", "imagefolder", "--data", work_->file("data"), "--image-size",
+       "64", "--batch-size", "8", "--epochs", "1", "--device", "cpu", "--threads", "1", "--bad-samples", "skip"},
+      {}, 600);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "val/class1/img11.jpg")) << r.err;
+  EXPECT_TRUE(contains(r.err, "left out of the evaluation")) << r.err;
+  EXPECT_TRUE(event_of(r).contains("test_accuracy")) << r.out;
+}
+
 // A checkpoint written by a good epoch survives a resume that meets a bad image.
 TEST_F(BadImages, NoCheckpointIsLostToABadImage) {
   const std::string ck = work_->file("ck");

@@ -2,6 +2,7 @@
 #include "data/sample_reads.h"
 
 #include "train/base/error.h"
+#include "train/base/log.h"
 #include "train/base/parallel.h"
 
 #include <ATen/ops/stack.h>
@@ -29,17 +30,29 @@ Sample read_one(SampleDataset& data, int64_t index, const SampleDraw& draw) {
 
 }  // namespace
 
-Batch read_samples(SampleDataset& data, const std::vector<int64_t>& indices, int threads, const SampleDraw& draw) {
+Batch read_samples(SampleDataset& data, const std::vector<int64_t>& indices, int threads, const SampleDraw& draw,
+                   bool skip_bad) {
   const int64_t n = static_cast<int64_t>(indices.size());
   std::vector<Sample> samples(indices.size());
-  // A sample that can't be read: the first in the batch's order is rethrown.
+  // A sample that can't be read: the first in the batch's order is rethrown, or (skip_bad) it is
+  // said and left out.
   train::parallel_for(n, threads, [&](int64_t i) {
-    samples[static_cast<size_t>(i)] = read_one(data, indices[static_cast<size_t>(i)], draw);
+    try {
+      samples[static_cast<size_t>(i)] = read_one(data, indices[static_cast<size_t>(i)], draw);
+    } catch (const DataError& e) {
+      if (!skip_bad) throw;
+      log::warn("--bad-samples skip: " + std::string(e.message()) + "; left out of the evaluation");
+    }
   });
   std::vector<at::Tensor> inputs, targets;
+  const Sample* first_read = nullptr;
+  for (const Sample& s : samples) {
+    if (s.input.defined() && first_read == nullptr) first_read = &s;
+  }
   for (int64_t i = 0; i < n; ++i) {
     const Sample& s = samples[static_cast<size_t>(i)];
-    const Sample& first = samples.front();
+    if (skip_bad && !s.input.defined() && !s.target.defined()) continue;  // left out above
+    const Sample& first = first_read != nullptr ? *first_read : s;
     if (!s.input.defined() || !s.target.defined() || s.input.sizes() != first.input.sizes() ||
         s.target.sizes() != first.target.sizes() || s.input.scalar_type() != first.input.scalar_type()) {
       throw DataError(data.name() + ": sample " + std::to_string(indices[static_cast<size_t>(i)]) +
@@ -50,6 +63,7 @@ Batch read_samples(SampleDataset& data, const std::vector<int64_t>& indices, int
     inputs.push_back(s.input);
     targets.push_back(s.target);
   }
+  if (inputs.empty()) return {};
   return {at::stack(inputs), at::stack(targets)};
 }
 

@@ -264,8 +264,8 @@ namespace {
 // the model evaluates this one.
 class EvalBatches {
  public:
-  EvalBatches(const TrainSpec& spec, int rank, int world, at::Device device, int threads)
-      : spec_(spec), rank_(rank), world_(world), device_(device), threads_(threads) {
+  EvalBatches(const TrainSpec& spec, int rank, int world, at::Device device, int threads, bool skip_bad)
+      : spec_(spec), rank_(rank), world_(world), device_(device), threads_(threads), skip_bad_(skip_bad) {
     const int64_t size = spec.eval_data ? spec.eval_data->size() : spec.eval_samples->size();
     count_ = size > rank ? (size - rank + world - 1) / world : 0;
     if (spec.eval_data) idx_ = torch::arange(rank, size, world, at::TensorOptions().dtype(at::kLong).device(device));
@@ -273,6 +273,7 @@ class EvalBatches {
   int64_t count() const { return count_; }
 
   // The batch of positions [start, start + len); `next` is the span asked for after it (len 0: none).
+  // Under --bad-samples skip a sample dataset's batch may be short, or empty (undefined tensors).
   Batch get(int64_t start, int64_t len, int64_t next_start, int64_t next_len) {
     if (spec_.eval_data) return spec_.eval_data->get_batch(idx_.narrow(0, start, len));
     Batch b = ahead_.valid() && ahead_start_ == start ? ahead_.get() : read(start, len);
@@ -280,6 +281,7 @@ class EvalBatches {
       ahead_start_ = next_start;
       ahead_ = std::async(std::launch::async, [this, next_start, next_len] { return read(next_start, next_len); });
     }
+    if (!b.inputs.defined()) return b;
     return {b.inputs.to(device_), b.targets.to(device_)};
   }
 
@@ -291,13 +293,14 @@ class EvalBatches {
   Batch read(int64_t start, int64_t len) const {
     std::vector<int64_t> indices;
     for (int64_t k = start; k < start + len; ++k) indices.push_back(rank_ + k * world_);
-    return detail::read_samples(*spec_.eval_samples, indices, threads_, SampleDraw{});
+    return detail::read_samples(*spec_.eval_samples, indices, threads_, SampleDraw{}, skip_bad_);
   }
 
   const TrainSpec& spec_;
   int rank_, world_;
   at::Device device_;
   int threads_;
+  bool skip_bad_;
   int64_t count_ = 0;
   at::Tensor idx_;
   std::future<Batch> ahead_;
@@ -313,7 +316,8 @@ EvalResult Trainer::Run::evaluate(bool one_batch) {
   ModelHandle& model = learner.model;
   const TrainSpec& spec = *plan.spec;
   model.module->eval();
-  EvalBatches batches(spec, env().rank, env().world_size, device(), plan.data_workers);
+  EvalBatches batches(spec, env().rank, env().world_size, device(), plan.data_workers,
+                      config().data.bad_samples == BadSamples::skip);
   const int64_t n_metrics = static_cast<int64_t>(spec.metrics.size());
   // [loss sum, count, metric sums...]
   at::Tensor totals = torch::zeros({2 + n_metrics}, at::TensorOptions().dtype(at::kDouble).device(device()));
@@ -323,9 +327,10 @@ EvalResult Trainer::Run::evaluate(bool one_batch) {
     const int64_t next_len = one_batch ? 0 : std::max<int64_t>(0, std::min(tb, n - start - tb));
     detail::mark_phase(comm.where, detail::Phase::evaluation);
     Batch b = user_code("the evaluation's Dataset::get_batch", [&] { return batches.get(start, len, start + tb, next_len); });
+    if (!b.targets.defined()) continue;  // every sample of it left out (--bad-samples skip)
     at::Tensor out = user_code("the model's forward (evaluation)", [&] { return model.forward(b.inputs); });
     totals[0] += user_code("the loss (evaluation)", [&] { return spec.loss(out, b.targets, Reduction::sum); }).to(at::kDouble);
-    totals[1] += static_cast<double>(len);
+    totals[1] += static_cast<double>(b.targets.size(0));
     for (int64_t m = 0; m < n_metrics; ++m) {
       const Metric& metric = spec.metrics[static_cast<size_t>(m)];
       totals[2 + m] += user_code("a metric (evaluation)", [&] { return metric.batch_sum(out, b.targets); }).to(at::kDouble);
