@@ -20,6 +20,7 @@ add_library(train STATIC
   ${_train_src}/data/epoch_orders.cpp
   ${_train_src}/data/index_feed.cpp
   ${_train_src}/data/loader.cpp
+  ${_train_src}/data/eval_batches.cpp
   ${_train_src}/data/sample_reads.cpp
   ${_train_src}/data/sampler.cpp
   ${_train_src}/data/scalable_order.cpp

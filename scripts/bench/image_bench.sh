@@ -24,14 +24,8 @@ if [ -z "${PYTHON:-}" ]; then
 fi
 mkdir -p "$DATA" "$OUT"
 
-if [ ! -f "$BUILD/build.ninja" ]; then
-  tp=$("$PYTHON" -c 'import torch; print(torch.utils.cmake_prefix_path)')
-  prefix="$tp"; [ -d .deps/usr ] && prefix="$PWD/.deps/usr;$tp"
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAIN_BUILD_TESTS=OFF -DCMAKE_PREFIX_PATH="$prefix" \
-    > "$OUT/configure.log" 2>&1 || { tail -20 "$OUT/configure.log"; exit 1; }
-fi
-cmake --build "$BUILD" -j "$(nproc)" --target loader_bench > "$OUT/build.log" 2>&1 ||
-  { grep -E "error|Error" -A3 "$OUT/build.log" | head -30; echo "image_bench.sh: the build failed ($OUT/build.log)"; exit 1; }
+source scripts/bench/build_loader_bench.sh
+build_loader_bench image_bench.sh || exit 1
 
 # The photographs: scikit-image's data folder, or PHOTOS=DIR (a copy of it) where scikit-image is missing.
 "$PYTHON" scripts/bench/image_peers.py --make "$DATA" --count "$COUNT" --shards "$SHARDS" --only-make \

@@ -24,16 +24,9 @@ if [ -z "${PYTHON:-}" ]; then
 fi
 mkdir -p "$DATA" "$OUT"
 
-# The build: an existing build dir as it is configured; a new one against this Python's torch, and
-# .deps/usr's libraries where scripts/gpu-deps.sh put them.
-if [ ! -f "$BUILD/build.ninja" ]; then
-  tp=$("$PYTHON" -c 'import torch; print(torch.utils.cmake_prefix_path)')
-  prefix="$tp"; [ -d .deps/usr ] && prefix="$PWD/.deps/usr;$tp"
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAIN_BUILD_TESTS=OFF -DCMAKE_PREFIX_PATH="$prefix" \
-    > "$OUT/configure.log" 2>&1 || { tail -20 "$OUT/configure.log"; exit 1; }
-fi
-cmake --build "$BUILD" -j "$(nproc)" --target loader_bench > "$OUT/build.log" 2>&1 ||
-  { grep -E "error|Error" -A3 "$OUT/build.log" | head -30; echo "loader_bench.sh: the build failed ($OUT/build.log)"; exit 1; }
+# The build (build_loader_bench.sh).
+source scripts/bench/build_loader_bench.sh
+build_loader_bench loader_bench.sh || exit 1
 
 # The files, written once per size (kept between calls).
 "$PYTHON" - "$DATA" "$NPY_MB" "$TOKENS_M" <<'PY'

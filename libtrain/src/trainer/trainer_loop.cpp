@@ -3,13 +3,12 @@
 // Read top to bottom; what each concern does lives in its part (optim/schedule.h,
 // stops/stop_agreement.h, checkpoint/checkpoint_session.h, log/run_log.h, step/step_observers.h).
 #include "trainer/trainer_run.h"
-#include "data/sample_reads.h"
+#include "data/eval_batches.h"
 
 #include "train/base/checkpoint_budget.h"
 #include "train/base/host_memory.h"
 #include "train/base/subprocess.h"
 
-#include <future>
 #include <limits>
 
 namespace train {
@@ -257,58 +256,6 @@ void Trainer::Run::note_memory() {
   result.rss_file_mb = std::max(result.rss_file_mb, r.file_mb);
 }
 
-namespace {
-
-// The evaluation's batches of this rank, samples rank, rank + world, ...: gathered from data held
-// on the device, or read from a sample dataset on the loader's threads, the next batch read while
-// the model evaluates this one.
-class EvalBatches {
- public:
-  EvalBatches(const TrainSpec& spec, int rank, int world, at::Device device, int threads, bool skip_bad)
-      : spec_(spec), rank_(rank), world_(world), device_(device), threads_(threads), skip_bad_(skip_bad) {
-    const int64_t size = spec.eval_data ? spec.eval_data->size() : spec.eval_samples->size();
-    count_ = size > rank ? (size - rank + world - 1) / world : 0;
-    if (spec.eval_data) idx_ = torch::arange(rank, size, world, at::TensorOptions().dtype(at::kLong).device(device));
-  }
-  int64_t count() const { return count_; }
-
-  // The batch of positions [start, start + len); `next` is the span asked for after it (len 0: none).
-  // Under --bad-samples skip a sample dataset's batch may be short, or empty (undefined tensors).
-  Batch get(int64_t start, int64_t len, int64_t next_start, int64_t next_len) {
-    if (spec_.eval_data) return spec_.eval_data->get_batch(idx_.narrow(0, start, len));
-    Batch b = ahead_.valid() && ahead_start_ == start ? ahead_.get() : read(start, len);
-    if (next_len > 0) {
-      ahead_start_ = next_start;
-      ahead_ = std::async(std::launch::async, [this, next_start, next_len] { return read(next_start, next_len); });
-    }
-    if (!b.inputs.defined()) return b;
-    return {b.inputs.to(device_), b.targets.to(device_)};
-  }
-
-  ~EvalBatches() {
-    if (ahead_.valid()) ahead_.wait();  // its thread reads the spec's data
-  }
-
- private:
-  Batch read(int64_t start, int64_t len) const {
-    std::vector<int64_t> indices;
-    for (int64_t k = start; k < start + len; ++k) indices.push_back(rank_ + k * world_);
-    return detail::read_samples(*spec_.eval_samples, indices, threads_, SampleDraw{}, skip_bad_);
-  }
-
-  const TrainSpec& spec_;
-  int rank_, world_;
-  at::Device device_;
-  int threads_;
-  bool skip_bad_;
-  int64_t count_ = 0;
-  at::Tensor idx_;
-  std::future<Batch> ahead_;
-  int64_t ahead_start_ = -1;
-};
-
-}  // namespace
-
 // Each rank evaluates samples rank, rank + world, ...: no padding, so the all-reduced totals
 // equal single-process evaluation.
 EvalResult Trainer::Run::evaluate(bool one_batch) {
@@ -316,8 +263,8 @@ EvalResult Trainer::Run::evaluate(bool one_batch) {
   ModelHandle& model = learner.model;
   const TrainSpec& spec = *plan.spec;
   model.module->eval();
-  EvalBatches batches(spec, env().rank, env().world_size, device(), plan.data_workers,
-                      config().data.bad_samples == BadSamples::skip);
+  detail::EvalBatches batches(spec, env().rank, env().world_size, device(), plan.data_workers,
+                              config().data.bad_samples == BadSamples::skip);
   const int64_t n_metrics = static_cast<int64_t>(spec.metrics.size());
   // [loss sum, count, metric sums...]
   at::Tensor totals = torch::zeros({2 + n_metrics}, at::TensorOptions().dtype(at::kDouble).device(device()));
