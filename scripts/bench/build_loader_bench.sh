@@ -1,6 +1,12 @@
 # Sourced by the loader and image benchmarks: builds loader_bench into $BUILD (an existing build dir as
 # it is configured; a new one against $PYTHON's torch, and .deps/usr's libraries where
 # scripts/gpu-deps.sh put them), logs in $OUT. $1: the calling script's name, for the message.
+# Sourcing it sets PYTHON, unless given: the repo's venv when it imports torch, else python3.
+if [ -z "${PYTHON:-}" ]; then
+  PYTHON=python3
+  [ -x .venv/bin/python ] && .venv/bin/python -c 'import torch' 2>/dev/null && PYTHON=.venv/bin/python
+fi
+
 build_loader_bench() {
   if [ ! -f "$BUILD/build.ninja" ]; then
     local tp prefix

@@ -18,12 +18,9 @@ DATA=${DATA:-/tmp/libtrain-image-bench/$COUNT}
 OUT=${OUT:-$DATA}
 BATCH=${BATCH:-32} EPOCHS=${EPOCHS:-2} ROUNDS=${ROUNDS:-2} DEVICE=${DEVICE:-cpu}
 RESULTS=${RESULTS-$repo/docs/benchmarks/results.jsonl}  # empty: no rows appended
-if [ -z "${PYTHON:-}" ]; then
-  PYTHON=python3
-  [ -x .venv/bin/python ] && .venv/bin/python -c 'import torch' 2>/dev/null && PYTHON=.venv/bin/python
-fi
 mkdir -p "$DATA" "$OUT"
 
+# PYTHON (the venv's with torch, else python3) and the build: build_loader_bench.sh.
 source scripts/bench/build_loader_bench.sh
 build_loader_bench image_bench.sh || exit 1
 
