@@ -25,4 +25,7 @@ cp -a $lib/libturbojpeg.so* $lib/libpng16.so* $lib/libpng.so "$dest/lib/x86_64-l
 for p in spdlog fmt GTest; do cp -r "$lib/cmake/$p" "$dest/lib/x86_64-linux-gnu/cmake/"; done
 for p in CLI11 nlohmann_json; do cp -r "/usr/share/cmake/$p" "$dest/share/cmake/"; done
 cp /usr/share/datasets/fashion-mnist/*.gz "$repo/.deps/fashion-mnist/"
+# The photographs the image benchmarks cut their JPEGs from (scikit-image's data folder), for PHOTOS=.deps/photos.
+skimage=$repo/.venv/lib/python3.11/site-packages/skimage/data
+[ -d "$skimage" ] && cp -r "$skimage" "$repo/.deps/photos"
 du -sh "$repo/.deps"

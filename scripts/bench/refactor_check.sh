@@ -31,20 +31,23 @@ build() {  # src dir, build dir, targets...
 t0=$(date +%s)
 # Only what the parts asked for (PARTS) is built: the base tree for ab and gru alone.
 parts=" ${PARTS:-tests loader ab gru} "
-targets="train_program"
+targets="train_program ${EXTRA_TARGETS:-}"  # EXTRA_TARGETS: more of this tree (e.g. resnet_bench loader_bench)
 [[ $parts == *" tests "* ]] && targets+=" gpu_train_test"
 [[ $parts == *" tokens "* ]] && targets+=" transformer_bench"
 [[ $parts == *" gru "* ]] && targets+=" gru_bench"
-[[ $parts == *" ab "* || $parts == *" gru "* ]] || jobs=$(nproc)  # one tree: all the cores
+[[ $parts == *" ab "* || $parts == *" gru "* || -n ${BUILD_BASE:-} ]] || jobs=$(nproc)  # one tree: all the cores
 build $NEW build-gpu $targets & new=$!
 rc_base=0
-if [[ $parts == *" ab "* || $parts == *" gru "* ]]; then
+if [[ $parts == *" ab "* || $parts == *" gru "* || -n ${BUILD_BASE:-} ]]; then
   build $BASE build-base train_program gru_bench & base=$!
 fi
 wait $new; rc_new=$?; [ -n "${base:-}" ] && { wait $base; rc_base=$?; }
 echo "built in $(( $(date +%s) - t0 )) s (this tree rc=$rc_new, base rc=$rc_base)"
 [ $rc_new = 0 ] || { grep -E "error" -A3 $OUT/build-build-gpu.log | head -40; exit 1; }
 [ $rc_base = 0 ] || { grep -E "error" -A3 $OUT/build-build-base.log | head -40; exit 1; }
+# BUILD_ONLY=1: build PARTS' programs (and the base tree with BUILD_BASE=1) and stop, for a later call
+# on the same warm machine to run them.
+[ -n "${BUILD_ONLY:-}" ] && exit 0
 for part in ${PARTS:-tests loader ab gru}; do
   case $part in
   tests)
