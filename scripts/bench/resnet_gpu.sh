@@ -36,7 +36,7 @@ side() {  # name, command...: runs it, keeps its output, prints the rate line
   [ $rc = 0 ] || tail -5 "$OUT/$name.err"
 }
 {
-  side loader-alone "$BUILD/bin/loader_bench" --shards "$spec" --workers "$WORKERS" --batch-size "$BATCH" --epochs 2 --device cuda
+  side loader-alone "$BUILD/bin/loader_bench" --shards "$spec" --workers "$WORKERS" --prefetch "$WORKERS" --batch-size "$BATCH" --epochs 2 --device cuda
   side libtrain-fed "$BUILD/bin/resnet_bench" --shards "$spec" --data-workers "$WORKERS" --epochs "$EPOCHS" $F
   side libtrain-resident "$BUILD/bin/resnet_bench" --shards "$spec" --resident "$RESIDENT" --epochs $(( EPOCHS * COUNT / RESIDENT )) $F
   side python-dataloader "$PYTHON" scripts/bench/resnet_peers.py --data "$DATA" --fed dataloader --workers "$WORKERS" --batch-size "$BATCH"

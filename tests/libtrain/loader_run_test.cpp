@@ -207,7 +207,7 @@ TEST_F(LoaderRun, NpyGivesTheIdxRunsBits) {
 // ---- 2. Resumes bit for bit whatever the loader's threads --------------------------------------------
 
 // (a) Stopped by --max-steps 13 (1 thread, 1 batch ahead; the checkpoint of step 7 is the last),
-// resumed with 4 threads and 3 batches ahead.
+// resumed with 4 threads and --prefetch left out: 4 batches ahead, one per thread.
 TEST_F(LoaderRun, ResumesExactlyAtAnyWorkerCount) {
   const std::string want = reference();
   train::test::TempDir d("loaderresume");
@@ -217,12 +217,23 @@ TEST_F(LoaderRun, ResumesExactlyAtAnyWorkerCount) {
   ASSERT_EQ(first.exit_code, 0) << first.err;
   EXPECT_EQ(event_of(first).value("steps", -1), 13) << first.out;
   EXPECT_TRUE(loader_said(first.err, 1, 1)) << first.err;
-  const RunResult rest = run_program(npy_train(data(), plus(ck, {"--data-workers", "4", "--prefetch", "3"})), {}, 300);
+  const RunResult rest = run_program(npy_train(data(), plus(ck, {"--data-workers", "4"})), {}, 300);
   ASSERT_EQ(rest.exit_code, 0) << rest.err;
-  EXPECT_TRUE(loader_said(rest.err, 4, 3)) << rest.err;
+  EXPECT_TRUE(loader_said(rest.err, 4, 4)) << rest.err;
+  EXPECT_EQ(rest.err.find("threads wait"), std::string::npos) << rest.err;
   EXPECT_EQ(resumed_step(rest.err), 7) << rest.err;
   EXPECT_EQ(event_of(rest).value("steps", -1), kSteps) << rest.out;
   EXPECT_EQ(sha_of(rest), want) << rest.err;
+}
+
+// Each thread fills whole batches: an explicit --prefetch that leaves threads without a batch to
+// fill is said, naming how many wait.
+TEST_F(LoaderRun, APrefetchBelowTheThreadsIsWarnedOf) {
+  const RunResult r = run_program(npy_train(data(), {"--max-steps", "2", "--data-workers", "4", "--prefetch", "1"}), {}, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(loader_said(r.err, 4, 1)) << r.err;
+  EXPECT_NE(r.err.find("--prefetch 1 with --data-workers 4: each thread fills whole batches and only 2 are in the "
+                       "ring, so 2 threads wait"), std::string::npos) << r.err;
 }
 
 // (b) A SIGUSR2 sent from outside once epoch 1's third progress line is out: the run checkpoints

@@ -191,7 +191,9 @@ struct DataConfig {
   /// --data-workers (also --num-workers, DataLoader's name): threads per rank that read and
   /// collate samples; unset = half the rank's intra-op threads, at least 1 and at most 8.
   std::optional<int> workers;
-  int prefetch = 2;  ///< --prefetch: batches read ahead of the one training, per rank (memory: prefetch + 1 batches)
+  /// --prefetch: batches read ahead of the one training, per rank (memory: prefetch + 1 batches);
+  /// unset = the worker count, at least 2 (each thread fills whole batches: fewer ahead leave threads idle)
+  std::optional<int> prefetch;
   BadSamples bad_samples = BadSamples::fail;  ///< --bad-samples: fail (the error names the sample) or skip (counted)
 };
 

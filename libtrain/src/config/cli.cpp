@@ -178,9 +178,10 @@ void add_data_flags(CLI::App& app, DataConfig& d) {
                "threads per rank that read and collate the samples of data read sample by sample (0: half the "
                "rank's threads, 1 to 8)", true)
       ->check(non_negative("0 (auto) or a positive number of threads", "e.g. --data-workers 4"));
-  app.add_option("--prefetch", d.prefetch,
-                 "batches the loader reads ahead of the one training, per rank (its memory: prefetch + 1 batches)")
-      ->capture_default_str()
+  add_optional(app, "--prefetch", d.prefetch,
+               "batches the loader reads ahead of the one training, per rank (its memory: prefetch + 1 batches; "
+               "default: the --data-workers count, at least 2: each thread fills whole batches, so fewer batches "
+               "ahead than threads leave threads idle)", true)
       ->check(positive("number of batches", "e.g. --prefetch 4"));
   add_choice_flag(app, "--bad-samples", d.bad_samples,
                   "a sample the data can't read: fail (the error names the file and the sample, exit 1, before that "

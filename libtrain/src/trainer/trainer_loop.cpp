@@ -9,6 +9,7 @@
 #include "train/base/host_memory.h"
 #include "train/base/subprocess.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace train {
@@ -68,7 +69,14 @@ void Trainer::Run::make_feed() {
   }
   detail::LoaderOptions o;
   o.workers = plan.data_workers;
-  o.prefetch = c.data.prefetch;
+  // Each thread fills whole batches: at most prefetch + 1 of them are being filled at once.
+  o.prefetch = c.data.prefetch.value_or(std::max(2, plan.data_workers));
+  if (o.prefetch + 1 < o.workers) {
+    log::warn("--prefetch " + std::to_string(o.prefetch) + " with --data-workers " + std::to_string(o.workers) +
+              ": each thread fills whole batches and only " + std::to_string(o.prefetch + 1) +
+              " are in the ring, so " + std::to_string(o.workers - o.prefetch - 1) +
+              " threads wait; leave --prefetch out (it follows --data-workers) or raise it");
+  }
   o.pin_memory = dev->traits().gpu;
   o.device = device();
   o.bad_samples = c.data.bad_samples == BadSamples::skip ? detail::BadSamples::skip : detail::BadSamples::fail;
