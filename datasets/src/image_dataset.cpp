@@ -2,6 +2,7 @@
 // crop box chosen from the header before decoding, so a JPEG can decode at reduced DCT scale.
 #include "train/datasets/image_dataset.h"
 
+#include "gpu_records.h"
 #include "train/base/error.h"
 #include "train/datasets/image.h"
 #include "train/datasets/image_transform.h"
@@ -9,6 +10,8 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <sstream>
 
@@ -35,6 +38,16 @@ void check_options(const ImageOptions& o) {
   if (o.channels != 1 && o.channels != 3) {
     throw ConfigError("ImageOptions::channels: expected 1 (grey) or 3 (RGB), found " + std::to_string(o.channels) + ".",
                       "the model's first layer decides: 3 for ImageNet's models, 1 for MNIST's.");
+  }
+  if (o.decode == ImageDecode::gpu && o.channels != 3) {
+    throw ConfigError("ImageOptions::decode gpu: expected 3 channels (nvJPEG decodes colour JPEGs to RGB), found " +
+                          std::to_string(o.channels) + ".",
+                      "decode grey images on the CPU (ImageDecode::cpu, train --decode cpu).");
+  }
+  if (o.decode == ImageDecode::gpu && (o.gpu_jpeg_bytes < 1 || o.gpu_jpeg_bytes > (int64_t{1} << 30))) {
+    throw ConfigError("ImageOptions::gpu_jpeg_bytes: expected 1 byte to 1 GiB, found " + std::to_string(o.gpu_jpeg_bytes) +
+                          ".",
+                      "256 KiB sends nearly every ImageNet JPEG to the GPU; larger files are decoded on the CPU.");
   }
   for (double s : o.std) {
     if (!(s > 0)) {
@@ -124,6 +137,7 @@ int64_t ImageDataset::size() const { return source_->size(); }
 Sample ImageDataset::get(int64_t index) { return draw(index, SampleDraw{}); }
 
 Sample ImageDataset::draw(int64_t index, const SampleDraw& draw) {
+  if (options_.decode == ImageDecode::gpu) return draw_record(index, draw);
   Sample s;
   s.input = at::empty({options_.channels, options_.size, options_.size}, at::kFloat);
   s.target = at::empty({}, at::kLong);
@@ -131,34 +145,141 @@ Sample ImageDataset::draw(int64_t index, const SampleDraw& draw) {
   return s;
 }
 
-int64_t ImageDataset::draw_into(int64_t index, const SampleDraw& draw, float* out) {
-  const EncodedImage encoded = source_->read(index);
-  const int64_t classes = static_cast<int64_t>(source_->classes().size());
+namespace {
+
+// The source's image `index`, its label checked against the source's classes.
+EncodedImage read_checked(const ImageSource& source, int64_t index) {
+  EncodedImage encoded = source.read(index);
+  const int64_t classes = static_cast<int64_t>(source.classes().size());
   if (classes > 0 && (encoded.label < 0 || encoded.label >= classes)) {
     throw DataError(encoded.where + ": expected a label in 0.." + std::to_string(classes - 1) + " (the source's " +
                         std::to_string(classes) + " classes), found " + std::to_string(encoded.label) + ".",
                     "the label doesn't match the class list; rebuild the source's index.");
   }
-  const uint8_t* bytes = encoded.bytes.data();
-  const size_t n = encoded.bytes.size();
-  const ImageHeader header = read_image_header(bytes, n, encoded.where);
-  const Plan plan = plan_image(options_, header, encoded, index, draw);
+  return encoded;
+}
+
+// The CPU's pixels of a draw, before normalization and the flip: the decoded image itself when it
+// is already the output (is_whole), else `resampled` (size x size x c floats in 0..255) filled.
+// Returns the decoded image (this thread's buffer); `whole` says which of the two holds the pixels.
+const Image& decode_and_resample(const ImageOptions& o, const EncodedImage& encoded, const ImageHeader& header,
+                                 const Plan& plan, std::vector<float>& resampled, bool* whole) {
   thread_local Image image;  // its buffer is reused from one draw to the next on this thread
-  decode_image_into(bytes, n, encoded.where, &image, options_.channels, plan.scale_denom);
+  decode_image_into(encoded.bytes.data(), encoded.bytes.size(), encoded.where, &image, o.channels, plan.scale_denom);
+  *whole = is_whole(plan.box, image, o.size);
+  if (!*whole) {
+    resampled.resize(size_t(o.size) * o.size * o.channels);
+    // Train crops, then resizes (RandomResizedCrop); eval resizes the whole image, then crops.
+    resample_bilinear(image, scale_box(plan.box, plan.scale_denom), o.size, o.size, resampled.data(),
+                      o.mode == ImageMode::eval ? TapBounds::image : TapBounds::box);
+  }
+  return image;
+}
+
+}  // namespace
+
+int64_t ImageDataset::draw_into(int64_t index, const SampleDraw& draw, float* out) {
+  const EncodedImage encoded = read_checked(*source_, index);
+  const ImageHeader header = read_image_header(encoded.bytes.data(), encoded.bytes.size(), encoded.where);
+  const Plan plan = plan_image(options_, header, encoded, index, draw);
+  thread_local std::vector<float> resampled;
+  bool whole = false;
+  const Image& image = decode_and_resample(options_, encoded, header, plan, resampled, &whole);
   if (header.channels != options_.channels) converted_.fetch_add(1, std::memory_order_relaxed);
   if (plan.scale_denom > 1) reduced_.fetch_add(1, std::memory_order_relaxed);
   const int size = options_.size, c = options_.channels;
-  if (is_whole(plan.box, image, size)) {
+  if (whole) {
     normalize_to_chw(image.pixels.data(), size, size, c, plan.flip, table_.data(), out);
   } else {
-    thread_local std::vector<float> resampled;
-    resampled.resize(size_t(size) * size * c);
-    // Train crops, then resizes (RandomResizedCrop); eval resizes the whole image, then crops.
-    resample_bilinear(image, scale_box(plan.box, plan.scale_denom), size, size, resampled.data(),
-                      options_.mode == ImageMode::eval ? TapBounds::image : TapBounds::box);
     normalize_to_chw(resampled.data(), size, size, c, plan.flip, mean_, std_, out);
   }
   return encoded.label;
+}
+
+int64_t ImageDataset::record_bytes() const {
+  const int64_t pixels = int64_t{options_.size} * options_.size * options_.channels;
+  return static_cast<int64_t>(detail::kRecordHeaderBytes) + std::max(options_.gpu_jpeg_bytes, pixels);
+}
+
+// A record (gpu_records.h): the JPEG as it is, with the CPU path's full-size crop and flip, when
+// nvJPEG takes it; else the CPU path's pixels (decoded, cropped and resampled here), rounded to
+// bytes, the flip and normalization left to the GPU as for the others.
+Sample ImageDataset::draw_record(int64_t index, const SampleDraw& draw) {
+  const EncodedImage encoded = read_checked(*source_, index);
+  const uint8_t* bytes = encoded.bytes.data();
+  const size_t n = encoded.bytes.size();
+  const ImageHeader header = read_image_header(bytes, n, encoded.where);
+  Sample s;
+  s.input = at::empty({record_bytes()}, at::kByte);
+  s.target = at::empty({}, at::kLong);
+  *s.target.data_ptr<int64_t>() = encoded.label;
+  uint8_t* out = s.input.data_ptr<uint8_t>();
+  detail::RecordHeader r;
+  r.index = index;
+  const int size = options_.size;
+  const detail::JpegFrame frame =
+      header.format == ImageFormat::jpeg ? detail::jpeg_frame(bytes, n) : detail::JpegFrame{};
+  // A JPEG cut short goes the CPU's way too, whose decode names the fault: nvJPEG may fill it in.
+  if (detail::gpu_decodable(frame) && static_cast<int64_t>(n) <= options_.gpu_jpeg_bytes &&
+      image_ends_whole(header.format, bytes, n)) {
+    ImageOptions full = options_;
+    full.reduced_dct = false;  // the GPU decodes whole: the box in full-size pixels
+    const Plan plan = plan_image(full, header, encoded, index, draw);
+    r.kind = detail::RecordKind::jpeg;
+    r.bytes = static_cast<uint32_t>(n);
+    r.flip = plan.flip;
+    r.height = header.height;
+    r.width = header.width;
+    r.progressive = frame.marker == 0xC2;
+    if (options_.mode == ImageMode::eval) {
+      // eval_crop_box's geometry: the whole image resized, then the center window.
+      const int e = eval_resize_size(size);
+      const int short_side = std::min(header.height, header.width), long_side = std::max(header.height, header.width);
+      const int new_long = static_cast<int>(double(e) * long_side / short_side);
+      r.resize_h = header.height <= header.width ? e : new_long;
+      r.resize_w = header.height <= header.width ? new_long : e;
+      r.crop_top = static_cast<int32_t>(std::nearbyint((r.resize_h - size) / 2.0));
+      r.crop_left = static_cast<int32_t>(std::nearbyint((r.resize_w - size) / 2.0));
+      r.crop_height = r.crop_width = size;
+    } else {
+      r.crop_top = static_cast<int32_t>(plan.box.top);
+      r.crop_left = static_cast<int32_t>(plan.box.left);
+      r.crop_height = static_cast<int32_t>(plan.box.height);
+      r.crop_width = static_cast<int32_t>(plan.box.width);
+    }
+    std::memcpy(out + detail::kRecordHeaderBytes, bytes, n);
+    gpu_records_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    const Plan plan = plan_image(options_, header, encoded, index, draw);
+    thread_local std::vector<float> resampled;
+    bool whole = false;
+    const Image& image = decode_and_resample(options_, encoded, header, plan, resampled, &whole);
+    if (header.channels != options_.channels) converted_.fetch_add(1, std::memory_order_relaxed);
+    if (plan.scale_denom > 1) reduced_.fetch_add(1, std::memory_order_relaxed);
+    const size_t count = size_t(size) * size * options_.channels;
+    r.kind = detail::RecordKind::pixels;
+    r.bytes = static_cast<uint32_t>(count);
+    r.flip = plan.flip;
+    r.height = r.width = r.crop_height = r.crop_width = size;
+    uint8_t* px = out + detail::kRecordHeaderBytes;
+    if (whole) {
+      std::memcpy(px, image.pixels.data(), count);
+    } else {
+      for (size_t i = 0; i < count; ++i) px[i] = static_cast<uint8_t>(std::clamp(std::nearbyint(resampled[i]), 0.0f, 255.0f));
+    }
+    cpu_records_.fetch_add(1, std::memory_order_relaxed);
+  }
+  std::memcpy(out, &r, sizeof(r));
+  return s;
+}
+
+std::shared_ptr<DeviceStage> ImageDataset::device_stage(const at::Device& device) {
+  if (options_.decode != ImageDecode::gpu) return nullptr;
+  if (!device.is_cuda()) {
+    throw ConfigError(name() + ": --decode gpu expected the rank's batches on a CUDA device, found " + device.str() + ".",
+                      "train with --device cuda, or use --decode cpu.");
+  }
+  return detail::make_nvjpeg_stage(*this, device);
 }
 
 std::string ImageDataset::name() const { return source_->name(); }

@@ -26,25 +26,11 @@ namespace {
 // (EXIF thumbnails can be tens of KiB).
 constexpr size_t kHeadBytes = 256 * 1024;
 
-// Whether `tail` (a file's last bytes) ends as a complete image of `format` ends.
-bool ends_whole(datasets::ImageFormat format, const std::vector<uint8_t>& tail) {
-  const size_t n = tail.size();
-  if (format == datasets::ImageFormat::jpeg) {
-    // EOI (FF D9), possibly followed by padding some writers add.
-    for (size_t i = n; i >= 2 && n - i < 64; --i) {
-      if (tail[i - 2] == 0xFF && tail[i - 1] == 0xD9) return true;
-    }
-    return false;
-  }
-  static const uint8_t kIend[8] = {'I', 'E', 'N', 'D', 0xAE, 0x42, 0x60, 0x82};
-  return n >= 8 && std::memcmp(tail.data() + n - 8, kIend, 8) == 0;
-}
-
 // The head and tail of an image held in `bytes` (a shard member) or in the file at `where`.
 void check_bytes(const std::vector<uint8_t>& head, const std::vector<uint8_t>& tail, const std::string& where,
                  bool decode, const std::vector<uint8_t>* whole) {
   const datasets::ImageHeader h = datasets::read_image_header(head.data(), head.size(), where);
-  if (!ends_whole(h.format, tail)) {
+  if (!datasets::image_ends_whole(h.format, tail.data(), tail.size())) {
     throw DataError(where + ": expected a complete " + datasets::image_format_name(h.format) + " image of " +
                         std::to_string(h.width) + "x" + std::to_string(h.height) + ", found one that doesn't end as " +
                         (h.format == datasets::ImageFormat::jpeg ? "a JPEG ends (no EOI marker)" : "a PNG ends (no IEND chunk)") +

@@ -3,6 +3,7 @@
 # ImageNet-sized JPEGs cut from photographs (image_peers.py --make: a folder and the same images as
 # WebDataset shards), each side in turn:
 #   - libtrain fed from the shards by the loader (resnet_bench, --data-workers = the cores);
+#   - the same with --decode gpu (nvJPEG on the card, crop and flip there too);
 #   - libtrain on images decoded once and held on the card (resnet_bench --resident): the card's rate;
 #   - the loader alone on the same cores, no model (loader_bench --shards, --device cuda): the CPU
 #     ceiling, what the cores decode + crop + flip a second;
@@ -38,6 +39,7 @@ side() {  # name, command...: runs it, keeps its output, prints the rate line
 {
   side loader-alone "$BUILD/bin/loader_bench" --shards "$spec" --workers "$WORKERS" --prefetch "$WORKERS" --batch-size "$BATCH" --epochs 2 --device cuda
   side libtrain-fed "$BUILD/bin/resnet_bench" --shards "$spec" --data-workers "$WORKERS" --epochs "$EPOCHS" $F
+  side libtrain-fed-gpu-decode "$BUILD/bin/resnet_bench" --shards "$spec" --decode gpu --data-workers "$WORKERS" --epochs "$EPOCHS" $F
   side libtrain-resident "$BUILD/bin/resnet_bench" --shards "$spec" --resident "$RESIDENT" --epochs $(( EPOCHS * COUNT / RESIDENT )) $F
   side python-dataloader "$PYTHON" scripts/bench/resnet_peers.py --data "$DATA" --fed dataloader --workers "$WORKERS" --batch-size "$BATCH"
   side python-resident "$PYTHON" scripts/bench/resnet_peers.py --data "$DATA" --fed resident --resident "$RESIDENT" --batch-size "$BATCH"
@@ -53,6 +55,7 @@ def ratio(a, b):
     return f"{rate[a] / rate[b]:.3f}" if a in rate and b in rate else "n/a"
 print("fed / resident (libtrain):", ratio("libtrain-fed", "libtrain-resident"),
       "| loader alone / resident (the CPU ceiling):", ratio("loader-alone", "libtrain-resident"),
+      "| fed, --decode gpu / resident:", ratio("libtrain-fed-gpu-decode", "libtrain-resident"),
       "| libtrain fed / Python DataLoader:", ratio("libtrain-fed", "python-dataloader"),
       "| Python DataLoader / Python resident:", ratio("python-dataloader", "python-resident"))
 PY

@@ -40,14 +40,15 @@ inline Image make_image(int height, int width, int channels, uint32_t seed = 1) 
   return im;
 }
 
-/// `image` (1 grey, 3 RGB or 4 CMYK channels) as a JPEG of `quality` with chroma subsampling `subsamp`.
-inline std::vector<uint8_t> encode_jpeg(const Image& image, int quality = 90, int subsamp = TJSAMP_420) {
+/// `image` (1 grey, 3 RGB or 4 CMYK channels) as a JPEG of `quality` with chroma subsampling
+/// `subsamp`; `flags` adds TurboJPEG's, e.g. TJFLAG_PROGRESSIVE.
+inline std::vector<uint8_t> encode_jpeg(const Image& image, int quality = 90, int subsamp = TJSAMP_420, int flags = 0) {
   tjhandle h = tjInitCompress();
   const int format = image.channels == 1 ? TJPF_GRAY : image.channels == 3 ? TJPF_RGB : TJPF_CMYK;
   unsigned char* out = nullptr;
   unsigned long size = 0;
   const int rc = tjCompress2(h, image.pixels.data(), image.width, 0, image.height, format, &out, &size,
-                             image.channels == 1 ? TJSAMP_GRAY : subsamp, quality, TJFLAG_ACCURATEDCT);
+                             image.channels == 1 ? TJSAMP_GRAY : subsamp, quality, TJFLAG_ACCURATEDCT | flags);
   if (rc != 0) {
     std::string msg = tjGetErrorStr2(h);
     tjDestroy(h);

@@ -358,6 +358,17 @@ ImageHeader read_image_header(const uint8_t* bytes, size_t n, const std::string&
   }
 }
 
+bool image_ends_whole(ImageFormat format, const uint8_t* tail, size_t n) {
+  if (format == ImageFormat::jpeg) {
+    for (size_t i = n; i >= 2 && n - i < 64; --i) {
+      if (tail[i - 2] == 0xFF && tail[i - 1] == 0xD9) return true;
+    }
+    return false;
+  }
+  static const uint8_t kIend[8] = {'I', 'E', 'N', 'D', 0xAE, 0x42, 0x60, 0x82};
+  return format == ImageFormat::png && n >= 8 && std::memcmp(tail + n - 8, kIend, 8) == 0;
+}
+
 int jpeg_scaled_size(int size, int scale_denom) { return (size + scale_denom - 1) / scale_denom; }
 
 Image decode_image(const uint8_t* bytes, size_t n, const std::string& where, int channels, int scale_denom) {

@@ -223,6 +223,11 @@ TrainResult run_training(const TrainConfig& config, const Recipe& c, const DistE
   const models::ModelInfo& info = models::model_info(c.model);  // throws with the known names
   Trainer trainer(config, env);
   const bool images = is_image_dataset(c.dataset);
+  if (c.decode == DecodeKind::gpu && !images) {
+    throw ConfigError("--decode gpu with --dataset " + (c.dataset.empty() ? std::string("(the model's)") : c.dataset) +
+                          ": expected JPEG images, --dataset imagefolder or webdataset.",
+                      "leave --decode out: the other datasets hold decoded samples.");
+  }
   const catalog::Recipe& recipe = images ? image_recipe(c, info) : catalog::recipe_for(c.model);
   TrainSpec spec;
   spec.model_name = c.model;

@@ -25,6 +25,7 @@ class FirstSamples : public SampleDataset {
   Sample get(int64_t index) override { return data_->get(index); }
   Sample draw(int64_t index, const SampleDraw& d) override { return data_->draw(index, d); }
   std::string name() const override { return data_->name(); }
+  std::shared_ptr<DeviceStage> device_stage(const at::Device& device) override { return data_->device_stage(device); }
 
  private:
   std::shared_ptr<SampleDataset> data_;

@@ -22,6 +22,12 @@ const std::vector<std::pair<OptimizerKind, std::string>>& choices<OptimizerKind>
 }
 
 template <>
+const std::vector<std::pair<DecodeKind, std::string>>& choices<DecodeKind>() {
+  static const std::vector<std::pair<DecodeKind, std::string>> all = {{DecodeKind::cpu, "cpu"}, {DecodeKind::gpu, "gpu"}};
+  return all;
+}
+
+template <>
 const std::vector<std::pair<LrScheduleKind, std::string>>& choices<LrScheduleKind>() {
   static const std::vector<std::pair<LrScheduleKind, std::string>> all = {
       {LrScheduleKind::automatic, "auto"}, {LrScheduleKind::step, "step"}, {LrScheduleKind::constant, "constant"},
@@ -79,6 +85,13 @@ void add_flags(CLI::App& app, Recipe& r) {
                  "imagefolder, webdataset: the images' height and width for the model (default: the model's; "
                  "resnet18 224, with ImageNet's random-resized crop and flip from 64 px)")
       ->check(CLI::PositiveNumber);
+  cli::add_choice_flag(app, "--decode", r.decode,
+                       "imagefolder, webdataset: where the training JPEGs are decoded: cpu (the loader's threads, "
+                       "libjpeg-turbo) | gpu (nvJPEG on the rank's GPU, batched, its hardware engines where the card has "
+                       "them; crop, flip and normalization there too; PNGs, grey JPEGs and JPEGs over 256 KiB still on "
+                       "the loader's threads). The same labels, order, crops and flips; pixels within the decoders' "
+                       "difference (docs/data.md)",
+                       "gpu needs --device cuda and a build with nvJPEG");
   app.add_option("--eval-data", r.eval_data,
                  "webdataset: the evaluation shards (pattern or folder; default: none); imagefolder: the "
                  "evaluation folder (default: --data's val/ or test/)");

@@ -147,7 +147,16 @@ void load_images(TrainSpec& spec, const Recipe& c, const models::ModelInfo& info
                       "use --model resnet18, whose head takes the data's classes.");
   }
   model.image_size = image_size_of(c, info);
-  auto train = std::make_shared<datasets::ImageDataset>(train_source, image_options(c, info, true));
+  datasets::ImageOptions train_options = image_options(c, info, true);
+  if (c.decode == DecodeKind::gpu) {
+    if (train_options.channels != 3) {
+      throw ConfigError("--decode gpu with --model " + c.model + ": expected a model of colour (3-channel) images, found " +
+                            std::to_string(train_options.channels) + " channel(s).",
+                        "nvJPEG decodes colour JPEGs: use --decode cpu for grey images.");
+    }
+    train_options.decode = datasets::ImageDecode::gpu;
+  }
+  auto train = std::make_shared<datasets::ImageDataset>(train_source, train_options);
   log::info(train->describe());
   spec.train_samples = limited(train, c.limit_train_samples);
   if (eval_source) {

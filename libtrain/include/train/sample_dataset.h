@@ -3,9 +3,13 @@
 // held whole on the device, whose gather a CUDA graph may capture.
 #pragma once
 
+#include "train/data.h"
+
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,6 +28,20 @@ struct Sample {
 struct SampleDraw {
   uint64_t seed = 0;
   int64_t epoch = 0;
+};
+
+/// A batch's last stage on its GPU, for a dataset whose samples are an intermediate form that the
+/// device finishes (encoded JPEGs that nvJPEG decodes, then crops and flips): the loader runs it
+/// instead of copying the collated batch as it is.
+class DeviceStage {
+ public:
+  virtual ~DeviceStage() = default;
+  /// The model's batch on `device`, made from the collated host batch `host` (CPU tensors, pinned
+  /// when the loader pins), its device work queued on the current CUDA stream (the loader's side
+  /// stream: the step waits for it on the device, never the host). `host` stays untouched until
+  /// that stream's work queued so far is done. Called from several loader threads at once.
+  /// @throws train::DataError naming the sample (and file) that can't be finished.
+  virtual Batch finish(const Batch& host, const at::Device& device) = 0;
 };
 
 /// What the loader needs of a dataset read sample by sample. Implement it for your own format.
@@ -51,6 +69,15 @@ class SampleDataset {
 
   /// A name for logs and errors, e.g. "tokens:/data/train.bin".
   virtual std::string name() const { return "data"; }
+
+  /// The batches' last stage on device `device` (DeviceStage), or null, as by default: the
+  /// collated batch is copied to the device as it is (on the CPU, used as it is). The loader asks
+  /// once, when it is made, for its device, the CPU included; only a CUDA device takes a stage.
+  /// @throws train::ConfigError when the stage can't run there (not a GPU, its library missing).
+  virtual std::shared_ptr<DeviceStage> device_stage(const at::Device& device) {
+    (void)device;
+    return nullptr;
+  }
 };
 
 }  // namespace train

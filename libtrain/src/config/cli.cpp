@@ -347,7 +347,7 @@ const std::vector<std::string>& train_recipe_flags() {
   static const std::vector<std::string> names = {
       "--model", "--dataset", "--data", "--lr", "--gamma", "--optimizer", "--momentum", "--nesterov",
       "--lr-schedule", "--warmup-steps", "--weight-decay", "--limit-train-samples", "--limit-test-samples",
-      "--no-dropout", "--augment", "--list-models", "--stream", "--image-size", "--eval-data"};
+      "--no-dropout", "--augment", "--list-models", "--stream", "--image-size", "--eval-data", "--decode"};
   return names;
 }
 

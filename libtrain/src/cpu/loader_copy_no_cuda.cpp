@@ -6,7 +6,7 @@
 
 namespace train::detail {
 
-std::unique_ptr<BatchCopy> make_cuda_batch_copy(const at::Device& device) {
+std::unique_ptr<BatchCopy> make_cuda_batch_copy(const at::Device& device, std::shared_ptr<DeviceStage> /*stage*/) {
   throw ConfigError("the loader's device " + device.str() + ": expected a build of libtrain with CUDA, found one without.",
                     "rebuild against a CUDA build of torch (with nccl.h), or use --device cpu.");
 }

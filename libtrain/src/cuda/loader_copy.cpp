@@ -13,16 +13,21 @@ namespace {
 
 class CudaBatchCopy : public BatchCopy {
  public:
-  explicit CudaBatchCopy(const at::Device& device)
-      : device_(device), stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())) {}
+  CudaBatchCopy(const at::Device& device, std::shared_ptr<DeviceStage> stage)
+      : device_(device), stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())),
+        stage_(std::move(stage)) {}
 
   DeviceBatch copy(const Batch& host) override {
     c10::cuda::CUDAStreamGuard on_side(stream_);  // also selects the device
     DeviceBatch out;
     // Allocated on the side stream, by the caching allocator: ready() records the step's stream
     // on the memory as well, so that it is not handed to a later copy while the step reads it.
-    out.batch.inputs = host.inputs.to(device_, /*non_blocking=*/true);
-    out.batch.targets = host.targets.to(device_, /*non_blocking=*/true);
+    if (stage_) {
+      out.batch = stage_->finish(host, device_);  // e.g. nvJPEG's decode, queued on the side stream
+    } else {
+      out.batch.inputs = host.inputs.to(device_, /*non_blocking=*/true);
+      out.batch.targets = host.targets.to(device_, /*non_blocking=*/true);
+    }
     auto copied = std::make_shared<at::cuda::CUDAEvent>();
     copied->record(stream_);
     const c10::DeviceIndex index = device_.index();
@@ -41,12 +46,13 @@ class CudaBatchCopy : public BatchCopy {
  private:
   at::Device device_;
   c10::cuda::CUDAStream stream_;
+  std::shared_ptr<DeviceStage> stage_;  // null: a plain copy
 };
 
 }  // namespace
 
-std::unique_ptr<BatchCopy> make_cuda_batch_copy(const at::Device& device) {
-  return std::make_unique<CudaBatchCopy>(device);
+std::unique_ptr<BatchCopy> make_cuda_batch_copy(const at::Device& device, std::shared_ptr<DeviceStage> stage) {
+  return std::make_unique<CudaBatchCopy>(device, std::move(stage));
 }
 
 }  // namespace train::detail

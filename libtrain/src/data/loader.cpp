@@ -123,7 +123,17 @@ class Loader : public LoaderFeed {
       throw ConfigError("the loader's device: expected cpu or cuda, found " + o.device.str() + ".",
                         "use --device cpu or --device cuda.");
     }
-    if (o.device.is_cuda()) copy_ = make_cuda_batch_copy(o.device);
+    // The dataset's last stage on the device (e.g. --decode gpu's nvJPEG), asked for a CPU device
+    // too: a dataset that can only be finished on a GPU says so (a ConfigError) rather than handing
+    // the step its intermediate samples.
+    std::shared_ptr<DeviceStage> stage = data.device_stage(o.device);
+    if (o.device.is_cuda()) {
+      copy_ = make_cuda_batch_copy(o.device, std::move(stage));
+    } else if (stage) {
+      throw ConfigError(data.name() + ": expected batches the CPU trains on as they are, found a dataset whose "
+                            "batches are finished on a GPU (SampleDataset::device_stage).",
+                        "train on --device cuda, or return null from device_stage() for a CPU device.");
+    }
     probe_reference();
     slots_.resize(static_cast<size_t>(o.prefetch) + 1);
   }

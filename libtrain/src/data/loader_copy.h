@@ -4,6 +4,7 @@
 #pragma once
 
 #include "train/data.h"
+#include "train/sample_dataset.h"
 
 #include <c10/core/Device.h>
 
@@ -33,8 +34,9 @@ class BatchCopy {
   virtual DeviceBatch copy(const Batch& host) = 0;
 };
 
-/// The copy to CUDA device `device`, on a stream from the device's pool.
+/// The copy to CUDA device `device`, on a stream from the device's pool; with `stage`, the batch is
+/// made on the device by stage->finish() on that stream instead of copied as it is.
 /// @throws train::ConfigError in a build without CUDA.
-std::unique_ptr<BatchCopy> make_cuda_batch_copy(const at::Device& device);
+std::unique_ptr<BatchCopy> make_cuda_batch_copy(const at::Device& device, std::shared_ptr<DeviceStage> stage = nullptr);
 
 }  // namespace train::detail

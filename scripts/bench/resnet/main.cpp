@@ -2,6 +2,7 @@
 // user's program on libtrain's public API, for issue #49's GPU line (scripts/bench/resnet_gpu.sh):
 //   - fed: the loader decodes, random-resized-crops and flips every step's images on its threads
 //     (--data-workers) into pinned buffers and copies them on a side stream;
+//   - --decode gpu: the same, nvJPEG decoding on the card (train --decode gpu);
 //   - --resident N: the first N images decoded once the same way (epoch 0's crops) and held on the
 //     device: the card's own rate on this model, which the fed run is set against.
 // SGD as the ImageNet recipe (momentum 0.9, weight decay 1e-4, 0.1 x batch / 256), constant rate:
@@ -33,12 +34,14 @@ struct Flags {
   std::string shards;    // --shards: 'DIR/train-{000000..000031}.tar' or a folder of shards
   int64_t resident = 0;  // --resident N: N images decoded once, held on the device
   int image_size = 224;
+  std::string gpu_decode_name = "cpu";  // --decode: cpu, or gpu (nvJPEG on the card, as train --decode gpu)
 };
 
 std::shared_ptr<train::datasets::ImageDataset> open_images(const Flags& f, const std::string& cache_dir) {
   train::datasets::ImageOptions o;
   o.mode = train::datasets::ImageMode::train;
   o.size = f.image_size;
+  if (f.gpu_decode_name == "gpu") o.decode = train::datasets::ImageDecode::gpu;
   return std::make_shared<train::datasets::ImageDataset>(train::datasets::open_tar_shards(f.shards, cache_dir), o);
 }
 
@@ -91,8 +94,8 @@ train::TrainResult train_resnet(const Flags& f, const train::TrainConfig& config
   spec.epochs = 1;
   train::TrainResult r = trainer.fit(spec);
   if (env.rank == 0) {
-    std::printf("{\"event\":\"resnet_bench\",\"fed\":\"%s\",\"images_per_sec\":%.1f,\"images_per_sec_steady\":%.1f}\n",
-                f.resident > 0 ? "resident" : "loader", r.images_per_sec, r.images_per_sec_steady);
+    std::printf("{\"event\":\"resnet_bench\",\"decode\":\"%s\",\"fed\":\"%s\",\"images_per_sec\":%.1f,\"images_per_sec_steady\":%.1f}\n",
+                f.gpu_decode_name.c_str(), f.resident > 0 ? "resident" : "loader", r.images_per_sec, r.images_per_sec_steady);
     std::fflush(stdout);
   }
   return r;
@@ -103,6 +106,8 @@ std::function<int()> add_flags(CLI::App& app, Flags& f) {
   app.add_option("--resident", f.resident, "decode this many images once and train on them held on the device; "
                                            "0: the loader decodes every step's images")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--decode", f.gpu_decode_name, "cpu (the loader's threads) or gpu (nvJPEG on the card)")
+      ->capture_default_str()->check(CLI::IsMember({"cpu", "gpu"}));
   app.add_option("--image-size", f.image_size, "the crops' height and width")->capture_default_str()->check(CLI::PositiveNumber);
   return [] { return -1; };
 }

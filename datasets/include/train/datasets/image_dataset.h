@@ -23,6 +23,12 @@ enum class ImageMode {
 /// "train", "eval" or "none".
 const char* image_mode_name(ImageMode mode);
 
+/// Where JPEGs are decoded.
+enum class ImageDecode {
+  cpu,  ///< on the loader's threads (libjpeg-turbo), as every sample is
+  gpu,  ///< on a CUDA device by nvJPEG (batched, its hardware engines where the card has them)
+};
+
 /// How ImageDataset turns encoded images into samples.
 struct ImageOptions {
   ImageMode mode = ImageMode::train;
@@ -44,6 +50,18 @@ struct ImageOptions {
   /// photographs, about what a quality-90 encoding changes (ImageDataset.ReducedDctStaysNearTheFullDecode
   /// measures it and holds it under 2). False: always decode whole.
   bool reduced_dct = true;
+  /// ImageDecode::gpu (train --decode gpu): a sample is a record (uint8 [record_bytes()]) of the
+  /// JPEG's bytes with its crop box and flip, drawn from (seed, epoch, index) as on the CPU; the
+  /// loader's device stage (device_stage()) decodes a batch's records with nvJPEG, crops, resizes
+  /// (antialiased bilinear, the same filter), flips and normalizes them on the GPU. The labels, the
+  /// order, the boxes and the flips are the CPU path's; the pixels differ from a full CPU decode by
+  /// what the decoders' inverse DCTs and chroma upsampling differ (docs/data.md). Colour JPEGs
+  /// (baseline or progressive) of up to gpu_jpeg_bytes go to the GPU; the rest (PNGs, grey or CMYK
+  /// JPEGs, larger files) are decoded and resampled on the loader's threads and travel as pixels.
+  ImageDecode decode = ImageDecode::cpu;
+  /// ImageDecode::gpu: the largest JPEG sent encoded (the records' payload; the loader's ring holds
+  /// prefetch + 1 batches of them, pinned).
+  int64_t gpu_jpeg_bytes = 256 * 1024;
 };
 
 /// The images of `source`, each read, decoded, cropped, resampled, flipped and normalized when
@@ -71,8 +89,18 @@ class ImageDataset : public SampleDataset {
   Sample draw(int64_t index, const SampleDraw& draw) override;
 
   /// The same into `out` (channels * size * size floats, CHW); returns the label. What draw()
-  /// calls, for callers that own their buffers.
+  /// calls, for callers that own their buffers. Always the CPU's decode, whatever options().decode.
   int64_t draw_into(int64_t index, const SampleDraw& draw, float* out);
+
+  /// ImageDecode::gpu: the bytes of one sample's record (a 64-byte header, then the JPEG or the
+  /// pixels).
+  int64_t record_bytes() const;
+
+  /// ImageDecode::gpu: nvJPEG's stage that turns a batch of records into float32 [B, channels,
+  /// size, size] on `device`; null for ImageDecode::cpu.
+  /// @throws train::ConfigError when nvJPEG can't run: a build without nvjpeg.h, libnvjpeg.so not
+  ///   found at run time, or a device that isn't CUDA.
+  std::shared_ptr<DeviceStage> device_stage(const at::Device& device) override;
 
   /// The source's name.
   std::string name() const override;
@@ -94,6 +122,10 @@ class ImageDataset : public SampleDataset {
   int64_t converted_images() const { return converted_.load(std::memory_order_relaxed); }
   /// Images drawn so far that were decoded at a reduced DCT scale.
   int64_t reduced_decodes() const { return reduced_.load(std::memory_order_relaxed); }
+  /// ImageDecode::gpu: images drawn so far that went to the GPU encoded, and those decoded on the
+  /// CPU instead (PNGs, grey or CMYK JPEGs, JPEGs over gpu_jpeg_bytes).
+  int64_t gpu_records() const { return gpu_records_.load(std::memory_order_relaxed); }
+  int64_t cpu_records() const { return cpu_records_.load(std::memory_order_relaxed); }
 
  private:
   std::shared_ptr<const ImageSource> source_;
@@ -102,6 +134,10 @@ class ImageDataset : public SampleDataset {
   std::vector<float> table_;       // [channel * 256 + byte]: the normalized value of an 8-bit pixel
   std::atomic<int64_t> converted_{0};
   std::atomic<int64_t> reduced_{0};
+  std::atomic<int64_t> gpu_records_{0};
+  std::atomic<int64_t> cpu_records_{0};
+
+  Sample draw_record(int64_t index, const SampleDraw& draw);
 };
 
 }  // namespace train::datasets

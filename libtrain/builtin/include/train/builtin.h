@@ -31,6 +31,11 @@ enum class LrScheduleKind { automatic, step, constant, warmup_cosine, linear, on
 template <>
 const std::vector<std::pair<LrScheduleKind, std::string>>& choices<LrScheduleKind>();
 
+/// --decode: where imagefolder and webdataset training JPEGs are decoded.
+enum class DecodeKind { cpu, gpu };
+template <>
+const std::vector<std::pair<DecodeKind, std::string>>& choices<DecodeKind>();
+
 namespace builtin {
 
 /// The built-in MNIST recipe's TrainSpec::auto_bf16_batch: --precision auto picks bf16 on CUDA
@@ -57,6 +62,10 @@ struct Recipe : cli::RecipeOptions {
   int64_t image_size = 0;
   /// --eval-data: webdataset's evaluation shards, or imagefolder's evaluation folder ("" = DIR/val or DIR/test)
   std::string eval_data;
+  /// --decode: imagefolder and webdataset training JPEGs decoded on the loader's threads (cpu) or by
+  /// nvJPEG on the rank's GPU (gpu; the crop, flip and normalization there too). Evaluation images
+  /// are decoded on the CPU either way.
+  DecodeKind decode = DecodeKind::cpu;
 };
 
 /// Checks a Recipe built without the command line. Throws train::ConfigError naming the flag.

@@ -45,6 +45,11 @@ struct ImageHeader {
 ///   parsed.
 ImageHeader read_image_header(const uint8_t* bytes, size_t n, const std::string& where);
 
+/// Whether `tail` (an image's last `n` bytes, or all of them) ends as a complete image of `format`
+/// ends: a JPEG's EOI marker (FF D9, possibly followed by up to 62 bytes of padding some writers
+/// add), a PNG's IEND chunk. A truncated file fails it without being decoded.
+bool image_ends_whole(ImageFormat format, const uint8_t* tail, size_t n);
+
 /// The side of a JPEG decoded at 1/`scale_denom`, as TurboJPEG computes it: ceil(size / denom).
 int jpeg_scaled_size(int size, int scale_denom);
 
