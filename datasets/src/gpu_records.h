@@ -10,7 +10,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace train::datasets::detail {
 
@@ -54,6 +57,33 @@ JpegFrame jpeg_frame(const uint8_t* bytes, size_t n);
 inline bool gpu_decodable(const JpegFrame& f) {
   return f.components == 3 && (f.marker == 0xC0 || f.marker == 0xC1 || f.marker == 0xC2);
 }
+
+/// The records of a batch, read from the collated host batch (uint8 [B, record bytes]).
+/// @throws train::DataError (a bug) when one lacks the record's mark.
+std::vector<RecordHeader> record_headers(const Batch& host, const std::string& name);
+
+/// The part of a record batch's finish that needs no decoder: the pixel records copied up (the whole
+/// batch in one copy when every record is pixels), the decoded JPEGs (`decoded`, RGB bytes on the
+/// device at `offsets`) cropped and resized, then the flips and the normalization, on the current
+/// stream. Thread-safe.
+class RecordFinisher {
+ public:
+  explicit RecordFinisher(const ImageOptions& options);
+  Batch finish(const Batch& host, const std::vector<RecordHeader>& recs, const at::Tensor& decoded,
+               const std::vector<int64_t>& offsets, const at::Device& device);
+
+ private:
+  at::Tensor pixels(const Batch& host, const std::vector<RecordHeader>& recs, const at::Device& device);
+  std::pair<at::Tensor, at::Tensor> normalization(const at::Device& device);
+  ImageOptions options_;
+  std::vector<float> mean_, std_;
+  std::mutex mu_;
+  at::Tensor mean_d_, std_d_;  // on the device, made at the first batch
+};
+
+/// The stage of records that are all pixels (ImageDecode::cpu on a GPU: decoded and resampled on the
+/// loader's threads, sent as bytes): no decoder, RecordFinisher alone.
+std::shared_ptr<DeviceStage> make_pixel_stage(const ImageDataset& data);
 
 /// The nvJPEG stage of `data` on `device` (nvjpeg_stage.cpp; nvjpeg_stage_none.cpp in builds
 /// without nvjpeg.h, where it throws train::ConfigError saying so).

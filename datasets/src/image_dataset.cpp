@@ -137,7 +137,9 @@ int64_t ImageDataset::size() const { return source_->size(); }
 Sample ImageDataset::get(int64_t index) { return draw(index, SampleDraw{}); }
 
 Sample ImageDataset::draw(int64_t index, const SampleDraw& draw) {
-  if (options_.decode == ImageDecode::gpu) return draw_record(index, draw);
+  if (options_.decode == ImageDecode::gpu || pixel_records_.load(std::memory_order_relaxed)) {
+    return draw_record(index, draw);
+  }
   Sample s;
   s.input = at::empty({options_.channels, options_.size, options_.size}, at::kFloat);
   s.target = at::empty({}, at::kLong);
@@ -198,7 +200,8 @@ int64_t ImageDataset::draw_into(int64_t index, const SampleDraw& draw, float* ou
 
 int64_t ImageDataset::record_bytes() const {
   const int64_t pixels = int64_t{options_.size} * options_.size * options_.channels;
-  return static_cast<int64_t>(detail::kRecordHeaderBytes) + std::max(options_.gpu_jpeg_bytes, pixels);
+  const int64_t payload = options_.decode == ImageDecode::gpu ? std::max(options_.gpu_jpeg_bytes, pixels) : pixels;
+  return static_cast<int64_t>(detail::kRecordHeaderBytes) + payload;
 }
 
 // A record (gpu_records.h): the JPEG as it is, with the CPU path's full-size crop and flip, when
@@ -220,7 +223,8 @@ Sample ImageDataset::draw_record(int64_t index, const SampleDraw& draw) {
   const detail::JpegFrame frame =
       header.format == ImageFormat::jpeg ? detail::jpeg_frame(bytes, n) : detail::JpegFrame{};
   // A JPEG cut short goes the CPU's way too, whose decode names the fault: nvJPEG may fill it in.
-  if (detail::gpu_decodable(frame) && static_cast<int64_t>(n) <= options_.gpu_jpeg_bytes &&
+  if (options_.decode == ImageDecode::gpu && detail::gpu_decodable(frame) &&
+      static_cast<int64_t>(n) <= options_.gpu_jpeg_bytes &&
       image_ends_whole(header.format, bytes, n)) {
     ImageOptions full = options_;
     full.reduced_dct = false;  // the GPU decodes whole: the box in full-size pixels
@@ -274,7 +278,12 @@ Sample ImageDataset::draw_record(int64_t index, const SampleDraw& draw) {
 }
 
 std::shared_ptr<DeviceStage> ImageDataset::device_stage(const at::Device& device) {
-  if (options_.decode != ImageDecode::gpu) return nullptr;
+  if (options_.decode != ImageDecode::gpu) {
+    if (!device.is_cuda()) return nullptr;  // float32 samples, used as they are
+    // On a GPU the samples travel as bytes (a quarter of float32's), normalized there.
+    pixel_records_.store(true, std::memory_order_relaxed);
+    return detail::make_pixel_stage(*this);
+  }
   if (!device.is_cuda()) {
     throw ConfigError(name() + ": --decode gpu expected the rank's batches on a CUDA device, found " + device.str() + ".",
                       "train with --device cuda, or use --decode cpu.");

@@ -1,19 +1,14 @@
 // --decode gpu's device stage (gpu_records.h): a batch of records decoded by nvJPEG on the GPU
 // (batched; the hardware JPEG engines for baseline JPEGs where the card has them, nvJPEG's default
-// backend for progressive ones and when the engines refuse), then cropped, resized with the same
-// antialiased bilinear filter as the CPU path (ATen's _upsample_bilinear2d_aa, Pillow's
-// coefficients), flipped and normalized, all queued on the loader's side stream. libnvjpeg.so is
-// opened at run time. Compiled where CMake found nvjpeg.h (nvjpeg_stage_none.cpp otherwise).
+// backend for progressive ones and when the engines refuse), then finished by RecordFinisher
+// (record_stage.cpp: crop, resize, flip, normalize), all queued on the loader's side stream.
+// libnvjpeg.so is opened at run time. Compiled where CMake found nvjpeg.h (nvjpeg_stage_none.cpp otherwise).
 #include "gpu_records.h"
 
 #include "train/base/error.h"
 #include "train/base/log.h"
 
-#include <ATen/ops/_upsample_bilinear2d_aa.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/flip.h>
-#include <ATen/ops/tensor.h>
-#include <ATen/ops/where.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include <dlfcn.h>
@@ -134,7 +129,8 @@ struct Group {
 
 class NvjpegStage : public DeviceStage {
  public:
-  NvjpegStage(const ImageDataset& data, const at::Device& device) : data_(data), api_(nvjpeg()) {
+  NvjpegStage(const ImageDataset& data, const at::Device& device)
+      : data_(data), api_(nvjpeg()), finisher_(data.options()) {
     if (!device.is_cuda()) {
       throw ConfigError("--decode gpu: expected a CUDA device, found " + device.str() + ".",
                         "use --device cuda, or --decode cpu.");
@@ -143,13 +139,6 @@ class NvjpegStage : public DeviceStage {
     if (api_.create_ex(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &hw_) != NVJPEG_STATUS_SUCCESS) hw_ = nullptr;
     check(api_.create_ex(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, 0, &sw_), "nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT)");
     const ImageOptions& o = data.options();
-    std::vector<float> mean(3), std(3);
-    for (int c = 0; c < 3; ++c) {
-      mean[c] = static_cast<float>(o.mean.size() == 1 ? o.mean[0] : o.mean[c]);
-      std[c] = static_cast<float>(o.std.size() == 1 ? o.std[0] : o.std[c]);
-    }
-    mean_ = at::tensor(mean).view({1, 3, 1, 1}).to(device);
-    std_ = at::tensor(std).view({1, 3, 1, 1}).to(device);
     int major = 0, minor = 0, patch = 0;
     api_.property(MAJOR_VERSION, &major);
     api_.property(MINOR_VERSION, &minor);
@@ -172,58 +161,17 @@ class NvjpegStage : public DeviceStage {
   }
 
   Batch finish(const Batch& host, const at::Device& device) override {
-    const int64_t n = host.inputs.size(0);
-    const int size = data_.options().size;
-    const auto* base = host.inputs.const_data_ptr<uint8_t>();
-    const int64_t stride = host.inputs.size(1);
-    std::vector<RecordHeader> recs(static_cast<size_t>(n));
+    const std::vector<RecordHeader> recs = record_headers(host, data_.name());
     int64_t decoded_bytes = 0;
-    std::vector<int64_t> offsets(static_cast<size_t>(n), 0);
-    for (int64_t i = 0; i < n; ++i) {
-      std::memcpy(&recs[i], base + i * stride, sizeof(RecordHeader));
-      const RecordHeader& r = recs[i];
-      if (r.magic != kRecordMagic) {
-        throw DataError(data_.name() + ": expected --decode gpu's records in the loader's batch, found sample " +
-                            std::to_string(i) + " of the batch without the record's mark.",
-                        "this is a bug in libtrain: please report it with the command line.");
-      }
-      if (r.kind == RecordKind::jpeg) {
-        offsets[i] = decoded_bytes;
-        decoded_bytes += int64_t{r.height} * r.width * 3;
-      }
+    std::vector<int64_t> offsets(recs.size(), 0);
+    for (size_t i = 0; i < recs.size(); ++i) {
+      if (recs[i].kind != RecordKind::jpeg) continue;
+      offsets[i] = decoded_bytes;
+      decoded_bytes += int64_t{recs[i].height} * recs[i].width * 3;
     }
     at::Tensor decoded = at::empty({std::max<int64_t>(decoded_bytes, 1)}, at::TensorOptions().dtype(at::kByte).device(device));
-    decode_jpegs(recs, base, stride, decoded, offsets, device);
-    at::Tensor out = at::empty({n, 3, size, size}, at::TensorOptions().dtype(at::kFloat).device(device));
-    at::Tensor flips = at::empty({n}, at::TensorOptions().dtype(at::kBool).pinned_memory(true));
-    bool* flip = flips.data_ptr<bool>();
-    for (int64_t i = 0; i < n; ++i) {
-      const RecordHeader& r = recs[i];
-      flip[i] = r.flip != 0;
-      at::Tensor slot = out.narrow(0, i, 1);
-      if (r.kind == RecordKind::pixels) {
-        const at::Tensor px = host.inputs.select(0, i).narrow(0, kRecordHeaderBytes, int64_t{size} * size * 3);
-        slot.copy_(px.to(device, /*non_blocking=*/true).view({1, size, size, 3}).permute({0, 3, 1, 2}));
-        continue;
-      }
-      const at::Tensor image = decoded.narrow(0, offsets[i], int64_t{r.height} * r.width * 3).view({r.height, r.width, 3});
-      if (r.resize_h > 0) {  // eval: the whole image resized, then its center window
-        const at::Tensor whole = image.permute({2, 0, 1}).unsqueeze(0).to(at::kFloat);
-        const at::Tensor resized = at::_upsample_bilinear2d_aa(whole, {r.resize_h, r.resize_w}, /*align_corners=*/false);
-        slot.copy_(resized.narrow(2, r.crop_top, size).narrow(3, r.crop_left, size));
-      } else {  // train: the crop, then resized
-        const at::Tensor crop = image.narrow(0, r.crop_top, r.crop_height)
-                                    .narrow(1, r.crop_left, r.crop_width)
-                                    .permute({2, 0, 1})
-                                    .unsqueeze(0)
-                                    .to(at::kFloat);
-        at::_upsample_bilinear2d_aa_out(slot, crop, {size, size}, /*align_corners=*/false);
-      }
-    }
-    const at::Tensor flip_d = flips.to(device, /*non_blocking=*/true).view({n, 1, 1, 1});
-    out = at::where(flip_d, out.flip({3}), out);
-    out.div_(255.0).sub_(mean_).div_(std_);  // (x / 255 - mean) / std, as the CPU path's float32 ops
-    return Batch{out, host.targets.to(device, /*non_blocking=*/true)};
+    decode_jpegs(recs, host.inputs.const_data_ptr<uint8_t>(), host.inputs.size(1), decoded, offsets, device);
+    return finisher_.finish(host, recs, decoded, offsets, device);
   }
 
  private:
@@ -324,7 +272,7 @@ class NvjpegStage : public DeviceStage {
   const ImageDataset& data_;
   const NvjpegApi& api_;
   nvjpegHandle_t hw_ = nullptr, sw_ = nullptr;
-  at::Tensor mean_, std_;
+  RecordFinisher finisher_;
   std::mutex mu_;
   std::vector<std::unique_ptr<States>> free_;
 };

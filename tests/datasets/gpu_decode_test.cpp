@@ -201,13 +201,50 @@ TEST(GpuDecode, TheStageIsOnlyForACudaDevice) {
   }
   ImageOptions c = gpu_options(ImageMode::train, 32);
   c.decode = ImageDecode::cpu;
-  EXPECT_EQ(ImageDataset(src, c).device_stage(at::Device(at::kCUDA, 0)), nullptr);
+  EXPECT_EQ(ImageDataset(src, c).device_stage(at::kCPU), nullptr);
   ImageOptions grey = c;
   grey.decode = ImageDecode::gpu;
   grey.channels = 1;
   grey.mean = {0.5};
   grey.std = {0.5};
   EXPECT_THROW(ImageDataset(src, grey), ConfigError);
+}
+
+// --decode cpu on a GPU: once the loader asks for a CUDA device's stage, the samples travel as the
+// CPU path's pixels in bytes (a quarter of float32's), normalized on the GPU: within half a level of
+// the float32 samples, and the very bytes for images that need no resample (mode none).
+TEST(GpuDecode, CpuDecodedImagesTravelToAGpuAsBytes) {
+  auto src = photo_like_source();
+  for (ImageMode mode : {ImageMode::train, ImageMode::eval}) {
+    ImageOptions o = gpu_options(mode, 40);
+    o.decode = ImageDecode::cpu;
+    ImageDataset floats(src, o), bytes(src, o);
+    const Sample before = bytes.draw(2, SampleDraw{4, 1});
+    EXPECT_EQ(before.input.scalar_type(), at::kFloat);  // until a GPU's stage is asked for
+    ASSERT_NE(bytes.device_stage(at::Device(at::kCUDA, 0)), nullptr);
+    EXPECT_EQ(bytes.record_bytes(), int64_t(d::kRecordHeaderBytes) + 40 * 40 * 3);
+    for (int64_t i = 0; i < 9; ++i) {
+      const Sample s = bytes.draw(i, SampleDraw{4, 1});
+      ASSERT_EQ(s.input.numel(), bytes.record_bytes());
+      const d::RecordHeader r = header_of(s);
+      ASSERT_EQ(r.kind, d::RecordKind::pixels) << src->read(i).where;
+      const Sample want = floats.draw(i, SampleDraw{4, 1});
+      const uint8_t* px = s.input.const_data_ptr<uint8_t>() + d::kRecordHeaderBytes;
+      const float* w = want.input.const_data_ptr<float>();
+      double worst = 0;
+      for (int ch = 0; ch < 3; ++ch) {
+        for (int y = 0; y < 40; ++y) {
+          for (int x = 0; x < 40; ++x) {
+            const int sx = r.flip ? 39 - x : x;
+            const float v = datasets::normalize_value(px[(y * 40 + sx) * 3 + ch], float(o.mean[ch]), float(o.std[ch]));
+            worst = std::max(worst, std::abs(double(v) - w[(ch * 40 + y) * 40 + x]) * o.std[ch] * 255.0);
+          }
+        }
+      }
+      EXPECT_LE(worst, 0.5 + 1e-3) << src->read(i).where;
+      EXPECT_EQ(s.target.item<int64_t>(), want.target.item<int64_t>());
+    }
+  }
 }
 
 #ifndef TRAIN_TEST_HAVE_NVJPEG
@@ -282,15 +319,26 @@ TEST(GpuDecodeOnGpu, PixelsAreTheCpuDecodesWithinTheDecodersDifference) {
   }
 }
 
+void loader_against_cpu(ImageDecode decode);
+
 // Through the loader (the side stream, pinned records, the stage), an epoch's batches carry the CPU
-// loader's labels in its order, and its pixels within the decoders' difference.
+// loader's labels in its order, and its pixels: within the decoders' difference with --decode gpu,
+// within half a level (the bytes' rounding) with --decode cpu.
 TEST(GpuDecodeOnGpu, TheLoaderFeedsTheCpuLoadersLabelsInItsOrder) {
   SKIP_WITHOUT_NVJPEG_GPU();
+  for (ImageDecode decode : {ImageDecode::gpu, ImageDecode::cpu}) {
+    SCOPED_TRACE(decode == ImageDecode::gpu ? "--decode gpu" : "--decode cpu");
+    loader_against_cpu(decode);
+  }
+}
+
+void loader_against_cpu(ImageDecode decode) {
   auto src = photo_like_source();
   ImageOptions o = gpu_options(ImageMode::train, 48);
+  o.decode = decode;
+  o.reduced_dct = false;
   ImageOptions c = o;
   c.decode = ImageDecode::cpu;
-  c.reduced_dct = false;
   ImageDataset gpu(src, o), cpu(src, c);
   train::detail::LoaderOptions lo;
   lo.workers = 3;
@@ -308,7 +356,9 @@ TEST(GpuDecodeOnGpu, TheLoaderFeedsTheCpuLoadersLabelsInItsOrder) {
       train::detail::StepBatch b = f->batch(start, len);
       if (a.ready) a.ready();
       EXPECT_TRUE(at::equal(a.batch.targets.cpu(), b.batch.targets)) << "epoch " << epoch << " batch at " << start;
-      EXPECT_LT(difference(b.batch.inputs, a.batch.inputs, o).mean, 2.0) << "epoch " << epoch << " batch at " << start;
+      const Difference diff = difference(b.batch.inputs, a.batch.inputs, o);
+      EXPECT_LT(diff.mean, 2.0) << "epoch " << epoch << " batch at " << start;
+      if (decode == ImageDecode::cpu) EXPECT_LE(diff.max, 0.5 + 1e-3) << "epoch " << epoch << " batch at " << start;
     }
   }
 }

@@ -92,14 +92,18 @@ class ImageDataset : public SampleDataset {
   /// calls, for callers that own their buffers. Always the CPU's decode, whatever options().decode.
   int64_t draw_into(int64_t index, const SampleDraw& draw, float* out);
 
-  /// ImageDecode::gpu: the bytes of one sample's record (a 64-byte header, then the JPEG or the
-  /// pixels).
+  /// The bytes of one sample's record, what draw() returns once a GPU's stage was asked for (a
+  /// 64-byte header, then the JPEG or the pixels).
   int64_t record_bytes() const;
 
-  /// ImageDecode::gpu: nvJPEG's stage that turns a batch of records into float32 [B, channels,
-  /// size, size] on `device`; null for ImageDecode::cpu.
-  /// @throws train::ConfigError when nvJPEG can't run: a build without nvjpeg.h, libnvjpeg.so not
-  ///   found at run time, or a device that isn't CUDA.
+  /// The stage that turns a batch of records into float32 [B, channels, size, size] on CUDA
+  /// `device`. ImageDecode::gpu: nvJPEG decodes, then the crop, flip and normalization run there.
+  /// ImageDecode::cpu: the loader's threads decode, crop and resample as always, and from this call
+  /// on draw() hands the pixels as bytes (a record; a quarter of float32's memory and copy), which
+  /// the stage flips and normalizes on the GPU: the same values, the resample rounded to bytes as
+  /// Pillow's resize rounds them. For the CPU: null (float32 samples) with ImageDecode::cpu.
+  /// @throws train::ConfigError for ImageDecode::gpu when nvJPEG can't run: a build without
+  ///   nvjpeg.h, libnvjpeg.so not found at run time, or a device that isn't CUDA.
   std::shared_ptr<DeviceStage> device_stage(const at::Device& device) override;
 
   /// The source's name.
@@ -136,6 +140,7 @@ class ImageDataset : public SampleDataset {
   std::atomic<int64_t> reduced_{0};
   std::atomic<int64_t> gpu_records_{0};
   std::atomic<int64_t> cpu_records_{0};
+  std::atomic<bool> pixel_records_{false};  // ImageDecode::cpu after a CUDA device's stage was asked
 
   Sample draw_record(int64_t index, const SampleDraw& draw);
 };
