@@ -164,10 +164,14 @@ EncodedImage read_checked(const ImageSource& source, int64_t index) {
 // The CPU's pixels of a draw, before normalization and the flip: the decoded image itself when it
 // is already the output (is_whole), else `resampled` (size x size x c floats in 0..255) filled.
 // Returns the decoded image (this thread's buffer); `whole` says which of the two holds the pixels.
+// Counts a channel conversion in `converted` and a reduced-DCT decode in `reduced`.
 const Image& decode_and_resample(const ImageOptions& o, const EncodedImage& encoded, const ImageHeader& header,
-                                 const Plan& plan, std::vector<float>& resampled, bool* whole) {
+                                 const Plan& plan, std::vector<float>& resampled, bool* whole,
+                                 std::atomic<int64_t>& converted, std::atomic<int64_t>& reduced) {
   thread_local Image image;  // its buffer is reused from one draw to the next on this thread
   decode_image_into(encoded.bytes.data(), encoded.bytes.size(), encoded.where, &image, o.channels, plan.scale_denom);
+  if (header.channels != o.channels) converted.fetch_add(1, std::memory_order_relaxed);
+  if (plan.scale_denom > 1) reduced.fetch_add(1, std::memory_order_relaxed);
   *whole = is_whole(plan.box, image, o.size);
   if (!*whole) {
     resampled.resize(size_t(o.size) * o.size * o.channels);
@@ -186,9 +190,7 @@ int64_t ImageDataset::draw_into(int64_t index, const SampleDraw& draw, float* ou
   const Plan plan = plan_image(options_, header, encoded, index, draw);
   thread_local std::vector<float> resampled;
   bool whole = false;
-  const Image& image = decode_and_resample(options_, encoded, header, plan, resampled, &whole);
-  if (header.channels != options_.channels) converted_.fetch_add(1, std::memory_order_relaxed);
-  if (plan.scale_denom > 1) reduced_.fetch_add(1, std::memory_order_relaxed);
+  const Image& image = decode_and_resample(options_, encoded, header, plan, resampled, &whole, converted_, reduced_);
   const int size = options_.size, c = options_.channels;
   if (whole) {
     normalize_to_chw(image.pixels.data(), size, size, c, plan.flip, table_.data(), out);
@@ -257,9 +259,7 @@ Sample ImageDataset::draw_record(int64_t index, const SampleDraw& draw) {
     const Plan plan = plan_image(options_, header, encoded, index, draw);
     thread_local std::vector<float> resampled;
     bool whole = false;
-    const Image& image = decode_and_resample(options_, encoded, header, plan, resampled, &whole);
-    if (header.channels != options_.channels) converted_.fetch_add(1, std::memory_order_relaxed);
-    if (plan.scale_denom > 1) reduced_.fetch_add(1, std::memory_order_relaxed);
+    const Image& image = decode_and_resample(options_, encoded, header, plan, resampled, &whole, converted_, reduced_);
     const size_t count = size_t(size) * size * options_.channels;
     r.kind = detail::RecordKind::pixels;
     r.bytes = static_cast<uint32_t>(count);

@@ -47,6 +47,26 @@ d::RecordHeader header_of(const Sample& s) {
   return r;
 }
 
+// The largest difference, in levels of 255, between a pixel record (bytes, not yet flipped) as the
+// GPU normalizes and flips it and the CPU path's float32 sample `want` [3, size, size].
+double worst_level_difference(const Sample& record, const Sample& want, const ImageOptions& o) {
+  const int size = o.size;
+  const bool flip = header_of(record).flip != 0;
+  const uint8_t* px = record.input.const_data_ptr<uint8_t>() + d::kRecordHeaderBytes;
+  const float* w = want.input.const_data_ptr<float>();
+  double worst = 0;
+  for (int ch = 0; ch < 3; ++ch) {
+    for (int y = 0; y < size; ++y) {
+      for (int x = 0; x < size; ++x) {
+        const int sx = flip ? size - 1 - x : x;
+        const float v = datasets::normalize_value(px[(y * size + sx) * 3 + ch], float(o.mean[ch]), float(o.std[ch]));
+        worst = std::max(worst, std::abs(double(v) - w[(ch * size + y) * size + x]) * o.std[ch] * 255.0);
+      }
+    }
+  }
+  return worst;
+}
+
 // Colour JPEGs (4:2:0, 4:4:4, progressive), a grey JPEG, a PNG, labels i % 3.
 std::shared_ptr<MemorySource> photo_like_source() {
   auto src = std::make_shared<MemorySource>();
@@ -137,19 +157,7 @@ TEST(GpuDecode, OtherImagesTravelAsTheCpuPathsPixels) {
     ASSERT_EQ(r.kind, d::RecordKind::pixels) << src->read(i).where;
     ASSERT_EQ(r.bytes, 48u * 48u * 3u);
     const Sample want = cpu.draw(i, SampleDraw{5, 2});
-    const uint8_t* px = s.input.const_data_ptr<uint8_t>() + d::kRecordHeaderBytes;
-    const float* w = want.input.const_data_ptr<float>();
-    double worst = 0;
-    for (int ch = 0; ch < 3; ++ch) {
-      for (int y = 0; y < 48; ++y) {
-        for (int x = 0; x < 48; ++x) {
-          const int sx = r.flip ? 47 - x : x;
-          const float v = datasets::normalize_value(px[(y * 48 + sx) * 3 + ch], float(o.mean[ch]), float(o.std[ch]));
-          worst = std::max(worst, std::abs(double(v) - w[(ch * 48 + y) * 48 + x]) * o.std[ch] * 255.0);
-        }
-      }
-    }
-    EXPECT_LE(worst, 0.5 + 1e-3) << src->read(i).where;
+    EXPECT_LE(worst_level_difference(s, want, o), 0.5 + 1e-3) << src->read(i).where;
     EXPECT_EQ(s.target.item<int64_t>(), want.target.item<int64_t>());
   }
   EXPECT_EQ(gpu.cpu_records(), 3);
@@ -229,19 +237,7 @@ TEST(GpuDecode, CpuDecodedImagesTravelToAGpuAsBytes) {
       const d::RecordHeader r = header_of(s);
       ASSERT_EQ(r.kind, d::RecordKind::pixels) << src->read(i).where;
       const Sample want = floats.draw(i, SampleDraw{4, 1});
-      const uint8_t* px = s.input.const_data_ptr<uint8_t>() + d::kRecordHeaderBytes;
-      const float* w = want.input.const_data_ptr<float>();
-      double worst = 0;
-      for (int ch = 0; ch < 3; ++ch) {
-        for (int y = 0; y < 40; ++y) {
-          for (int x = 0; x < 40; ++x) {
-            const int sx = r.flip ? 39 - x : x;
-            const float v = datasets::normalize_value(px[(y * 40 + sx) * 3 + ch], float(o.mean[ch]), float(o.std[ch]));
-            worst = std::max(worst, std::abs(double(v) - w[(ch * 40 + y) * 40 + x]) * o.std[ch] * 255.0);
-          }
-        }
-      }
-      EXPECT_LE(worst, 0.5 + 1e-3) << src->read(i).where;
+      EXPECT_LE(worst_level_difference(s, want, o), 0.5 + 1e-3) << src->read(i).where;
       EXPECT_EQ(s.target.item<int64_t>(), want.target.item<int64_t>());
     }
   }
