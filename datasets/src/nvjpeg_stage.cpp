@@ -135,9 +135,10 @@ class NvjpegStage : public DeviceStage {
       throw ConfigError("--decode gpu: expected a CUDA device, found " + device.str() + ".",
                         "use --device cuda, or --decode cpu.");
     }
-    // The hardware engines (A100, H100, ...) where the card has them; the default backend always.
-    if (api_.create_ex(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &hw_) != NVJPEG_STATUS_SUCCESS) hw_ = nullptr;
+    // The default backend always (first: a throw here leaves nothing to destroy); the hardware
+    // engines (A100, H100, ...) where the card has them.
     check(api_.create_ex(NVJPEG_BACKEND_DEFAULT, nullptr, nullptr, 0, &sw_), "nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT)");
+    if (api_.create_ex(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &hw_) != NVJPEG_STATUS_SUCCESS) hw_ = nullptr;
     const ImageOptions& o = data.options();
     int major = 0, minor = 0, patch = 0;
     api_.property(MAJOR_VERSION, &major);
@@ -230,12 +231,12 @@ class NvjpegStage : public DeviceStage {
 
   void decode_jpegs(const std::vector<RecordHeader>& recs, const uint8_t* base, int64_t stride, at::Tensor& decoded,
                     const std::vector<int64_t>& offsets, const at::Device& device) {
-    Group baseline, progressive;
+    Group engines, general;  // the hardware engines' share (baseline JPEGs), the default backend's
     uint8_t* out = decoded.data_ptr<uint8_t>();
     for (size_t i = 0; i < recs.size(); ++i) {
       const RecordHeader& r = recs[i];
       if (r.kind != RecordKind::jpeg) continue;
-      Group& g = (r.progressive != 0 || hw_ == nullptr) ? progressive : baseline;
+      Group& g = (r.progressive != 0 || hw_ == nullptr) ? general : engines;
       nvjpegImage_t image{};
       image.channel[0] = out + offsets[i];
       image.pitch[0] = static_cast<size_t>(r.width) * 3;
@@ -252,20 +253,20 @@ class NvjpegStage : public DeviceStage {
       ~Lease() { stage->release(std::move(states)); }
     } lease{this, acquire()};
     States* st = lease.states.get();
-    if (!baseline.items.empty() && decode_batched(hw_, st->hw, &st->hw_batch, baseline, stream) != NVJPEG_STATUS_SUCCESS) {
+    if (!engines.items.empty() && decode_batched(hw_, st->hw, &st->hw_batch, engines, stream) != NVJPEG_STATUS_SUCCESS) {
       st->hw_batch = 0;  // initialize again next time
       // The engines refused one (e.g. 4:1:1 chroma): the whole group through the default backend.
-      for (size_t k = 0; k < baseline.items.size(); ++k) {
-        progressive.items.push_back(baseline.items[k]);
-        progressive.data.push_back(baseline.data[k]);
-        progressive.lengths.push_back(baseline.lengths[k]);
-        progressive.images.push_back(baseline.images[k]);
+      for (size_t k = 0; k < engines.items.size(); ++k) {
+        general.items.push_back(engines.items[k]);
+        general.data.push_back(engines.data[k]);
+        general.lengths.push_back(engines.lengths[k]);
+        general.images.push_back(engines.images[k]);
       }
     }
-    if (!progressive.items.empty() &&
-        decode_batched(sw_, st->sw, &st->sw_batch, progressive, stream) != NVJPEG_STATUS_SUCCESS) {
+    if (!general.items.empty() &&
+        decode_batched(sw_, st->sw, &st->sw_batch, general, stream) != NVJPEG_STATUS_SUCCESS) {
       st->sw_batch = 0;  // initialize again next time
-      decode_one_by_one(*st, progressive, recs, stream);  // throws naming the image
+      decode_one_by_one(*st, general, recs, stream);  // throws naming the image
     }
   }
 
