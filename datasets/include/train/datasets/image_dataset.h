@@ -25,7 +25,7 @@ const char* image_mode_name(ImageMode mode);
 
 /// Where JPEGs are decoded.
 enum class ImageDecode {
-  cpu,  ///< on the loader's threads (libjpeg-turbo), as every sample is
+  cpu,  ///< on the loader's threads (libjpeg-turbo and libpng)
   gpu,  ///< on a CUDA device by nvJPEG (batched, its hardware engines where the card has them)
 };
 
@@ -57,7 +57,9 @@ struct ImageOptions {
   /// order, the boxes and the flips are the CPU path's; the pixels differ from a full CPU decode by
   /// what the decoders' inverse DCTs and chroma upsampling differ (docs/data.md). Colour JPEGs
   /// (baseline or progressive) of up to gpu_jpeg_bytes go to the GPU; the rest (PNGs, grey or CMYK
-  /// JPEGs, larger files) are decoded and resampled on the loader's threads and travel as pixels.
+  /// JPEGs, larger files, files that don't end as a JPEG ends) are decoded and resampled on the
+  /// loader's threads, as ImageDecode::cpu would (a truncated file is named there), and travel as
+  /// pixels. A JPEG nvJPEG refuses stops the run with its name (--bad-samples skip doesn't cover it).
   ImageDecode decode = ImageDecode::cpu;
   /// ImageDecode::gpu: the largest JPEG sent encoded (the records' payload; the loader's ring holds
   /// prefetch + 1 batches of them, pinned).
