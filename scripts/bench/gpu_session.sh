@@ -55,7 +55,7 @@ case $STAGE in
   part ab 150 env PARTS=ab REPEATS=${REPEATS:-2} OUT=$OUT scripts/bench/refactor_check.sh
   part gru 60 env PARTS=gru REPEATS=${REPEATS:-2} OUT=$OUT scripts/bench/refactor_check.sh ;;
 3)
-  part resnet 200 env BUILD=build-gpu OUT=$OUT/resnet SIDE_TIMEOUT=${SIDE_TIMEOUT:-90} COUNT=${COUNT:-8192} scripts/bench/resnet_gpu.sh
+  part resnet 200 env BUILD=build-gpu PHOTOS=.deps/photos OUT=$OUT/resnet SIDE_TIMEOUT=${SIDE_TIMEOUT:-90} COUNT=${COUNT:-8192} scripts/bench/resnet_gpu.sh
   part onegpu-tests 60 bash -c "cmake --build build-gpu -j \$(nproc) --target loader_test augment_test nonfinite_watch_test \
       fused_optim_test graph_memsets_test > $OUT/build-tests.log 2>&1; cd build-gpu && for t in loader_test augment_test \
       nonfinite_watch_test fused_optim_test graph_memsets_test; do timeout 60 ./tests/\$t > $OUT/\$t.log 2>&1; \

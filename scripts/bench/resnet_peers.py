@@ -73,7 +73,7 @@ def main():
     rate = (a.steps - a.warmup) * a.batch_size / (time.perf_counter() - t0)
     print(json.dumps({"impl": "python", "fed": a.fed, "workers": a.workers if a.fed == "dataloader" else 0,
                       "batch_size": a.batch_size, "steps": a.steps - a.warmup, "images_per_sec": round(rate, 1),
-                      "loss": float(loss), "device": torch.cuda.get_device_name()}), flush=True)
+                      "loss": float(loss), "device": torch.cuda.get_device_name()}, separators=(",", ":")), flush=True)
 
 
 if __name__ == "__main__":
