@@ -340,27 +340,19 @@ def verify(row, ref, ordered_ref, folder_row):
 
 def run_rounds(a, sides):
     rows, ref, ordered_ref = [], None, None
-    for rnd in range(a.rounds):
-        for impl in (sides if rnd % 2 == 0 else sides[::-1]):
-            row, peaks, rc, err = H.run_measured(side_command(a, impl))
-            if rc != 0 or row is None:
-                print(f"image_peers: {impl} failed (exit {rc}): expected one JSON line, found none.\n{err}\n"
-                      f"Hint: run the command alone: {' '.join(side_command(a, impl))}", file=sys.stderr)
-                continue
-            row.update(peaks, impl=impl, round=rnd + 1)  # loader_bench says "libtrain" for every data kind
-            row.setdefault("pixel_mean", row["checksum_inputs"] / (row["samples"] * 3 * a.image_size ** 2))
-            ref = ref or row
-            if impl in ORDERED:
-                ordered_ref = ordered_ref or row
-            why = verify(row, ref, ordered_ref, next((r for r in rows if r["impl"] == "libtrain"), None))
-            if why:
-                print(f"image_peers: {impl} read other data than the others: {why}. Its numbers are left out. "
-                      "Hint: the same --data, --seed and --batch-size on every side.", file=sys.stderr)
-                continue
-            rows.append(row)
-            print(f"  round {rnd + 1} {impl:<16} {row['samples_per_sec']:>8,.0f} images/s  PSS {row['pss_peak_mb']:.0f} MB"
-                  f"  ({row['procs']} processes, pixel mean {row['pixel_mean']:+.4f})", file=sys.stderr, flush=True)
-            H.wait_for_quiet()
+    for rnd, impl, row in H.measured_rounds(a.rounds, sides, lambda impl: side_command(a, impl), "image_peers"):
+        row.setdefault("pixel_mean", row["checksum_inputs"] / (row["samples"] * 3 * a.image_size ** 2))
+        ref = ref or row
+        if impl in ORDERED:
+            ordered_ref = ordered_ref or row
+        why = verify(row, ref, ordered_ref, next((r for r in rows if r["impl"] == "libtrain"), None))
+        if why:
+            print(f"image_peers: {impl} read other data than the others: {why}. Its numbers are left out. "
+                  "Hint: the same --data, --seed and --batch-size on every side.", file=sys.stderr)
+            continue
+        rows.append(row)
+        print(f"  round {rnd} {impl:<16} {row['samples_per_sec']:>8,.0f} images/s  PSS {row['pss_peak_mb']:.0f} MB"
+              f"  ({row['procs']} processes, pixel mean {row['pixel_mean']:+.4f})", file=sys.stderr, flush=True)
     return rows
 
 

@@ -213,27 +213,18 @@ def run_rounds(a, sides):
     """Every side once a round, in turn (the order reversed every other round); each run's row
     with its memory peaks. A peer whose checksum differs from libtrain's is reported and dropped."""
     rows, ref = [], None
-    for rnd in range(a.rounds):
-        for impl in (sides if rnd % 2 == 0 else sides[::-1]):
-            row, peaks, rc, err = H.run_measured(side_command(a, impl))
-            if rc != 0 or row is None:
-                print(f"loader_peers: {impl} failed (exit {rc}): expected one JSON line, found none.\n{err}\n"
-                      f"Hint: run the command alone: {' '.join(side_command(a, impl))}", file=sys.stderr)
-                continue
-            row.update(peaks, impl=impl, round=rnd + 1)  # loader_bench says "libtrain" for every data kind
-            if impl == "libtrain" or ref is None:
-                ref = ref or row
-            if not H.checksums_match(row, ref):
-                print(f"loader_peers: {impl}'s checksum differs from {ref['impl']}'s: inputs {row['checksum_inputs']!r} "
-                      f"against {ref['checksum_inputs']!r}, targets {row['checksum_targets']} against "
-                      f"{ref['checksum_targets']}: it read other batches; its numbers are left out. Hint: "
-                      "the same files, --seed and --batch-size on every side.", file=sys.stderr)
-                continue
-            rows.append(row)
-            print(f"  round {rnd + 1} {impl:<20} {row['samples_per_sec']:>12,.0f} samples/s  "
-                  f"PSS {row['pss_peak_mb']:.0f} MB  RSS sum {row['rss_peak_mb']:.0f} MB  ({row['procs']} processes)",
-                  file=sys.stderr, flush=True)
-            H.wait_for_quiet()
+    for rnd, impl, row in H.measured_rounds(a.rounds, sides, lambda impl: side_command(a, impl), "loader_peers"):
+        ref = ref or row
+        if not H.checksums_match(row, ref):
+            print(f"loader_peers: {impl}'s checksum differs from {ref['impl']}'s: inputs {row['checksum_inputs']!r} "
+                  f"against {ref['checksum_inputs']!r}, targets {row['checksum_targets']} against "
+                  f"{ref['checksum_targets']}: it read other batches; its numbers are left out. Hint: "
+                  "the same files, --seed and --batch-size on every side.", file=sys.stderr)
+            continue
+        rows.append(row)
+        print(f"  round {rnd} {impl:<20} {row['samples_per_sec']:>12,.0f} samples/s  "
+              f"PSS {row['pss_peak_mb']:.0f} MB  RSS sum {row['rss_peak_mb']:.0f} MB  ({row['procs']} processes)",
+              file=sys.stderr, flush=True)
     return rows
 
 

@@ -138,6 +138,24 @@ def run_measured(cmd, interval=0.05, timeout=1800, env=None):
     return row, peaks, proc.returncode, "\n".join(err.strip().splitlines()[-8:])
 
 
+def measured_rounds(rounds, sides, command_of, tool):
+    """Every side once a round, in turn (the order reversed every other round), each run measured
+    (run_measured): yields (round, side, row) with the row's memory peaks, `impl` and `round` added,
+    a pause after each (wait_for_quiet). A run that fails or prints no JSON line is said (as `tool`)
+    and skipped."""
+    for rnd in range(rounds):
+        for impl in (sides if rnd % 2 == 0 else sides[::-1]):
+            cmd = command_of(impl)
+            row, peaks, rc, err = run_measured(cmd)
+            if rc != 0 or row is None:
+                print(f"{tool}: {impl} failed (exit {rc}): expected one JSON line, found none.\n{err}\n"
+                      f"Hint: run the command alone: {' '.join(cmd)}", file=sys.stderr)
+                continue
+            row.update(peaks, impl=impl, round=rnd + 1)  # loader_bench says "libtrain" for every data kind
+            yield rnd + 1, impl, row
+            wait_for_quiet()
+
+
 def checksums_match(row, ref, rel=1e-9):
     """True when row's checksums equal ref's: the targets' exactly, the inputs' within rel (the
     float64 sums are added in the same order, so they are usually equal bit for bit)."""
