@@ -127,8 +127,8 @@ const char* image_mode_name(ImageMode mode) {
 ImageDataset::ImageDataset(std::shared_ptr<const ImageSource> source, ImageOptions options)
     : source_(std::move(source)), options_(std::move(options)) {
   check_options(options_);
-  mean_ = per_channel(options_.mean, options_.channels, "mean");
-  std_ = per_channel(options_.std, options_.channels, "std");
+  per_channel(options_.mean, options_.channels, "mean");  // their counts checked; the table holds the values
+  per_channel(options_.std, options_.channels, "std");
   table_ = byte_table(options_.mean, options_.std, options_.channels);
 }
 
@@ -162,11 +162,12 @@ EncodedImage read_checked(const ImageSource& source, int64_t index) {
 }
 
 // The CPU's pixels of a draw, before normalization and the flip: the decoded image itself when it
-// is already the output (is_whole), else `resampled` (size x size x c floats in 0..255) filled.
-// Returns the decoded image (this thread's buffer); `whole` says which of the two holds the pixels.
+// is already the output (is_whole), else `resampled` (size x size x c bytes: the resample rounded
+// half to even and clamped, as Pillow's resize gives bytes) filled. Returns the decoded image (this
+// thread's buffer); `whole` says which of the two holds the pixels.
 // Counts a channel conversion in `converted` and a reduced-DCT decode in `reduced`.
 const Image& decode_and_resample(const ImageOptions& o, const EncodedImage& encoded, const ImageHeader& header,
-                                 const Plan& plan, std::vector<float>& resampled, bool* whole,
+                                 const Plan& plan, std::vector<uint8_t>& resampled, bool* whole,
                                  std::atomic<int64_t>& converted, std::atomic<int64_t>& reduced) {
   thread_local Image image;  // its buffer is reused from one draw to the next on this thread
   decode_image_into(encoded.bytes.data(), encoded.bytes.size(), encoded.where, &image, o.channels, plan.scale_denom);
@@ -174,10 +175,14 @@ const Image& decode_and_resample(const ImageOptions& o, const EncodedImage& enco
   if (plan.scale_denom > 1) reduced.fetch_add(1, std::memory_order_relaxed);
   *whole = is_whole(plan.box, image, o.size);
   if (!*whole) {
-    resampled.resize(size_t(o.size) * o.size * o.channels);
+    const size_t count = size_t(o.size) * o.size * o.channels;
+    thread_local std::vector<float> floats;
+    floats.resize(count);
     // Train crops, then resizes (RandomResizedCrop); eval resizes the whole image, then crops.
-    resample_bilinear(image, scale_box(plan.box, plan.scale_denom), o.size, o.size, resampled.data(),
+    resample_bilinear(image, scale_box(plan.box, plan.scale_denom), o.size, o.size, floats.data(),
                       o.mode == ImageMode::eval ? TapBounds::image : TapBounds::box);
+    resampled.resize(count);
+    for (size_t i = 0; i < count; ++i) resampled[i] = static_cast<uint8_t>(std::clamp(std::nearbyint(floats[i]), 0.0f, 255.0f));
   }
   return image;
 }
@@ -188,15 +193,11 @@ int64_t ImageDataset::draw_into(int64_t index, const SampleDraw& draw, float* ou
   const EncodedImage encoded = read_checked(*source_, index);
   const ImageHeader header = read_image_header(encoded.bytes.data(), encoded.bytes.size(), encoded.where);
   const Plan plan = plan_image(options_, header, encoded, index, draw);
-  thread_local std::vector<float> resampled;
+  thread_local std::vector<uint8_t> resampled;
   bool whole = false;
   const Image& image = decode_and_resample(options_, encoded, header, plan, resampled, &whole, converted_, reduced_);
   const int size = options_.size, c = options_.channels;
-  if (whole) {
-    normalize_to_chw(image.pixels.data(), size, size, c, plan.flip, table_.data(), out);
-  } else {
-    normalize_to_chw(resampled.data(), size, size, c, plan.flip, mean_, std_, out);
-  }
+  normalize_to_chw(whole ? image.pixels.data() : resampled.data(), size, size, c, plan.flip, table_.data(), out);
   return encoded.label;
 }
 
@@ -257,7 +258,7 @@ Sample ImageDataset::draw_record(int64_t index, const SampleDraw& draw) {
     gpu_records_.fetch_add(1, std::memory_order_relaxed);
   } else {
     const Plan plan = plan_image(options_, header, encoded, index, draw);
-    thread_local std::vector<float> resampled;
+    thread_local std::vector<uint8_t> resampled;
     bool whole = false;
     const Image& image = decode_and_resample(options_, encoded, header, plan, resampled, &whole, converted_, reduced_);
     const size_t count = size_t(size) * size * options_.channels;
@@ -265,12 +266,7 @@ Sample ImageDataset::draw_record(int64_t index, const SampleDraw& draw) {
     r.bytes = static_cast<uint32_t>(count);
     r.flip = plan.flip;
     r.height = r.width = r.crop_height = r.crop_width = size;
-    uint8_t* px = out + detail::kRecordHeaderBytes;
-    if (whole) {
-      std::memcpy(px, image.pixels.data(), count);
-    } else {
-      for (size_t i = 0; i < count; ++i) px[i] = static_cast<uint8_t>(std::clamp(std::nearbyint(resampled[i]), 0.0f, 255.0f));
-    }
+    std::memcpy(out + detail::kRecordHeaderBytes, whole ? image.pixels.data() : resampled.data(), count);
     cpu_records_.fetch_add(1, std::memory_order_relaxed);
   }
   std::memcpy(out, &r, sizeof(r));

@@ -103,6 +103,8 @@ Batch RecordFinisher::finish(const Batch& host, const std::vector<RecordHeader>&
       at::_upsample_bilinear2d_aa_out(slot, crop, {size, size}, /*align_corners=*/false);
     }
   }
+  // The resample rounded to bytes, as on the CPU (the pixel records are bytes already).
+  if (any_jpeg) out.round_().clamp_(0, 255);
   const at::Tensor flip_d = flips.to(device, /*non_blocking=*/true).view({n, 1, 1, 1});
   out = at::where(flip_d, out.flip({3}), out);
   // (x / 255 - mean) / std in float32, as the CPU path's ops (and its byte table) compute it.

@@ -67,7 +67,8 @@ struct ImageOptions {
 };
 
 /// The images of `source`, each read, decoded, cropped, resampled, flipped and normalized when
-/// drawn: read -> header -> crop box -> decode (scaled) -> resample -> flip -> normalize. A sample
+/// drawn: read -> header -> crop box -> decode (scaled) -> resample (rounded to bytes, half to even,
+/// as Pillow's resize gives bytes) -> flip -> normalize. A sample
 /// is float32 [channels, size, size] with an int64 [] label. In train mode the crop and the flip
 /// come from SampleRng(seed, epoch, index) alone, so a sample is the same at any thread count,
 /// prefetch or world size, and after a resume. Safe to call from several threads at once.
@@ -102,8 +103,8 @@ class ImageDataset : public SampleDataset {
   /// `device`. ImageDecode::gpu: nvJPEG decodes, then the crop, flip and normalization run there.
   /// ImageDecode::cpu: the loader's threads decode, crop and resample as always, and from this call
   /// on draw() hands the pixels as bytes (a record; a quarter of float32's memory and copy), which
-  /// the stage flips and normalizes on the GPU: the same values, the resample rounded to bytes as
-  /// Pillow's resize rounds them. For the CPU: null (float32 samples) with ImageDecode::cpu.
+  /// the stage flips and normalizes on the GPU: the CPU's values (its resample is rounded to bytes
+  /// too). For the CPU: null (float32 samples) with ImageDecode::cpu.
   /// @throws train::ConfigError for ImageDecode::gpu when nvJPEG can't run: a build without
   ///   nvjpeg.h, libnvjpeg.so not found at run time, or a device that isn't CUDA.
   std::shared_ptr<DeviceStage> device_stage(const at::Device& device) override;
@@ -136,7 +137,6 @@ class ImageDataset : public SampleDataset {
  private:
   std::shared_ptr<const ImageSource> source_;
   ImageOptions options_;
-  std::vector<float> mean_, std_;  // per channel, as the float32 ops use them
   std::vector<float> table_;       // [channel * 256 + byte]: the normalized value of an 8-bit pixel
   std::atomic<int64_t> converted_{0};
   std::atomic<int64_t> reduced_{0};
